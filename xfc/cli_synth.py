@@ -1,0 +1,5 @@
+"""`xfc synth`: placeholder until the synthesizer lands."""
+
+
+def register(sub):
+    pass
