@@ -1,0 +1,331 @@
+"""CPU code generation: a CpuKernelPlan -> C source of the kernel and of its harness.
+
+Every number and every decision is made here (the "render context") or in the plan; the Jinja
+templates under templates/cpu/ only spell them out. ISA dialects are data: each ISA names a
+prelude template that defines the same small macro vocabulary (XFC_VLOAD, XFC_VFMA, XFC_ALOADw,
+XFC_AFMAw, ...), and the one GEMM / depthwise template is written against that vocabulary.
+
+C entry point of every kernel (dimensions are compile-time constants):
+
+    int <function_name>(const float *in0, const float *in1, const float *bias, float *out);
+
+with in0/in1/bias/out laid out as OperatorSpec.input_shapes / output_shape (C order). Returns 0,
+or 1 when scratch memory cannot be allocated. The harness adds
+
+    int <function_name>_bench(in0, in1, bias, out, int warmup, int repeats, double *samples);
+
+and, unless compiled with -DXFC_NO_MAIN, a main() that works on raw fp32 files (for qemu).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .errors import OperatorError
+from .ir import ISAS, CpuKernelPlan
+from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+# Dialect data: prelude template, lanes it supports (None = any power of two), SIMD registers.
+DIALECTS = {
+    "avx512": {"prelude": "cpu/dialect_avx512.h.j2", "lanes": (16,), "registers": 32},
+    "avx2": {"prelude": "cpu/dialect_avx2.h.j2", "lanes": (8,), "registers": 16},
+    "neon": {"prelude": "cpu/dialect_neon.h.j2", "lanes": (4,), "registers": 32},
+    "generic": {"prelude": "cpu/dialect_generic.h.j2", "lanes": None, "registers": 16},
+}
+
+# Codegen policies that are not (yet) plan fields. Measured on the AVX-512 host (see
+# docs/host-kernel-notes.md); the synthesizer may override them via plan.extra keys of the same name.
+DEFAULT_POLICY = {
+    "loop_order": "jr_ir",       # 'jr_ir' (BLIS: B micro-panel stays in L1) or 'ir_jr'
+    "prefetch_c": "1",           # prefetch the C tile for writing before the k loop
+    "prefetch_b_distance": "0",  # k steps ahead to prefetch the packed B panel (0 = off)
+}
+
+_C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    source: str            # kernel translation unit (C)
+    harness_source: str    # harness translation unit (C): timing loop + optional main()
+    function_name: str
+    isa: str
+    plan: CpuKernelPlan
+
+    @property
+    def bench_name(self) -> str:
+        return f"{self.function_name}_bench"
+
+
+def _environment() -> jinja2.Environment:
+    if not (TEMPLATE_DIR / "cpu").is_dir():
+        raise OperatorError(f"CPU templates not found in {TEMPLATE_DIR / 'cpu'} (expected the xfc repository layout)")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def _env() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = _environment()
+    return _ENV
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan validation
+# ---------------------------------------------------------------------------------------------
+
+def validate_plan(plan: CpuKernelPlan) -> None:
+    """Raise OperatorError (one line) if the plan cannot be rendered."""
+    spec = plan.spec
+    if plan.isa not in ISAS:
+        raise OperatorError(f"plan isa '{plan.isa}' is not one of {', '.join(ISAS)}")
+    dialect = DIALECTS[plan.isa]
+    lanes = plan.vector_lanes
+    if dialect["lanes"] is not None and lanes not in dialect["lanes"]:
+        raise OperatorError(f"plan vector_lanes={lanes} does not match isa {plan.isa} "
+                            f"(expected {dialect['lanes'][0]})")
+    if lanes < 1 or lanes & (lanes - 1):
+        raise OperatorError(f"plan vector_lanes={lanes} must be a power of two")
+    if not _C_IDENT.match(plan.function_name or ""):
+        raise OperatorError(f"plan function_name '{plan.function_name}' is not a C identifier")
+    expected = {MatmulSpec: "gemm", Conv2dSpec: "implicit_gemm", DepthwiseSpec: "direct_depthwise"}[type(spec)]
+    if plan.lowering != expected:
+        raise OperatorError(f"plan lowering '{plan.lowering}' does not fit {spec.name} (expected '{expected}')")
+    if expected == "direct_depthwise":
+        d = plan.depthwise
+        if d is None:
+            raise OperatorError("plan lowering 'direct_depthwise' needs a DepthwiseSchedule (plan.depthwise is None)")
+        for name in ("ow_vectors", "oh_rows", "threads"):
+            if getattr(d, name) < 1:
+                raise OperatorError(f"depthwise schedule {name}={getattr(d, name)} must be >= 1")
+        return
+    g = plan.gemm
+    if g is None:
+        raise OperatorError(f"plan lowering '{plan.lowering}' needs a GemmSchedule (plan.gemm is None)")
+    for name in ("mr", "nr", "k_unroll", "kc", "mc", "nc", "threads"):
+        if getattr(g, name) < 1:
+            raise OperatorError(f"gemm schedule {name}={getattr(g, name)} must be >= 1")
+    if g.nr % lanes:
+        raise OperatorError(f"gemm schedule nr={g.nr} is not a multiple of the {lanes} vector lanes")
+    if g.mc % g.mr:
+        raise OperatorError(f"gemm schedule mc={g.mc} is not a multiple of mr={g.mr}")
+    if g.nc % g.nr:
+        raise OperatorError(f"gemm schedule nc={g.nc} is not a multiple of nr={g.nr}")
+    if g.parallel_axis not in ("n", "m"):
+        raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
+    if plan.isa == "neon" and g.a_load_bits not in (64, 128):
+        raise OperatorError(f"gemm schedule a_load_bits={g.a_load_bits} must be 64 or 128 for neon")
+    if g.mr > 64 or g.nr // lanes > 16:
+        raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
+
+
+# ---------------------------------------------------------------------------------------------
+# Render context
+# ---------------------------------------------------------------------------------------------
+
+def _policy(plan: CpuKernelPlan) -> dict[str, str]:
+    policy = dict(DEFAULT_POLICY)
+    for key, value in plan.extra:
+        if key in policy:
+            policy[key] = str(value)
+    if policy["loop_order"] not in ("jr_ir", "ir_jr"):
+        raise OperatorError(f"plan extra loop_order='{policy['loop_order']}' must be 'jr_ir' or 'ir_jr'")
+    return policy
+
+
+def a_load_groups(isa: str, mr: int, a_load_bits: int) -> list[dict]:
+    """How the MR values of A at one k step are loaded and fed to the FMAs.
+
+    x86/generic: one broadcast per row. NEON: vectors of a_load_bits/32 floats (then 2, then 1
+    for the remainder) consumed lane by lane with vfmaq_laneq_f32 / vfmaq_lane_f32.
+    """
+    if isa != "neon":
+        return [{"width": 1, "offset": i, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
+    widths = (4, 2, 1) if a_load_bits >= 128 else (2, 1)
+    groups, row = [], 0
+    for width in widths:
+        while mr - row >= width:
+            groups.append({"width": width, "offset": row,
+                           "rows": [{"row": row + lane, "lane": lane} for lane in range(width)]})
+            row += width
+    return groups
+
+
+def _conv_geometry(spec) -> dict:
+    return {"c": spec.c, "h": spec.h, "w": spec.w, "r": spec.r, "s": spec.s,
+            "sh": spec.stride_h, "sw": spec.stride_w, "pt": spec.pad_top, "pl": spec.pad_left,
+            "dh": spec.dilation_h, "dw": spec.dilation_w, "oh": spec.out_h, "ow": spec.out_w}
+
+
+def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
+    spec = plan.spec
+    threads = plan.gemm.threads if plan.gemm is not None else plan.depthwise.threads
+    return {
+        "header_lines": list(plan.header_lines) or [f"xfc kernel {plan.function_name}: {spec.describe()}"],
+        "template_name": template_name,
+        "function_name": plan.function_name,
+        "lanes": plan.vector_lanes,
+        "threads": threads,
+        "dialect_template": DIALECTS[plan.isa]["prelude"],
+        "has_bias": spec.epilogue.bias,
+        "activation": spec.epilogue.activation,
+        "epilogue_text": spec.epilogue.describe(),
+        "problem_text": spec.describe(),
+        "arg_doc": {"matmul": "in0=A[batch,M,K], in1=B[batch,K,N], bias[N], out=C[batch,M,N]",
+                    "conv2d": "in0=input[N,C,H,W], in1=weight[K,C,R,S], bias[K], out[N,K,OH,OW]",
+                    "depthwise": "in0=input[N,C,H,W], in1=weight[C,1,R,S], bias[C], out[N,C,OH,OW]"}[spec.name],
+    }
+
+
+def gemm_context(plan: CpuKernelPlan) -> dict:
+    spec, g = plan.spec, plan.gemm
+    policy = _policy(plan)
+    ctx = _common_context(plan, "cpu/gemm.c.j2")
+    ctx.update({
+        "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
+        "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
+        "a_groups": a_load_groups(plan.isa, g.mr, g.a_load_bits),
+        "loop_order": policy["loop_order"],
+        "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
+        "prefetch_b_distance": int(policy["prefetch_b_distance"]),
+    })
+    if isinstance(spec, MatmulSpec):
+        ctx.update({
+            "m": spec.m, "n": spec.n, "k": spec.k, "batch": spec.batch, "lda": spec.k,
+            "a_arg": "in0", "b_arg": "in1", "a_batch_stride": spec.m * spec.k,
+            "b_batch_stride": spec.k * spec.n, "c_batch_stride": spec.m * spec.n,
+            "b_pack": "rows", "ldb": spec.n, "bias_axis": "n",
+            "bias_axis_text": "one value per output column n",
+        })
+    else:
+        geo = _conv_geometry(spec)
+        crs = spec.c * spec.r * spec.s
+        pointwise = (spec.r == 1 and spec.s == 1 and spec.stride_h == 1 and spec.stride_w == 1
+                     and spec.pad_top == spec.pad_left == spec.pad_bottom == spec.pad_right == 0)
+        ctx.update({
+            "m": spec.k, "n": spec.out_h * spec.out_w, "k": crs, "batch": spec.n, "lda": crs,
+            "a_arg": "in1", "b_arg": "in0", "a_batch_stride": 0,
+            "b_batch_stride": spec.c * spec.h * spec.w, "c_batch_stride": spec.k * spec.out_h * spec.out_w,
+            "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
+            "bias_axis": "m", "bias_axis_text": "one value per output channel (GEMM row m)",
+        })
+    return ctx
+
+
+def depthwise_context(plan: CpuKernelPlan) -> dict:
+    spec, d = plan.spec, plan.depthwise
+    lanes = plan.vector_lanes
+    geo = _conv_geometry(spec)
+    ow_block = d.ow_vectors * lanes
+    oh_padded = math.ceil(spec.out_h / d.oh_rows) * d.oh_rows
+    ow_padded = math.ceil(spec.out_w / ow_block) * ow_block
+    sw = spec.stride_w
+    max_off = ((spec.s - 1) * spec.dilation_w) // sw
+    phase_width = max(ow_padded + max_off, math.ceil((spec.w + spec.pad_left) / sw))
+    phase_width = math.ceil(phase_width / lanes) * lanes
+    stage_rows = max(spec.h + spec.pad_top, (oh_padded - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1)
+    row_stride = sw * phase_width
+    taps = []
+    for r in range(spec.r):
+        for s in range(spec.s):
+            col = s * spec.dilation_w
+            phase, off = col % sw, col // sw
+            offsets = [(i * spec.stride_h + r * spec.dilation_h) * row_stride + phase * phase_width + off
+                       for i in range(d.oh_rows)]
+            taps.append({"index": r * spec.s + s, "r": r, "s": s, "row_offsets": offsets})
+    ctx = _common_context(plan, "cpu/depthwise.c.j2")
+    ctx.update({
+        "batch": spec.n, "conv": geo, "oh_rows": d.oh_rows, "ow_vectors": d.ow_vectors,
+        "ow_block": ow_block, "oh_padded": oh_padded, "ow_padded": ow_padded,
+        "stage_rows": stage_rows, "phase_width": phase_width, "row_stride": row_stride, "taps": taps,
+    })
+    return ctx
+
+
+def render_context(plan: CpuKernelPlan) -> tuple[str, dict]:
+    validate_plan(plan)
+    if plan.lowering == "direct_depthwise":
+        return "cpu/depthwise.c.j2", depthwise_context(plan)
+    return "cpu/gemm.c.j2", gemm_context(plan)
+
+
+def render_cpu_kernel(plan: CpuKernelPlan) -> RenderedKernel:
+    """Render the kernel and harness C sources for a plan (deterministic: same plan, same text)."""
+    template_name, ctx = render_context(plan)
+    env = _env()
+    try:
+        source = env.get_template(template_name).render(**ctx)
+        spec = plan.spec
+        harness_ctx = {
+            "header_lines": ctx["header_lines"], "template_name": "cpu/harness.c.j2",
+            "function_name": plan.function_name, "bench_name": f"{plan.function_name}_bench",
+            "in_elems": [math.prod(shape) for shape in spec.input_shapes],
+            "out_elems": math.prod(spec.output_shape),
+        }
+        harness = env.get_template("cpu/harness.c.j2").render(**harness_ctx)
+    except jinja2.TemplateError as exc:  # a template bug, not a user error; still one line
+        raise OperatorError(f"rendering {template_name} for {plan.function_name} failed: {exc}") from exc
+    return RenderedKernel(source=source, harness_source=harness, function_name=plan.function_name,
+                          isa=plan.isa, plan=plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-chosen plans (tests, benchmarks, and a fallback before/beside the synthesizer)
+# ---------------------------------------------------------------------------------------------
+
+HOST_LANES = {"avx512": 16, "avx2": 8, "generic": 4, "neon": 4}
+HOST_MARCH = {"avx512": "native", "avx2": "x86-64-v3", "generic": ""}
+
+
+def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = None, nr: int | None = None,
+              k_unroll: int = 4, kc: int | None = None, mc: int | None = None, nc: int | None = None,
+              parallel_axis: str | None = None, a_load_bits: int = 128, ow_vectors: int | None = None,
+              oh_rows: int | None = None, gcc_march: str | None = None, qemu_cpu: str = "",
+              function_name: str | None = None, extra: tuple = ()) -> CpuKernelPlan:
+    """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
+    from .ir import DepthwiseSchedule, GemmSchedule  # local: keeps the module import light
+    lanes = HOST_LANES[isa]
+    march = gcc_march if gcc_march is not None else HOST_MARCH.get(isa, "armv8.2-a")
+    fname = function_name or ("xfc_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{isa}_t{threads}")
+    header = (f"xfc CPU kernel: {spec.describe()}", f"isa={isa} lanes={lanes} threads={threads}",
+              "plan: hand_plan (xfc.codegen_cpu)")
+    if isinstance(spec, DepthwiseSpec):
+        d = DepthwiseSchedule(ow_vectors=ow_vectors or (2 if lanes >= 8 else 4),
+                              oh_rows=oh_rows or (4 if isa in ("avx512", "neon") else 2), threads=threads)
+        header += (f"depthwise tile: {d.oh_rows} rows x {d.ow_vectors} vectors",)
+        return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering="direct_depthwise", gemm=None,
+                             depthwise=d, function_name=fname, header_lines=header, gcc_march=march,
+                             qemu_cpu=qemu_cpu, extra=tuple(extra))
+    defaults = {"avx512": (14, 32), "avx2": (6, 16), "generic": (4, 8), "neon": (6, 8)}[isa]
+    mr = mr or defaults[0]
+    nr = nr or defaults[1]
+    kc = kc or 256
+    mc = mc or max(mr, (240 // mr) * mr)
+    nc = nc or max(nr, (3072 // nr) * nr)
+    if parallel_axis is None:
+        m_size = spec.m if isinstance(spec, MatmulSpec) else spec.k
+        n_size = spec.n if isinstance(spec, MatmulSpec) else spec.out_h * spec.out_w
+        parallel_axis = "n" if n_size >= m_size else "m"
+    g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
+                     parallel_axis=parallel_axis, a_load_bits=a_load_bits)
+    header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis}",)
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
+    return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=g, depthwise=None,
+                         function_name=fname, header_lines=header, gcc_march=march, qemu_cpu=qemu_cpu,
+                         extra=tuple(extra))
