@@ -1,5 +1,210 @@
-"""`xfc synth`: placeholder until the synthesizer lands."""
+"""`xfc synth`: synthesize, render, build, and optionally verify / time one operator.
+
+Outputs go to a fresh temporary directory beside the destination and are moved into place
+only when complete, so an interrupted or failed run never leaves a half-written kernel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import OperatorError, VerificationError, XfcError
+from .ops import OPERATORS, check_output, make_inputs, make_spec, parse_shape
+
+DEFAULT_OUT_ROOT = Path("xfc-out")
 
 
-def register(sub):
-    pass
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+class _Staging:
+    """A temporary directory that becomes out_dir only on commit()."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+
+    def commit(self) -> None:
+        if self.out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-", dir=self.out_dir.parent))
+            os.replace(self.out_dir, old / "x")
+            os.replace(self.path, self.out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.path, self.out_dir)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def spec_from_args(args):
+    try:
+        shape = parse_shape(args.op, args.shape)
+    except XfcError:
+        raise
+    return make_spec(args.op, shape, stride=args.stride, pad=args.pad, dilation=args.dilation,
+                     bias=args.bias, activation=args.activation)
+
+
+def synthesize_timed(spec, hw, cluster=None, threads=None):
+    """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured."""
+    from .synth_cpu import synthesize_cpu
+    start = time.perf_counter()
+    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads)
+    return result, time.perf_counter() - start
+
+
+def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
+            repeat=20, seed=0, progress=None) -> dict:
+    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time."""
+    from .build import build_arm, build_host, run_qemu
+    from .codegen_cpu import render_cpu_kernel
+
+    say = progress or (lambda msg: None)
+    result, synth_s = synthesize_timed(spec, hw, cluster, threads)
+    say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
+    rendered = render_cpu_kernel(result.plan)
+    report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
+              "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
+              "explain": result.explain()}
+    staging = _Staging(out_dir)
+    try:
+        start = time.perf_counter()
+        if hw.target_arch == "x86_64":
+            kernel = build_host(rendered, staging.path)
+        else:
+            binary = build_arm(rendered, staging.path)
+        report["build_seconds"] = time.perf_counter() - start
+        say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if hw.target_arch == 'x86_64' else 'aarch64-linux-gnu-gcc -static'})")
+        if verify or bench:
+            a, b, bias = make_inputs(spec, seed)
+            if hw.target_arch == "x86_64":
+                out = kernel(a, b, bias)
+                timing = kernel.time(a, b, bias, repeats=repeat, warmup=3) if bench else None
+            else:
+                say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
+                out, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
+                                       repeats=repeat if bench else 1, warmup=1 if bench else 0)
+                if not bench:
+                    timing = None
+            ok, max_err, ratio = check_output(spec, out, a, b, bias)
+            report.update(verified=bool(ok), max_abs_error=max_err, error_to_bound_ratio=ratio,
+                          verified_on="host (native)" if hw.target_arch == "x86_64" else
+                          f"qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'}")
+            if timing is not None:
+                report["measurement"] = {"median_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
+                                         "gflops": timing.gflops, "repeats": len(timing.samples_s),
+                                         "where": timing.where}
+        _write_json_atomic(staging.path / "report.json", report)
+        staging.commit()
+    except BaseException:
+        staging.discard()
+        raise
+    report["output_dir"] = str(out_dir)
+    if report.get("verified") is False:
+        raise VerificationError(
+            f"{spec.name} kernel for {hw.name} does not match the numpy reference (max abs error "
+            f"{report['max_abs_error']:.3g}, {report['error_to_bound_ratio']:.3g}x the K-derived bound); "
+            f"outputs kept in {out_dir}")
+    return report
+
+
+def default_out_dir(hw, spec, target: str) -> Path:
+    return DEFAULT_OUT_ROOT / f"{hw.name}-{target}" / spec.key()
+
+
+def print_summary(report: dict) -> None:
+    print(f"xfc synth {report['operator']} for {report['hardware']} ({report.get('target', 'cpu')}): "
+          f"{report['shape']}")
+    if report.get("tiles"):
+        print("  tiles: " + " ".join(f"{k}={v}" for k, v in report["tiles"].items()))
+    print(f"  synthesis: {report['synthesis_seconds'] * 1e3:.1f} ms"
+          + (f", build: {report['build_seconds']:.2f} s" if "build_seconds" in report else ""))
+    if report.get("predicted_gflops") is not None:
+        print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
+              f"static cost model, not a measurement)")
+    if "verified" in report:
+        print(f"  verified: {'yes' if report['verified'] else 'NO'} on {report.get('verified_on', '?')} "
+              f"(max abs error {report['max_abs_error']:.3g}, {report['error_to_bound_ratio']:.2f}x of the bound)")
+    if report.get("measurement"):
+        m = report["measurement"]
+        print(f"  measured: {m['gflops']:.2f} GFLOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
+              f"[{m['where']}]")
+    print(f"  output: {report['output_dir']}")
+
+
+def cmd_synth(args) -> int:
+    import sys
+    from .hardware import load
+    hw = load(args.hw)
+    spec = spec_from_args(args)
+    out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
+    quiet = args.json
+    progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    if args.target == "gpu":
+        try:
+            from .gpu.build import run_gpu_synth
+        except ImportError as exc:
+            raise OperatorError(f"--target gpu is not available in this build ({exc})") from None
+        if hw.gpu is None:
+            raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
+        report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
+                               bench=args.bench)
+        report.setdefault("output_dir", str(out_dir))
+    else:
+        if args.dtype != "fp32":
+            raise OperatorError("--dtype fp16 is supported for --target gpu only; CPU kernels are fp32")
+        if args.bench and hw.target_arch != "x86_64" and progress:
+            progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
+                     "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
+        report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
+                         bench=args.bench, repeat=args.repeat, progress=progress)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    if args.explain and report.get("explain"):
+        print(report["explain"])
+        print()
+    print_summary(report)
+    return 0
+
+
+def add_operator_arguments(p) -> None:
+    p.add_argument("op", choices=OPERATORS, metavar="{matmul,conv2d,depthwise}", help="operator to synthesize")
+    p.add_argument("--hw", required=True, metavar="HW",
+                   help="hardware: a shipped name (snapdragon-865, cortex-a76), a file (snapdragon.yaml, ./my.yaml), or 'host'")
+    p.add_argument("--shape", required=True, metavar="K=V,...",
+                   help="matmul: m=,n=,k=[,batch=]; conv2d: [n=,]c=,h=,w=,k=,r=,s=; depthwise: [n=,]c=,h=,w=,r=,s=")
+    p.add_argument("--stride", default="1", help="1 or 2 values (h,w); conv2d/depthwise (default 1)")
+    p.add_argument("--pad", default="0", help="1, 2 (h,w) or 4 values (top,left,bottom,right) (default 0)")
+    p.add_argument("--dilation", default="1", help="1 or 2 values (h,w) (default 1)")
+    p.add_argument("--bias", action="store_true", help="fuse a bias add (per output channel / matmul column)")
+    p.add_argument("--activation", default="none", choices=("none", "relu", "relu6"), help="fused activation")
+    p.add_argument("--cluster", choices=("prime", "big", "mid", "little"), default=None,
+                   help="CPU cluster to target (default: big)")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: every core of the cluster)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("synth", help="synthesize a kernel (and optionally verify and time it)",
+                       description="Synthesize a kernel bottom-up for one operator and hardware description, "
+                       "render it, build it, and optionally verify it against numpy and time it.")
+    add_operator_arguments(p)
+    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (fp16: GPU only)")
+    p.add_argument("-o", "--output", metavar="DIR", help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>)")
+    p.add_argument("--verify", action="store_true",
+                   help="run the kernel (host natively, ARM under qemu-aarch64, GPU on PoCL) and compare with numpy")
+    p.add_argument("--bench", action="store_true", help="time the kernel (real speed only on --hw host)")
+    p.add_argument("--repeat", type=int, default=20, help="timed repetitions for --bench (median reported)")
+    p.add_argument("--explain", action="store_true", help="print the tile program and the constraint behind each level")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(func=cmd_synth)

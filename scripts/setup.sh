@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what xfc needs on a Debian/Ubuntu machine, idempotently:
+#   system packages (apt-get, when run as root; otherwise a message naming them), then
+#   a virtual environment .venv with xfc (editable) and its Python dependencies.
+# Usage: scripts/setup.sh [--bench]   (--bench adds the peers used by benchmarks/: torch, onnxruntime)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(gcc make python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+              pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo llvm-16 adb)
+
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need gcc gcc
+need make make
+need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+need qemu-aarch64 qemu-user
+need clinfo clinfo
+need llvm-mca-16 llvm-16
+need adb adb
+[ -e /usr/aarch64-linux-gnu/lib/libc.a ] || missing+=(libc6-dev-arm64-cross)
+[ -e /usr/include/CL/cl.h ] || missing+=(opencl-headers)
+ls /usr/lib/x86_64-linux-gnu/libOpenCL.so >/dev/null 2>&1 || missing+=(ocl-icd-opencl-dev)
+ls /etc/OpenCL/vendors/pocl.icd >/dev/null 2>&1 || missing+=(pocl-opencl-icd)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing system packages: ${APT_PACKAGES[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+  else
+    echo "xfc setup: missing system packages: ${missing[*]}" >&2
+    echo "xfc setup: install them as root, e.g.: sudo apt-get install -y ${APT_PACKAGES[*]}" >&2
+    exit 1
+  fi
+fi
+
+PY=python3
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "xfc setup: Python >= 3.11 is required (found $($PY --version 2>&1))" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+
+# Re-install only when the dependency list changed: keeps re-runs fast.
+extras="test"
+[ "${1:-}" = "--bench" ] && extras="test,bench"
+stamp=".venv/.xfc-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
+if [ ! -e "$stamp" ]; then
+  echo "[setup] installing Python packages into .venv (xfc[$extras])"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[$extras]"
+  touch "$stamp"
+fi
