@@ -150,12 +150,12 @@ def cmd_synth(args) -> int:
     quiet = args.json
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     if args.target == "gpu":
+        if hw.gpu is None:
+            raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
         try:
             from .gpu.build import run_gpu_synth
         except ImportError as exc:
             raise OperatorError(f"--target gpu is not available in this build ({exc})") from None
-        if hw.gpu is None:
-            raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench)
         report.setdefault("output_dir", str(out_dir))

@@ -618,7 +618,7 @@ def _load_path(path: Path, stack: tuple[Path, ...] = ()) -> HardwareDescription:
     kind = d["kind"]
 
     def resolve(ref: str, kind_dir: Optional[str], field_path: str, expect_kind: Optional[str]) -> tuple[Path, dict]:
-        target = _find(ref, kind_dir, path.parent)
+        target = _find(ref, kind_dir, path.parent) or _find(ref, None, path.parent)
         if target is None:
             raise HardwareError(f"{where}: field '{field_path}': unknown reference '{ref}' "
                                 f"(no {kind_dir + '/' if kind_dir else ''}{ref}.yaml beside this file or shipped)")
