@@ -45,6 +45,7 @@ DEFAULT_POLICY = {
     "loop_order": "jr_ir",       # 'jr_ir' (BLIS: B micro-panel stays in L1) or 'ir_jr'
     "prefetch_c": "1",           # prefetch the C tile for writing before the k loop
     "prefetch_b_distance": "0",  # k steps ahead to prefetch the packed B panel (0 = off)
+    "pack_a_kb": "16",           # k values per row copied together when packing A (blocked transpose)
 }
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -204,6 +205,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         "loop_order": policy["loop_order"],
         "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
         "prefetch_b_distance": int(policy["prefetch_b_distance"]),
+        "pack_a_kb": int(policy["pack_a_kb"]),
     })
     if isinstance(spec, MatmulSpec):
         ctx.update({
