@@ -829,9 +829,11 @@ class ShellSession:
             self.system.after_run()
 
     def cancel(self) -> None:
+        """The host closed the stream: end the command, as adbd does (SIGHUP). A --hang
+        process plays one that ignores SIGHUP: only an explicit kill or a lost link ends it."""
         self.cancelled.set()
         proc = self.current
-        if proc is not None:
+        if proc is not None and not self.system.faults.hang:
             proc.kill()
 
 

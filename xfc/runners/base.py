@@ -1,0 +1,269 @@
+"""The runner interface: ship a harness binary and its inputs somewhere, run it, get results.
+
+A harness is a statically linked aarch64 program with this command line:
+
+    ./harness A_PATH B_PATH BIAS_PATH OUT_PATH [--repeat N] [--warmup W]
+
+It reads raw little-endian float32 inputs, runs its kernel (W warm-up runs, then N timed ones),
+writes OUT_PATH and prints exactly one JSON line on stdout:
+
+    {"kernel": "...", "repeats": N, "median_s": x, "min_s": x, "max_s": x, "samples_s": [...]}
+
+Every runner follows the same life cycle (`execute` does all of it, cleaning up in `finally`):
+
+    ctx = runner.prepare(spec)   # stage inputs locally, choose a run id
+    runner.upload(ctx)           # copy harness + inputs to where they run
+    report = runner.run(ctx)     # run it; parse its JSON line; collect telemetry
+    output = runner.fetch(ctx)   # bring OUT back as float32
+    runner.cleanup(ctx)          # remove everything that was copied
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from xfc.errors import DeviceError, ToolchainError
+
+INPUT_NAMES = ("a", "b", "bias")
+
+WHERE_QEMU = "qemu-aarch64 (emulated: not phone timing)"
+WHERE_VIRTUAL = "virtual-device (qemu-aarch64, emulated: not phone timing)"
+
+
+def where_adb(serial: str, model: str) -> str:
+    return f"adb:{serial} ({model})"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run. Inputs are float32 arrays (any shape; flattened C-order) or raw files."""
+
+    harness: Path
+    inputs: tuple[Any, Any, Any]            # a, b, bias: np.ndarray | bytes | Path
+    repeat: int = 5
+    warmup: int = 1
+    timeout_s: float = 120.0
+    output_shape: tuple[int, ...] | None = None
+    cpu_ids: tuple[int, ...] | None = None   # AdbRunner: pin to these CPUs (one cluster)
+    env: tuple[tuple[str, str], ...] = ()    # extra environment for the harness
+    label: str = ""
+
+    def __post_init__(self):
+        if len(self.inputs) != 3:
+            raise DeviceError(f"a harness takes exactly 3 inputs (a, b, bias), got {len(self.inputs)}")
+        if self.repeat < 1:
+            raise DeviceError(f"repeat must be >= 1, got {self.repeat}")
+        if self.warmup < 0:
+            raise DeviceError(f"warmup must be >= 0, got {self.warmup}")
+        if self.timeout_s <= 0:
+            raise DeviceError(f"timeout must be > 0 s, got {self.timeout_s}")
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """One measurement. `where` always names where it was measured and whether it is emulated."""
+
+    output: np.ndarray                      # float32, `output_shape` when given, else flat
+    samples_s: tuple[float, ...]
+    median_s: float
+    min_s: float
+    max_s: float
+    where: str
+    device: dict = field(default_factory=dict)
+    throttled: bool | None = None
+    freq_before: dict = field(default_factory=dict)    # cpu id -> kHz
+    freq_after: dict = field(default_factory=dict)
+    temps_before: dict = field(default_factory=dict)   # thermal zone -> degrees C
+    temps_after: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    kernel: str = ""
+    repeats: int = 0
+    warmup: int = 0
+    emulated: bool = False
+
+    def summary(self) -> str:
+        t = "throttled" if self.throttled else ("not throttled" if self.throttled is False
+                                                  else "throttling unknown")
+        return (f"{self.kernel or 'kernel'}: median {self.median_s * 1e3:.4f} ms "
+                f"(min {self.min_s * 1e3:.4f}, max {self.max_s * 1e3:.4f}, n={self.repeats}) "
+                f"on {self.where}; {t}")
+
+    def to_dict(self) -> dict:
+        return {
+            "kernel": self.kernel, "where": self.where, "emulated": self.emulated,
+            "repeats": self.repeats, "warmup": self.warmup,
+            "median_s": self.median_s, "min_s": self.min_s, "max_s": self.max_s,
+            "samples_s": list(self.samples_s), "device": dict(self.device),
+            "throttled": self.throttled,
+            "freq_before_khz": {str(k): v for k, v in self.freq_before.items()},
+            "freq_after_khz": {str(k): v for k, v in self.freq_after.items()},
+            "temps_before_c": dict(self.temps_before), "temps_after_c": dict(self.temps_after),
+            "notes": list(self.notes),
+            "output_shape": list(self.output.shape),
+        }
+
+
+@dataclass
+class RunContext:
+    """State of one run, shared by the life-cycle steps."""
+
+    spec: RunSpec
+    run_id: str
+    local_dir: Path                          # host staging directory (removed by cleanup)
+    input_files: list[Path] = field(default_factory=list)
+    remote_dir: str = ""                     # where it runs (device path or local temp dir)
+    uploaded: list[str] = field(default_factory=list)
+    report: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def stage_inputs(spec: RunSpec, directory: Path) -> list[Path]:
+    """Write the three inputs as raw little-endian float32 files; return their paths."""
+    paths = []
+    for name, value in zip(INPUT_NAMES, spec.inputs):
+        dest = directory / f"{name}.bin"
+        if isinstance(value, (str, Path)):
+            src = Path(value)
+            if not src.is_file():
+                raise DeviceError(f"input '{name}' file not found: {src}")
+            shutil.copyfile(src, dest)
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            dest.write_bytes(bytes(value))
+        elif value is None:
+            dest.write_bytes(b"")
+        else:
+            arr = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
+            dest.write_bytes(arr.tobytes())
+        paths.append(dest)
+    return paths
+
+
+def parse_report(stdout: str, where: str) -> dict:
+    """The harness's single JSON line, checked. DeviceError when it is missing or malformed."""
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip().startswith("{")]
+    if len(lines) != 1:
+        tail = " | ".join(stdout.strip().splitlines()[-3:])[:300]
+        raise DeviceError(f"harness on {where} printed {len(lines)} JSON lines instead of 1"
+                          f"{': ' + tail if tail else ''}")
+    try:
+        report = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        raise DeviceError(f"harness on {where} printed invalid JSON: {exc}") from None
+    for key in ("median_s", "min_s", "max_s", "samples_s"):
+        if key not in report:
+            raise DeviceError(f"harness report on {where} lacks '{key}'")
+    samples = report["samples_s"]
+    if not isinstance(samples, list) or not samples or not all(
+            isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in samples):
+        raise DeviceError(f"harness report on {where} has invalid samples_s")
+    return report
+
+
+def load_output(data: bytes, spec: RunSpec, where: str) -> np.ndarray:
+    if len(data) % 4:
+        raise DeviceError(f"output from {where} is {len(data)} bytes, not a float32 array")
+    out = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    if spec.output_shape is not None:
+        want = int(np.prod(spec.output_shape))
+        if out.size != want:
+            raise DeviceError(f"output from {where} has {out.size} values, expected {want} "
+                              f"for shape {tuple(spec.output_shape)}")
+        out = out.reshape(spec.output_shape)
+    return out
+
+
+class Runner(ABC):
+    """Ship a harness, run it, fetch the output. Subclasses fill in the five steps."""
+
+    #: where measurements are taken, e.g. "qemu-aarch64 (emulated: not phone timing)"
+    where: str = ""
+    emulated: bool = True
+
+    def prepare(self, spec: RunSpec) -> RunContext:
+        if not Path(spec.harness).is_file():
+            raise ToolchainError(f"harness binary not found: {spec.harness}")
+        run_id = new_run_id()
+        local = Path(tempfile.mkdtemp(prefix=f"xfc-run-{run_id}-"))
+        ctx = RunContext(spec=spec, run_id=run_id, local_dir=local)
+        try:
+            ctx.input_files = stage_inputs(spec, local)
+        except Exception:
+            shutil.rmtree(local, ignore_errors=True)
+            raise
+        return ctx
+
+    @abstractmethod
+    def upload(self, ctx: RunContext) -> None: ...
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> dict: ...
+
+    @abstractmethod
+    def fetch(self, ctx: RunContext) -> np.ndarray: ...
+
+    def cleanup(self, ctx: RunContext) -> None:
+        shutil.rmtree(ctx.local_dir, ignore_errors=True)
+
+    def describe(self) -> dict:
+        """Device fingerprint recorded with every result."""
+        return {}
+
+    def build_result(self, ctx: RunContext, output: np.ndarray) -> RunResult:
+        rep = ctx.report or {}
+        tele = ctx.extra.get("telemetry", {})
+        notes = list(ctx.extra.get("notes", []))
+        if self.emulated:
+            notes.insert(0, "timings are emulated (qemu-aarch64) and say nothing about phone speed")
+        return RunResult(
+            output=output,
+            samples_s=tuple(float(x) for x in rep["samples_s"]),
+            median_s=float(rep["median_s"]), min_s=float(rep["min_s"]),
+            max_s=float(rep["max_s"]),
+            where=self.where, device=self.describe(),
+            throttled=tele.get("throttled"),
+            freq_before=tele.get("freq_before", {}), freq_after=tele.get("freq_after", {}),
+            temps_before=tele.get("temps_before", {}), temps_after=tele.get("temps_after", {}),
+            notes=tuple(notes), kernel=str(rep.get("kernel", "")),
+            repeats=int(rep.get("repeats", len(rep["samples_s"]))), warmup=ctx.spec.warmup,
+            emulated=self.emulated,
+        )
+
+    def execute(self, spec: RunSpec) -> RunResult:
+        """prepare, upload, run, fetch; cleanup always."""
+        ctx = self.prepare(spec)
+        try:
+            self.upload(ctx)
+            self.run(ctx)
+            output = self.fetch(ctx)
+            return self.build_result(ctx, output)
+        finally:
+            self.cleanup(ctx)
+
+
+def make_spec(harness: str | Path, a: Any, b: Any, bias: Any = None, **kw: Any) -> RunSpec:
+    """Convenience: RunSpec from positional inputs."""
+    return RunSpec(harness=Path(harness), inputs=(a, b, bias), **kw)
+
+
+def hexmask(cpu_ids: Sequence[int]) -> str:
+    """taskset mask for a set of CPU ids, e.g. [4, 5, 6, 7] -> 'f0'."""
+    ids = sorted(set(int(c) for c in cpu_ids))
+    if not ids or ids[0] < 0:
+        raise DeviceError(f"invalid cpu ids for pinning: {list(cpu_ids)}")
+    mask = 0
+    for c in ids:
+        mask |= 1 << c
+    return format(mask, "x")
