@@ -55,14 +55,14 @@ class AdbServer:
         return adbutils.AdbClient(host="127.0.0.1", port=self.port, socket_timeout=20)
 
     def connect(self, serial: str, want_state: str | None = "device",
-                timeout: float = 10.0) -> str:
+                timeout: float = 10.0, attempt_timeout: float = 5.0) -> str:
         """`adb connect serial`; wait until it is listed in want_state; return the state."""
         client = self.client()
         deadline = time.monotonic() + timeout
         state = None
         while time.monotonic() < deadline:
             try:
-                client.connect(serial, timeout=5)
+                client.connect(serial, timeout=attempt_timeout)
             except Exception:  # noqa: BLE001 - keep trying until the deadline
                 pass
             end = min(deadline, time.monotonic() + 2.0)
