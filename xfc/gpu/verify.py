@@ -1,0 +1,45 @@
+"""Checking GPU kernel outputs against the numpy reference.
+
+fp32 kernels are judged by `xfc.ops.check_output` unchanged (K-derived bound).
+
+The fp16-storage / fp32-arithmetic variant sees inputs rounded to fp16 and rounds its result to
+fp16 once when storing. It is judged against the reference evaluated on the *rounded* inputs
+(exactly what the kernel read), with the same K-derived fp32 accumulation bound plus the one
+final rounding of vstore_half_rte: half a unit in the last place of fp16, <= 2^-11 |value| for
+normal results, 2^-25 absolute in the subnormal range.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import check_output, error_bound, reference
+
+HALF_UNIT_ROUNDOFF = 2.0 ** -11
+HALF_SUBNORMAL_HALF_ULP = 2.0 ** -25
+
+
+def round_to_half(*arrays):
+    return tuple(np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32) for x in arrays)
+
+
+def check_fp16_storage_output(spec, got, a, b, bias):
+    """(ok, max_abs_error, worst_ratio) for a kernel with fp16 storage and fp32 arithmetic."""
+    a16, b16, bias16 = round_to_half(a, b, bias)
+    expected = reference(spec, a16, b16, bias16)
+    got = np.asarray(got, dtype=np.float64).reshape(expected.shape)
+    if not np.all(np.isfinite(got)):
+        return False, float("inf"), float("inf")
+    err = np.abs(got - expected)
+    bound = error_bound(spec, a16, b16, bias16)
+    # the fp32 accumulation error (bound) can move the stored value; round that up too
+    bound = bound + HALF_UNIT_ROUNDOFF * (np.abs(expected) + bound) + HALF_SUBNORMAL_HALF_ULP
+    ratio = float(np.max(err / bound)) if err.size else 0.0
+    return ratio <= 1.0, float(err.max()) if err.size else 0.0, ratio
+
+
+def check(variant: str, spec, got, a, b, bias):
+    if variant == "fp32":
+        return check_output(spec, got, a, b, bias)
+    if variant == "fp16_storage":
+        return check_fp16_storage_output(spec, got, a, b, bias)
+    raise ValueError(f"no run-time check for kernel variant {variant}")
