@@ -39,6 +39,7 @@ SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
 L1_FILL = 0.5
 L2_FILL = 0.5
 L3_FILL = 0.5
+RANK_BUCKET = 0.02               # relative score/time differences the model cannot resolve
 K_STEP_ALIGN = 8                 # KC is a multiple of this (keeps the unrolled body whole)
 
 
@@ -143,8 +144,10 @@ def rank_micro_tiles(core: CpuCore, isa: str, evaluator: MicroTileEvaluator,
         score = evaluator.evaluate(tile, core, isa)
         useful = (m * n) / (math.ceil(m / tile.mr) * tile.mr * math.ceil(n / tile.nr) * tile.nr)
         ranked.append((tile, score, score.efficiency * useful))
-    ranked.sort(key=lambda t: (-round(t[2], 6), -t[0].accumulator_registers, -t[0].nr_vectors, t[0].mr,
-                               -t[0].a_load_bits))
+    # Differences under RANK_BUCKET are within the model's accuracy: there, more FMAs per k
+    # step (more register reuse, fewer loads per FLOP) and wider tiles win.
+    ranked.sort(key=lambda t: (-round(t[2] / RANK_BUCKET), -t[0].accumulator_registers,
+                               -t[0].nr_vectors, t[0].mr, -t[0].a_load_bits))
     return ranked
 
 
@@ -451,7 +454,8 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
             sched, levels, estimate = _expand(tile, score, spec, hw, chosen, threads, isa, fill)
             candidates.append((estimate.predicted_s, -tile.accumulator_registers, tile.mr, tile.nr, fill,
                                sched, levels, estimate, score))
-    candidates.sort(key=lambda c: c[:5])
+    fastest = min(c[0] for c in candidates)
+    candidates.sort(key=lambda c: (round((c[0] / fastest - 1) / RANK_BUCKET), *c[1:5]))
     best = candidates[0]
     sched, levels, estimate, score = best[5], best[6], best[7], best[8]
     seen, alternatives = {sched}, []
