@@ -257,11 +257,30 @@ def build_arm(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     return binary
 
 
+_QEMU_MODELS: Optional[tuple[str, ...]] = None
+
+
+def qemu_cpu_models() -> tuple[str, ...]:
+    """CPU models this qemu-aarch64 accepts for -cpu (e.g. qemu 7.2 has cortex-a53/a72/a76, no a55)."""
+    global _QEMU_MODELS
+    if _QEMU_MODELS is None:
+        try:  # qemu 7.2 prints the list and exits with status 1
+            proc = subprocess.run([require_tool(QEMU), "-cpu", "help"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(f"qemu-aarch64 -cpu help failed: {exc}") from None
+        lines = (proc.stdout + proc.stderr).replace("Available CPUs:", " ").split()
+        _QEMU_MODELS = tuple(sorted(set(lines)))
+    return _QEMU_MODELS
+
+
 def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
              qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
              timeout: float = RUN_TIMEOUT_S) -> tuple[np.ndarray, Measurement]:
     """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing)."""
     require_tool(QEMU)
+    qemu_cpu = qemu_cpu or "max"
+    if qemu_cpu not in qemu_cpu_models():
+        raise ToolchainError(f"qemu-aarch64 has no CPU model '{qemu_cpu}' (available: {', '.join(qemu_cpu_models())})")
     binary = Path(binary).resolve()
     arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in (in0, in1, bias)]
     for arr, shape, what in zip(arrays, spec.input_shapes, ("in0", "in1", "bias")):
@@ -273,7 +292,7 @@ def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, 
         for path, arr in zip(paths, arrays):
             _write_atomic(path, arr.tobytes())
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
-        argv = [QEMU, "-cpu", qemu_cpu or "max", str(binary), *map(str, paths), str(out_path), str(times_path),
+        argv = [QEMU, "-cpu", qemu_cpu, str(binary), *map(str, paths), str(out_path), str(times_path),
                 str(int(warmup)), str(max(1, int(repeats)))]
         _run(argv, f"qemu-aarch64 run of {binary.name}", timeout)
         out = np.fromfile(out_path, dtype=np.float32)
@@ -281,5 +300,5 @@ def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, 
         if out.size != expected:
             raise ToolchainError(f"{binary.name} wrote {out.size} floats, expected {expected}")
         samples = [float(x) for x in times_path.read_text().split()]
-    where = f"qemu-aarch64 -cpu {qemu_cpu or 'max'} (emulated: not phone timing)"
+    where = f"qemu-aarch64 -cpu {qemu_cpu} (emulated: not phone timing)"
     return out.reshape(spec.output_shape), Measurement.from_samples(samples, spec.flops, where)
