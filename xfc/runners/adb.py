@@ -468,8 +468,8 @@ class AdbRunner(Runner):
         return ctx
 
     def upload(self, ctx: RunContext) -> None:
+        ctx.uploaded.append(ctx.remote_dir)   # before mkdir: a half-done mkdir is cleaned too
         self._shell(["mkdir", "-p", ctx.remote_dir], what=f"create {ctx.remote_dir}")
-        ctx.uploaded.append(ctx.remote_dir)
         self.push_file(Path(ctx.spec.harness), f"{ctx.remote_dir}/harness", 0o755)
         for p in ctx.input_files:
             self.push_file(p, f"{ctx.remote_dir}/{p.name}", 0o644)

@@ -1,0 +1,306 @@
+"""Runners end to end: QemuRunner locally, AdbRunner through a private adb server and the
+virtual device, including every failure mode the AdbRunner must report as DeviceError."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from android_runner.testbed import AdbServer, build_standin, find_adb, free_port
+from android_runner.virtual_device import Faults, VirtualDevice
+from xfc.errors import DeviceError, ToolchainError
+from xfc.runners import WHERE_QEMU, WHERE_VIRTUAL, get_runner, hexmask, make_spec
+from xfc.runners.adb import AdbRunner, parse_getprop
+from xfc.runners.base import parse_report
+from xfc.runners.qemu import QemuRunner
+from xfc.runners.socs import SOCS, match_soc
+
+HAVE_ARM = shutil.which("qemu-aarch64") is not None and shutil.which("aarch64-linux-gnu-gcc")
+needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="no qemu-aarch64 / aarch64 gcc")
+needs_adb = pytest.mark.skipif(find_adb() is None, reason="no adb binary")
+
+RNG = np.random.default_rng(5)
+A = RNG.standard_normal(3 * 64).astype(np.float32)
+B = RNG.standard_normal(3 * 64).astype(np.float32)
+BIAS = RNG.standard_normal(64).astype(np.float32)
+EXPECTED = (A + B + np.tile(BIAS, 3)).reshape(3, 64)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    if not HAVE_ARM:
+        pytest.skip("no qemu-aarch64 / aarch64 gcc")
+    return build_standin(tmp_path_factory.mktemp("standin"))
+
+
+def spec(harness, **kw):
+    kw.setdefault("output_shape", (3, 64))
+    kw.setdefault("repeat", 3)
+    return make_spec(harness, A, B, BIAS, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# pure helpers
+# --------------------------------------------------------------------------------------------
+
+def test_hexmask():
+    assert hexmask([4, 5, 6, 7]) == "f0"
+    assert hexmask([7]) == "80"
+    assert hexmask([0, 1, 2, 3]) == "f"
+    with pytest.raises(DeviceError):
+        hexmask([])
+
+
+def test_parse_report_rejects_garbage():
+    good = {"kernel": "k", "repeats": 2, "median_s": 1.0, "min_s": 1.0, "max_s": 1.0,
+            "samples_s": [1.0, 1.0]}
+    assert parse_report("noise\n" + json.dumps(good) + "\n", "x")["kernel"] == "k"
+    with pytest.raises(DeviceError, match="0 JSON lines"):
+        parse_report("no json here", "x")
+    with pytest.raises(DeviceError, match="2 JSON lines"):
+        parse_report(json.dumps(good) + "\n" + json.dumps(good), "x")
+    with pytest.raises(DeviceError, match="samples_s"):
+        parse_report(json.dumps({**good, "samples_s": []}), "x")
+
+
+def test_parse_getprop_and_soc_match():
+    props = parse_getprop("[ro.board.platform]: [kona]\n[ro.soc.model]: [SM8250]\n[x]: []\n")
+    assert props == {"ro.board.platform": "kona", "ro.soc.model": "SM8250", "x": ""}
+    assert match_soc(props["ro.board.platform"], props["ro.soc.model"]) == "snapdragon-865"
+    assert match_soc("taro", None) == "snapdragon-8-gen-1"
+    assert match_soc("unknownplatform", "") is None
+    for soc in SOCS.values():   # topology sanity: cpu ids 0..n-1 exactly once
+        ids = sorted(i for c in soc.clusters for i in c.cpu_ids)
+        assert ids == list(range(soc.cpu_count))
+
+
+def test_get_runner_kinds():
+    assert isinstance(get_runner("qemu"), QemuRunner)
+    assert get_runner("qemu:cortex-a76").cpu == "cortex-a76"
+    r = get_runner("127.0.0.1:5599", adb_port=5038, cpu_ids=(4, 5))
+    assert isinstance(r, AdbRunner) and r.requested_serial == "127.0.0.1:5599"
+    assert r.adb_port == 5038 and r.cpu_ids == (4, 5)
+    assert get_runner("adb").requested_serial is None
+
+
+# --------------------------------------------------------------------------------------------
+# QemuRunner
+# --------------------------------------------------------------------------------------------
+
+@needs_arm
+def test_qemu_runner_matches_numpy(harness):
+    res = QemuRunner(cpu="cortex-a76").execute(spec(harness, repeat=4, warmup=2))
+    np.testing.assert_array_equal(res.output, EXPECTED)
+    assert res.where == WHERE_QEMU and "emulated" in res.where
+    assert res.emulated and res.throttled is None
+    assert len(res.samples_s) == 4 and res.min_s <= res.median_s <= res.max_s
+    assert res.kernel == "standin_add" and res.warmup == 2
+    assert any("emulated" in n for n in res.notes)
+
+
+@needs_arm
+def test_qemu_runner_failures(harness, tmp_path):
+    with pytest.raises(DeviceError, match="exit 3"):
+        QemuRunner().execute(spec(harness, env=(("XFC_STANDIN_FAIL", "1"),)))
+    with pytest.raises(ToolchainError, match="not found"):
+        QemuRunner().execute(spec(tmp_path / "missing"))
+    with pytest.raises(DeviceError, match="expected 10"):
+        QemuRunner().execute(spec(harness, output_shape=(10,)))
+    with pytest.raises(ToolchainError, match="qemu"):
+        QemuRunner(qemu="no-such-qemu-binary").execute(spec(harness))
+
+
+# --------------------------------------------------------------------------------------------
+# AdbRunner with the virtual device
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server():
+    if find_adb() is None:
+        pytest.skip("no adb binary")
+    with AdbServer() as srv:
+        yield srv
+
+
+class Device:
+    """A connected virtual device; disconnected and stopped on exit."""
+
+    def __init__(self, server, want_state="device", **kw):
+        self.server = server
+        self.dev = VirtualDevice(**kw).start()
+        self.state = server.connect(self.dev.serial, want_state=want_state,
+                                    attempt_timeout=1 if want_state == "offline" else 5)
+
+    def runner(self, **kw):
+        kw.setdefault("cpu_ids", (4, 5, 6, 7))
+        return AdbRunner(serial=self.dev.serial, adb_port=self.server.port, **kw)
+
+    def run_dirs(self):
+        return [p for p in self.dev.sandbox_files() if p.startswith("/data/local/tmp/xfc/")]
+
+    def close(self):
+        self.server.disconnect(self.dev.serial)
+        self.dev.stop()
+
+
+@pytest.fixture
+def device(server):
+    made = []
+
+    def make(**kw):
+        d = Device(server, **kw)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.close()
+
+
+@needs_adb
+@needs_arm
+def test_adb_runner_end_to_end(device, harness):
+    d = device(soc="snapdragon-865")
+    res = d.runner().execute(spec(harness, repeat=5))
+    np.testing.assert_array_equal(res.output, EXPECTED)
+    assert res.where == WHERE_VIRTUAL and res.emulated
+    assert res.device["model"] == "xfc virtual device (snapdragon-865)"
+    assert res.device["hardware"] == "snapdragon-865" and res.device["virtual"]
+    assert len(res.samples_s) == 5
+    assert res.freq_before == {4: 2420000, 5: 2420000, 6: 2420000, 7: 2840000}
+    assert res.freq_after == res.freq_before
+    assert len(res.temps_before) == 5 and res.throttled is False
+    mask, argv = d.dev.system.taskset_log[-1]
+    assert mask == "f0" and argv[0].endswith("/harness") and argv[-4:] == ["--repeat", "5",
+                                                                            "--warmup", "1"]
+    assert d.run_dirs() == []                      # the run directory was removed
+    assert json.dumps(res.to_dict())                # serialisable
+
+
+@needs_adb
+@needs_arm
+def test_adb_runner_flags_throttling(device, harness):
+    d = device(faults=Faults(throttle=True))
+    res = d.runner().execute(spec(harness))
+    assert res.throttled is True
+    assert res.freq_after[4] < 0.9 * res.freq_before[4]
+    assert any("clock dropped" in n for n in res.notes)
+    assert any("rose" in n for n in res.notes)
+
+
+@needs_adb
+@needs_arm
+@pytest.mark.parametrize("faults,match", [
+    (Faults(drop_on_run=True), "lost the connection to device .* while trying to run the harness"),
+    (Faults(drop_after_bytes=30_000), "lost the connection to device .* push"),
+    (Faults(storage_full=True), "storage is full"),
+    (Faults(hang=True), "did not finish within 2 s .*killed it on the device"),
+], ids=["drop-on-run", "drop-during-push", "storage-full", "hang"])
+def test_adb_runner_faults_leave_nothing_behind(device, harness, faults, match):
+    d = device(faults=faults)
+    with pytest.raises(DeviceError, match=match) as info:
+        d.runner().execute(spec(harness, timeout_s=2))
+    assert "\n" not in str(info.value)
+    assert d.run_dirs() == [], "run directory left on the device"
+    assert d.dev.system.processes == {}, "harness process left running"
+
+
+@needs_adb
+@needs_arm
+def test_adb_runner_harness_failure_is_reported(device, harness):
+    d = device()
+    with pytest.raises(DeviceError, match=r"harness failed on virtual-device .*exit 3.*failing"):
+        d.runner().execute(spec(harness, env=(("XFC_STANDIN_FAIL", "1"),)))
+    assert d.run_dirs() == []
+    assert d.dev.system.commands[-2].startswith("env XFC_STANDIN_FAIL=1 taskset f0 ")
+
+
+@needs_adb
+def test_wrong_abi(device, harness):
+    d = device(faults=Faults(abi="armeabi-v7a"))
+    with pytest.raises(DeviceError, match="ABI 'armeabi-v7a'.*arm64-v8a"):
+        d.runner().execute(spec(harness))
+    assert d.dev.sandbox_files() == []
+
+
+@needs_adb
+def test_unauthorized_and_offline(device, harness):
+    d = device(faults=Faults(unauthorized=True), want_state="unauthorized")
+    with pytest.raises(DeviceError, match="unauthorized.*Allow USB debugging"):
+        d.runner().execute(spec(harness))
+    d2 = device(faults=Faults(offline=True), want_state="offline")
+    assert d2.state == "offline"
+    with pytest.raises(DeviceError, match="is offline"):
+        d2.runner().connect()
+
+
+@needs_adb
+def test_device_selection_errors(server, device):
+    with pytest.raises(DeviceError, match="no Android device found.*virtual_device"):
+        AdbRunner(adb_port=server.port).connect()
+    with pytest.raises(DeviceError, match="'1.2.3.4:5' not found.*adb connect 1.2.3.4:5"):
+        AdbRunner(serial="1.2.3.4:5", adb_port=server.port).connect()
+    d1, d2 = device(), device(soc="snapdragon-888")
+    with pytest.raises(DeviceError, match="several devices are connected"):
+        AdbRunner(adb_port=server.port).connect()
+    r = AdbRunner(serial=d2.dev.serial, adb_port=server.port).connect()
+    assert r.describe()["hardware"] == "snapdragon-888"
+
+
+def test_no_server_and_cannot_start(monkeypatch):
+    port = free_port()
+    with pytest.raises(DeviceError, match=f"no adb server reachable at 127.0.0.1:{port}"):
+        AdbRunner(adb_port=port, start_server=False).connect()
+    monkeypatch.setenv("XFC_ADB", "/nonexistent/adb")
+    with pytest.raises(DeviceError, match="starting one with /nonexistent/adb failed"):
+        AdbRunner(adb_port=port).connect()
+
+
+@needs_adb
+def test_vendor_opencl_path(device):
+    d = device()
+    r = d.runner()
+    assert r.vendor_opencl_path() is None
+    with pytest.raises(DeviceError, match="no libOpenCL.so in /vendor/lib64 or "
+                                          "/system/vendor/lib64"):
+        r.vendor_opencl_path(required=True)
+    d2 = device(with_opencl=True)
+    assert d2.runner().vendor_opencl_path() == "/vendor/lib64/libOpenCL.so"
+
+
+@needs_adb
+@needs_arm
+def test_vendor_libs_sets_ld_library_path(device, harness):
+    d = device()
+    d.runner(vendor_libs=True).execute(spec(harness))
+    run_cmd = [c for c in d.dev.system.commands if "/harness " in c][-1]
+    assert run_cmd.startswith("env LD_LIBRARY_PATH=/vendor/lib64 taskset f0 ")
+
+
+# --------------------------------------------------------------------------------------------
+# xfc devices
+# --------------------------------------------------------------------------------------------
+
+@needs_adb
+def test_cli_devices_table_and_json(server, device, capsys):
+    from xfc.cli import main
+    d = device(soc="snapdragon-865")
+    assert main(["devices", "--adb-port", str(server.port)]) == 0
+    out = capsys.readouterr().out
+    line = [ln for ln in out.splitlines() if d.dev.serial in ln][0]
+    assert "xfc virtual device (snapdragon-865)" in line and "arm64-v8a" in line
+    assert "SM8250" in line and "snapdragon-865" in line
+    assert main(["devices", "--adb-port", str(server.port), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = [r for r in data["devices"] if r["serial"] == d.dev.serial][0]
+    assert row["hardware"] == "snapdragon-865" and row["virtual"] is True
+
+
+def test_cli_devices_without_server(capsys):
+    from xfc.cli import main
+    assert main(["devices", "--adb-port", str(free_port()), "--no-start-server"]) == 0
+    cap = capsys.readouterr()
+    assert "serial" in cap.out and "adb connect 127.0.0.1:5599" in cap.out
+    assert "Traceback" not in cap.out + cap.err
+    assert "no adb server reachable" in cap.err
