@@ -828,12 +828,12 @@ class ShellSession:
             self.system.end_process(proc)
             self.system.after_run()
 
-    def cancel(self) -> None:
+    def cancel(self, link_lost: bool = False) -> None:
         """The host closed the stream: end the command, as adbd does (SIGHUP). A --hang
         process plays one that ignores SIGHUP: only an explicit kill or a lost link ends it."""
         self.cancelled.set()
         proc = self.current
-        if proc is not None and not self.system.faults.hang:
+        if proc is not None and (link_lost or not self.system.faults.hang):
             proc.kill()
 
 
@@ -851,7 +851,7 @@ class _Stream:
         self.inbuf = bytearray()
         self.acked = True
         self.closed = False
-        self.on_close: Callable[[], None] | None = None
+        self.on_close: Callable[[bool], None] | None = None
 
     # data from the host
     def feed(self, data: bytes) -> None:
@@ -904,13 +904,13 @@ class _Stream:
             self.conn.send(A_CLSE, self.local_id, self.remote_id)
             self.conn.forget(self.local_id)
 
-    def remote_closed(self) -> None:
+    def remote_closed(self, link_lost: bool = False) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
         self.conn.forget(self.local_id)
         if self.on_close is not None:
-            self.on_close()
+            self.on_close(link_lost)
 
 
 class _Connection:
@@ -967,7 +967,7 @@ class _Connection:
                 streams = list(self.streams.values())
                 self.streams.clear()
             for s in streams:
-                s.remote_closed()
+                s.remote_closed(link_lost=True)
             try:
                 self.sock.close()
             except OSError:
