@@ -1,0 +1,97 @@
+"""`xfc bench`: synthesize, cross-build, run on an Android device (ADB) or under QEMU, verify, time.
+
+The measurement always says where it was taken: a phone over ADB, the virtual ADB device
+(emulated), or local qemu-aarch64 (emulated). Emulated timings say nothing about phone speed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import OperatorError, VerificationError
+from .ops import check_output, make_inputs
+
+
+def cmd_bench(args) -> int:
+    from .build import build_arm
+    from .cli_synth import spec_from_args, synthesize_timed
+    from .codegen_cpu import render_cpu_kernel
+    from .hardware import load
+    from .runners import RunSpec, get_runner
+
+    hw = load(args.hw)
+    if hw.target_arch != "aarch64":
+        raise OperatorError(f"xfc bench runs ARM kernels on a device or QEMU; {hw.name} is {hw.target_arch} "
+                            f"(use 'xfc synth ... --hw host --bench' to time host kernels)")
+    if args.repeat < 1:
+        raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
+    spec = spec_from_args(args)
+    say = (lambda msg: None) if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    result, synth_s = synthesize_timed(spec, hw, args.cluster, args.threads)
+    cluster = result.cluster
+    say(f"synthesized in {synth_s * 1e3:.1f} ms for the {cluster.role} cluster ({cluster.count}x {cluster.core.name})")
+    rendered = render_cpu_kernel(result.plan)
+    if args.device == "qemu":
+        runner = get_runner("qemu", qemu_cpu=result.plan.qemu_cpu or "max")
+    else:
+        runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
+    with tempfile.TemporaryDirectory(prefix="xfc-bench-") as tmp:
+        start = time.perf_counter()
+        binary = build_arm(rendered, Path(tmp))
+        build_s = time.perf_counter() - start
+        say(f"built {binary.name} in {build_s:.2f} s; running on {args.device} ...")
+        a, b, bias = make_inputs(spec, seed=args.seed)
+        run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=args.repeat, warmup=args.warmup,
+                                     timeout_s=args.timeout, output_shape=spec.output_shape,
+                                     cpu_ids=tuple(cluster.cpu_ids), label=spec.key()))
+    ok, max_err, ratio = check_output(spec, run.output, a, b, bias)
+    gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
+    report = {
+        "operator": spec.name, "shape": spec.describe(), "hardware": hw.name, "cluster": cluster.role,
+        "cpu_ids": list(cluster.cpu_ids), "tiles": result.report().get("tiles"), "synthesis_seconds": synth_s,
+        "build_seconds": build_s, "verified": bool(ok), "max_abs_error": max_err, "error_to_bound_ratio": ratio,
+        "gflops": gflops, "predicted_gflops": result.estimate.predicted_gflops,
+        "prediction_note": "static cost model, not a measurement", "measurement": run.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        rows = [["operator", spec.describe()], ["hardware", f"{hw.name}, {cluster.role} cluster, CPUs {list(cluster.cpu_ids)}"],
+                ["measured on", run.where], ["verified", f"{'yes' if ok else 'NO'} (max abs error {max_err:.3g})"],
+                ["median", f"{run.median_s * 1e3:.4f} ms ({run.repeats} runs; min {run.min_s * 1e3:.4f}, max {run.max_s * 1e3:.4f})"],
+                ["GFLOP/s", f"{gflops:.3f}" + ("  (emulated: not phone speed)" if run.emulated else "")],
+                ["predicted", f"{result.estimate.predicted_gflops:.1f} GFLOP/s on the device (static cost model)"],
+                ["throttling", {True: "YES: frequency dropped or temperature rose; rerun after cooling",
+                                False: "none seen", None: "unknown"}[run.throttled]],
+                ["synthesis", f"{synth_s * 1e3:.1f} ms (build {build_s:.2f} s)"]]
+        width = max(len(r[0]) for r in rows)
+        for key, value in rows:
+            print(f"{key.ljust(width)}  {value}")
+        for note in run.notes:
+            print(f"note: {note}")
+    if not ok:
+        raise VerificationError(f"{spec.name} kernel output from {run.where} differs from the numpy reference "
+                                f"(max abs error {max_err:.3g}, {ratio:.3g}x the K-derived bound)")
+    return 0
+
+
+def register(sub) -> None:
+    from .cli_synth import add_operator_arguments
+    p = sub.add_parser("bench", help="build, run, verify and time a kernel on an Android device (ADB) or QEMU",
+                       description="Synthesize a CPU kernel, cross-compile a static aarch64 harness, run it pinned "
+                       "to the chosen cluster on a device over ADB (or under qemu-aarch64), verify against numpy, "
+                       "and print a timing table. QEMU and the virtual device give emulated timings only.")
+    add_operator_arguments(p)
+    p.add_argument("--device", required=True, metavar="SERIAL|qemu",
+                   help="an adb serial (see 'xfc devices'), 'adb' for the only device, or 'qemu'")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs after warm-up (median reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is considered hung")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--adb-host", default=None, help="adb server host (default: $ANDROID_ADB_SERVER_HOST or 127.0.0.1)")
+    p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_bench)
