@@ -304,3 +304,37 @@ def test_cli_devices_without_server(capsys):
     assert "serial" in cap.out and "adb connect 127.0.0.1:5599" in cap.out
     assert "Traceback" not in cap.out + cap.err
     assert "no adb server reachable" in cap.err
+
+
+# --------------------------------------------------------------------------------------------
+# the "times-file" harness form (templates/cpu/harness.c.j2)
+# --------------------------------------------------------------------------------------------
+
+def test_report_from_times():
+    from xfc.runners.base import report_from_times
+    rep = report_from_times("3e-3\n1e-3\n2e-3\n4e-3\n", "x", "k")
+    assert rep["median_s"] == pytest.approx(2.5e-3) and rep["min_s"] == 1e-3
+    assert rep["samples_s"] == [3e-3, 1e-3, 2e-3, 4e-3] and rep["repeats"] == 4
+    with pytest.raises(DeviceError, match="not numbers"):
+        report_from_times("abc", "x")
+    with pytest.raises(DeviceError, match="no valid"):
+        report_from_times("", "x")
+
+
+@needs_arm
+def test_qemu_runner_times_file_protocol(harness):
+    res = QemuRunner().execute(spec(harness, protocol="times-file", repeat=4, label="add"))
+    np.testing.assert_array_equal(res.output, EXPECTED)
+    assert len(res.samples_s) == 4 and res.kernel == "add"
+
+
+@needs_adb
+@needs_arm
+def test_adb_runner_times_file_protocol(device, harness):
+    d = device()
+    res = d.runner().execute(spec(harness, protocol="times-file", repeat=3, warmup=0))
+    np.testing.assert_array_equal(res.output, EXPECTED)
+    assert len(res.samples_s) == 3 and res.where == WHERE_VIRTUAL
+    _mask, argv = d.dev.system.taskset_log[-1]
+    assert argv[-3:] == [argv[-3], "0", "3"] and argv[-3].endswith("/times.txt")
+    assert d.run_dirs() == []

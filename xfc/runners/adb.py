@@ -20,8 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from xfc.errors import DeviceError
-from xfc.runners.base import (WHERE_VIRTUAL, RunContext, Runner, hexmask, load_output,
-                              parse_report, where_adb)
+from xfc.runners.base import (WHERE_VIRTUAL, RunContext, Runner, harness_args, hexmask,
+                              load_output, parse_report, report_from_times, where_adb)
 from xfc.runners.socs import match_soc
 
 log = logging.getLogger(__name__)
@@ -491,8 +491,8 @@ class AdbRunner(Runner):
             notes.append(f"pinned with taskset {hexmask(cpu_ids)} (cpus {list(cpu_ids)})")
         else:
             notes.append("not pinned: no cpu ids given, the scheduler picked the cores")
-        argv += [f"{d}/harness", *[f"{d}/{p.name}" for p in ctx.input_files], f"{d}/out.bin",
-                 "--repeat", str(spec.repeat), "--warmup", str(spec.warmup)]
+        argv += [f"{d}/harness", *harness_args(spec, [f"{d}/{p.name}" for p in ctx.input_files],
+                                               f"{d}/out.bin", f"{d}/times.txt")]
         fb, tb = self.telemetry(cpu_ids)
         try:
             res = self._shell(argv, what="run the harness", timeout=spec.timeout_s, check=False)
@@ -507,7 +507,11 @@ class AdbRunner(Runner):
             raise DeviceError(f"harness failed on {self.where} (exit {res.returncode})"
                               + (f": {msg[-1][:300]}" if msg else ""))
         fa, ta = self.telemetry(cpu_ids)
-        ctx.report = parse_report(res.stdout, self.where)
+        if spec.protocol == "times-file":
+            times = self.pull_bytes(f"{d}/times.txt").decode("ascii", "replace")
+            ctx.report = report_from_times(times, self.where, spec.label or Path(spec.harness).name)
+        else:
+            ctx.report = parse_report(res.stdout, self.where)
         throttled, tnotes = self.judge_throttling(fb, fa, tb, ta)
         notes.extend(tnotes)
         ctx.extra["telemetry"] = {"throttled": throttled, "freq_before": fb, "freq_after": fa,

@@ -9,6 +9,13 @@ writes OUT_PATH and prints exactly one JSON line on stdout:
 
     {"kernel": "...", "repeats": N, "median_s": x, "min_s": x, "max_s": x, "samples_s": [...]}
 
+A second form, "times-file" (templates/cpu/harness.c.j2), is also supported: set
+RunSpec.protocol = "times-file" and the runner calls
+
+    ./harness IN0 IN1 BIAS OUT TIMES WARMUP REPEATS
+
+and reads one sample (seconds) per line from TIMES instead of a JSON line.
+
 Every runner follows the same life cycle (`execute` does all of it, cleaning up in `finally`):
 
     ctx = runner.prepare(spec)   # stage inputs locally, choose a run id
@@ -34,6 +41,7 @@ import numpy as np
 from xfc.errors import DeviceError, ToolchainError
 
 INPUT_NAMES = ("a", "b", "bias")
+PROTOCOLS = ("json", "times-file")
 
 WHERE_QEMU = "qemu-aarch64 (emulated: not phone timing)"
 WHERE_VIRTUAL = "virtual-device (qemu-aarch64, emulated: not phone timing)"
@@ -56,8 +64,12 @@ class RunSpec:
     cpu_ids: tuple[int, ...] | None = None   # AdbRunner: pin to these CPUs (one cluster)
     env: tuple[tuple[str, str], ...] = ()    # extra environment for the harness
     label: str = ""
+    protocol: str = "json"                   # "json" or "times-file" (see module docstring)
 
     def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise DeviceError(f"unknown harness protocol '{self.protocol}'; "
+                              f"known: {', '.join(PROTOCOLS)}")
         if len(self.inputs) != 3:
             raise DeviceError(f"a harness takes exactly 3 inputs (a, b, bias), got {len(self.inputs)}")
         if self.repeat < 1:
@@ -170,6 +182,28 @@ def parse_report(stdout: str, where: str) -> dict:
             isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in samples):
         raise DeviceError(f"harness report on {where} has invalid samples_s")
     return report
+
+
+def harness_args(spec: "RunSpec", inputs: Sequence[str], out: str, times: str) -> list[str]:
+    """The harness's arguments (after argv[0]) for the spec's protocol."""
+    if spec.protocol == "times-file":
+        return [*inputs, out, times, str(spec.warmup), str(spec.repeat)]
+    return [*inputs, out, "--repeat", str(spec.repeat), "--warmup", str(spec.warmup)]
+
+
+def report_from_times(text: str, where: str, kernel: str = "") -> dict:
+    """A report like the JSON line, from a TIMES file (one sample in seconds per line)."""
+    try:
+        samples = [float(x) for x in text.split()]
+    except ValueError:
+        raise DeviceError(f"harness on {where} wrote a TIMES file that is not numbers") from None
+    if not samples or not all(math.isfinite(x) and x >= 0 for x in samples):
+        raise DeviceError(f"harness on {where} wrote no valid timing samples")
+    ordered = sorted(samples)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    return {"kernel": kernel, "repeats": n, "median_s": median, "min_s": ordered[0],
+            "max_s": ordered[-1], "samples_s": samples}
 
 
 def load_output(data: bytes, spec: RunSpec, where: str) -> np.ndarray:

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from xfc.errors import DeviceError, ToolchainError
-from xfc.runners.base import WHERE_QEMU, RunContext, Runner, load_output, parse_report
+from xfc.runners.base import (WHERE_QEMU, RunContext, Runner, harness_args, load_output,
+                              parse_report, report_from_times)
 
 
 class QemuRunner(Runner):
@@ -42,9 +43,9 @@ class QemuRunner(Runner):
         spec = ctx.spec
         d = Path(ctx.remote_dir)
         out = d / "out.bin"
+        times = d / "times.txt"
         cmd = [self._qemu_path(), "-cpu", self.cpu, str(d / "harness"),
-               *[str(p) for p in ctx.input_files], str(out),
-               "--repeat", str(spec.repeat), "--warmup", str(spec.warmup)]
+               *harness_args(spec, [str(p) for p in ctx.input_files], str(out), str(times))]
         env = dict(os.environ)
         env.update(dict(spec.env))
         try:
@@ -60,7 +61,13 @@ class QemuRunner(Runner):
                           f"'-cpu {self.cpu}' lacks. {detail}")
             raise DeviceError(f"harness failed under qemu-aarch64 -cpu {self.cpu} "
                               f"(exit {proc.returncode}): {detail}")
-        ctx.report = parse_report(proc.stdout, self.where)
+        if spec.protocol == "times-file":
+            if not times.is_file():
+                raise DeviceError(f"harness did not write its TIMES file under {self.where}")
+            ctx.report = report_from_times(times.read_text(), self.where,
+                                           spec.label or Path(spec.harness).name)
+        else:
+            ctx.report = parse_report(proc.stdout, self.where)
         ctx.extra["telemetry"] = {"throttled": None}
         ctx.extra.setdefault("notes", []).append(f"ran under qemu-aarch64 -cpu {self.cpu}")
         return ctx.report
