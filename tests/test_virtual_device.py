@@ -8,7 +8,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
