@@ -205,7 +205,7 @@ class GpuKernelPlan:
             "vec_t": vt,
             "vec": vec,
             "lanes": lanes,
-            "needs_fp16_pragma": ct == "half" or (st == "half" and ct == "half"),
+            "needs_fp16_pragma": ct == "half",
             "ld1": ld1, "ldv": ldv, "st1": st1, "stv": stv,
             "bias": self.spec.epilogue.bias,
             "activation": self.spec.epilogue.activation,
@@ -240,7 +240,7 @@ class GpuKernelPlan:
         else:
             lines.append(
                 f"WG   {wg.x}x{wg.y} = {wg.size} work-items -> block {wg.block_rows} {rt.row_axis} x "
-                f"{wg.block_cols} {rt.col_axis}; no __local staging (0 B of {lim['local_memory_bytes']} B, "
+                f"{wg.block_cols} {rt.col_axis}; no __local staging (0 B of {lim['local_memory_bytes']} B local memory, "
                 f"{'on chip' if lim['local_memory_on_chip'] else 'not on chip'}); operands reuse comes from the "
                 f"{lim['l1_kib_per_cu']} KiB L1 per compute unit")
         lines.append(
