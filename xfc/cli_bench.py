@@ -46,7 +46,8 @@ def cmd_bench(args) -> int:
         a, b, bias = make_inputs(spec, seed=args.seed)
         run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=args.repeat, warmup=args.warmup,
                                      timeout_s=args.timeout, output_shape=spec.output_shape,
-                                     cpu_ids=tuple(cluster.cpu_ids), label=spec.key()))
+                                     cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
+                                     protocol="times-file"))
     ok, max_err, ratio = check_output(spec, run.output, a, b, bias)
     gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
     report = {
