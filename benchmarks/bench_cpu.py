@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Host CPU benchmark: xfc kernels vs numpy (OpenBLAS), PyTorch (oneDNN) and onnxruntime.
+
+    .venv/bin/python benchmarks/bench_cpu.py                 # all workloads, 1 and 2 threads
+    .venv/bin/python benchmarks/bench_cpu.py --only mm_512,dw_mbv2_s1 --threads 1
+    .venv/bin/python benchmarks/bench_cpu.py --plans hand    # hand plans instead of xfc.synth_cpu
+    .venv/bin/python benchmarks/bench_cpu.py --sweep conv_r18_l1   # tile-parameter sweep (notes table)
+
+Every peer runs in its own child process (one per library and thread count) with
+OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before import, so thread pools never compete with each
+other or with our kernels; our kernels are timed in this process, whose own OpenBLAS is pinned to
+one thread (it is only used by the float64 reference check). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE,
+which can force a slow OpenBLAS kernel, are removed from the benchmark's environment (re-exec).
+Timing: warm-up calls, then the median of repeats (at least MIN_REPEATS, about TARGET_S seconds).
+Results: a table on stdout and benchmarks/results/cpu_host.json (written atomically).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_SCRUB = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if any(v in os.environ for v in _SCRUB) and os.environ.get("XFC_BENCH_REEXEC") != "1":
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env["XFC_BENCH_REEXEC"] = "1"
+    env["XFC_BENCH_SCRUBBED"] = ",".join(f"{k}={os.environ[k]}" for k in _SCRUB if k in os.environ)
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+if "--peer-child" not in sys.argv:
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # this process only uses BLAS for the reference check
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from xfc.ops import check_output, make_inputs, make_spec  # noqa: E402
+
+TARGET_S = 0.6
+MIN_REPEATS = 10
+WARMUP = 3
+
+WORKLOADS = {
+    "mm_512": ("matmul", dict(m=512, n=512, k=512), {}),
+    "mm_1024": ("matmul", dict(m=1024, n=1024, k=1024), {}),
+    "mm_bert": ("matmul", dict(m=128, n=3072, k=768), {}),
+    "conv_r18_c1": ("conv2d", dict(c=3, h=224, w=224, k=64, r=7, s=7), dict(stride=2, pad=3)),
+    "conv_r18_l1": ("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), dict(pad=1)),
+    "conv_r18_l3": ("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), dict(pad=1)),
+    "conv_pw": ("conv2d", dict(c=128, h=28, w=28, k=128, r=1, s=1), {}),
+    "conv_s2": ("conv2d", dict(c=128, h=28, w=28, k=256, r=3, s=3), dict(stride=2, pad=1)),
+    "dw_mbv2_s1": ("depthwise", dict(c=144, h=56, w=56, r=3, s=3), dict(pad=1)),
+    "dw_mbv2_s2": ("depthwise", dict(c=96, h=112, w=112, r=3, s=3), dict(stride=2, pad=1)),
+}
+
+# Hand-tuned plans for this AVX-512 host (see docs/host-kernel-notes.md); used with --plans hand
+# and as the fallback when xfc.synth_cpu is not available.
+HAND_TILES = {
+    "mm_512": dict(mr=14, nr=32, kc=256),
+    "mm_1024": dict(mr=14, nr=32, kc=256),
+    "mm_bert": dict(mr=6, nr=64, kc=256),
+    "conv_r18_c1": dict(mr=8, nr=48),
+    "conv_r18_l1": dict(mr=8, nr=48),
+    "conv_r18_l3": dict(mr=16, nr=16),
+    "conv_pw": dict(mr=16, nr=16),
+    "conv_s2": dict(mr=16, nr=16),
+    "dw_mbv2_s1": dict(ow_vectors=2, oh_rows=4),
+    "dw_mbv2_s2": dict(ow_vectors=2, oh_rows=4),
+}
+
+
+def spec_of(name):
+    op, shape, kw = WORKLOADS[name]
+    return make_spec(op, shape, **kw)
+
+
+def time_fn(fn, flops):
+    for _ in range(WARMUP):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-6)
+    repeats = max(MIN_REPEATS, min(500, int(TARGET_S / one)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    med = statistics.median(samples)
+    return {"median_s": med, "min_s": min(samples), "gflops": flops / med / 1e9, "repeats": repeats}
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers (each in a child process)
+# ---------------------------------------------------------------------------------------------
+
+def _peer_numpy(names, threads):
+    out = {}
+    for name in names:
+        spec = spec_of(name)
+        if spec.name != "matmul":
+            continue
+        a, b, _ = make_inputs(spec)
+        a2, b2 = a[0], b[0]
+        out[name] = time_fn(lambda: a2 @ b2, spec.flops)
+    info = {}
+    try:
+        import threadpoolctl
+        info = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+                for p in threadpoolctl.threadpool_info() if p.get("user_api") == "blas"]
+    except ImportError:
+        info = "threadpoolctl not installed"
+    try:
+        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        info = {"threadpoolctl": info, "numpy_blas": {k: cfg.get(k) for k in ("name", "version")}}
+    except Exception:  # noqa: BLE001 - older numpy
+        pass
+    return out, info
+
+
+def _peer_torch(names, threads):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    out = {}
+    with torch.no_grad():
+        for name in names:
+            spec = spec_of(name)
+            a, b, _ = (torch.from_numpy(x) for x in make_inputs(spec))
+            if spec.name == "matmul":
+                a2, b2 = a[0], b[0]
+                out[name] = time_fn(lambda: torch.matmul(a2, b2), spec.flops)
+            else:
+                kw = dict(stride=(spec.stride_h, spec.stride_w), dilation=(spec.dilation_h, spec.dilation_w))
+                symmetric = spec.pad_top == spec.pad_bottom and spec.pad_left == spec.pad_right
+                assert symmetric, "benchmark workloads use symmetric padding"
+                groups = spec.c if spec.name == "depthwise" else 1
+                pad = (spec.pad_top, spec.pad_left)
+                out[name] = time_fn(lambda: F.conv2d(a, b, padding=pad, groups=groups, **kw), spec.flops)
+    info = {"version": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
+            "threads": torch.get_num_threads()}
+    return out, info
+
+
+def _onnx_model(spec):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    a, b, _ = make_inputs(spec)
+    if spec.name == "matmul":
+        node = helper.make_node("MatMul", ["A", "B"], ["Y"])
+        x_shape, y_shape, feed = [spec.m, spec.k], [spec.m, spec.n], a[0]
+        init = numpy_helper.from_array(b[0], "B")
+    else:
+        groups = spec.c if spec.name == "depthwise" else 1
+        node = helper.make_node("Conv", ["A", "B"], ["Y"], group=groups, kernel_shape=[spec.r, spec.s],
+                                strides=[spec.stride_h, spec.stride_w], dilations=[spec.dilation_h, spec.dilation_w],
+                                pads=[spec.pad_top, spec.pad_left, spec.pad_bottom, spec.pad_right])
+        x_shape, y_shape, feed = list(spec.input_shapes[0]), list(spec.output_shape), a
+        init = numpy_helper.from_array(b, "B")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, y_shape)], initializer=[init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString(), feed
+
+
+def _peer_onnxruntime(names, threads):
+    import onnxruntime as ort
+    out = {}
+    for name in names:
+        spec = spec_of(name)
+        blob, feed = _onnx_model(spec)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        out[name] = time_fn(lambda: sess.run(None, {"A": feed}), spec.flops)
+    return out, {"version": ort.__version__, "note": "weights are initializers (prepacked by onnxruntime)"}
+
+
+PEERS = {"numpy": _peer_numpy, "torch": _peer_torch, "onnxruntime": _peer_onnxruntime}
+
+
+def run_peer_child(peer, names, threads, timeout=900):
+    env = dict(os.environ)
+    env.pop("XFC_BENCH_REEXEC", None)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--peer-child", peer, "--threads", str(threads),
+            "--only", ",".join(names)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {}, {"error": f"timed out after {timeout} s"}
+    if proc.returncode != 0:
+        return {}, {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data["results"], data["info"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ours
+# ---------------------------------------------------------------------------------------------
+
+def get_planner(kind):
+    """(plan_fn(name, spec, threads) -> plan, description)."""
+    from xfc.codegen_cpu import hand_plan
+    if kind != "hand":
+        try:
+            from xfc.host import detect_host
+            from xfc.synth_cpu import plan_for
+            hw = detect_host()
+            return (lambda name, spec, threads: plan_for(spec, hw, threads)), f"xfc.synth_cpu.plan_for ({hw.name})"
+        except ImportError as exc:
+            if kind == "synth":
+                raise
+            print(f"note: xfc.synth_cpu unavailable ({exc}); using hand plans", file=sys.stderr)
+
+    def hand(name, spec, threads):
+        return hand_plan(spec, "avx512", threads, **HAND_TILES.get(name, {}))
+    return hand, "hand plans (benchmarks/bench_cpu.py HAND_TILES)"
+
+
+def run_ours(name, spec, threads, planner, build_root):
+    from xfc.build import build_host
+    from xfc.codegen_cpu import render_cpu_kernel
+    t0 = time.perf_counter()
+    plan = planner(name, spec, threads)
+    synth_s = time.perf_counter() - t0
+    kernel = build_host(render_cpu_kernel(plan), build_root / f"{name}_t{threads}")
+    a, b, bias = make_inputs(spec)
+    ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
+    m = kernel.time(a, b, bias, repeats=max(MIN_REPEATS, 1), warmup=WARMUP)
+    repeats = max(MIN_REPEATS, min(500, int(TARGET_S / max(m.median_s, 1e-6))))
+    m = kernel.time(a, b, bias, repeats=repeats, warmup=WARMUP)
+    tiles = (dict(mr=plan.gemm.mr, nr=plan.gemm.nr, k_unroll=plan.gemm.k_unroll, kc=plan.gemm.kc, mc=plan.gemm.mc,
+                  nc=plan.gemm.nc, split=plan.gemm.parallel_axis) if plan.gemm else
+             dict(oh_rows=plan.depthwise.oh_rows, ow_vectors=plan.depthwise.ow_vectors))
+    return {"gflops": m.gflops, "median_s": m.median_s, "min_s": m.min_s, "repeats": len(m.samples_s),
+            "verified": bool(ok), "error_ratio": ratio, "synthesis_s": synth_s, "isa": plan.isa, "tiles": tiles,
+            "where": m.where}
+
+
+def write_json_atomic(path: Path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def sweep(names, build_root):
+    """Tile-parameter sweep with hand plans (the tables in docs/host-kernel-notes.md)."""
+    from xfc.build import build_host
+    from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+    grid = [dict(mr=14, nr=32), dict(mr=12, nr=32), dict(mr=8, nr=48), dict(mr=6, nr=64), dict(mr=16, nr=16),
+            dict(mr=28, nr=16), dict(mr=14, nr=32, kc=128), dict(mr=14, nr=32, kc=512),
+            dict(mr=14, nr=32, k_unroll=1), dict(mr=14, nr=32, extra=(("loop_order", "ir_jr"),)),
+            dict(mr=14, nr=32, extra=(("prefetch_c", "0"),)), dict(mr=6, nr=16, isa="avx2"),
+            dict(mr=4, nr=24, isa="avx2")]
+    for name in names:
+        spec = spec_of(name)
+        a, b, bias = make_inputs(spec)
+        rows = grid if spec.name != "depthwise" else [
+            dict(oh_rows=r, ow_vectors=v) for r in (1, 2, 4, 6) for v in (1, 2, 3)]
+        for ov in rows:
+            ov = dict(ov)
+            isa = ov.pop("isa", "avx512")
+            if isa == "avx2" and spec.name != "depthwise":
+                ov.setdefault("gcc_march", "native")  # same compiler, 8-lane dialect
+            kernel = build_host(render_cpu_kernel(hand_plan(spec, isa, 1, **ov)), build_root / "sweep")
+            ok = check_output(spec, kernel(a, b, bias), a, b, bias)[0]
+            m = kernel.time(a, b, bias, repeats=max(MIN_REPEATS, int(TARGET_S / kernel.time(a, b, bias, 2, 1).median_s)),
+                            warmup=WARMUP)
+            print(f"| {name} | {isa} | {', '.join(f'{k}={v}' for k, v in ov.items())} | {m.gflops:.1f} |"
+                  + ("" if ok else " WRONG"), flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
+    ap.add_argument("--plans", choices=("auto", "synth", "hand"), default="auto")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
+    ap.add_argument("--sweep", default="", help="run the tile sweep for these workloads instead")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "cpu_host.json"))
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
+    for n in names:
+        if n not in WORKLOADS:
+            ap.error(f"unknown workload '{n}' (choose from {', '.join(WORKLOADS)})")
+    thread_counts = [int(t) for t in args.threads.split(",")]
+
+    if args.peer_child:
+        results, info = PEERS[args.peer_child](names, thread_counts[0])
+        print(json.dumps({"results": results, "info": info}))
+        return 0
+
+    build_root = Path(tempfile.gettempdir()) / "xfc_bench_cpu"
+    if args.sweep:
+        sweep(args.sweep.split(","), build_root)
+        return 0
+
+    peers, peer_info = {}, {}
+    if not args.no_peers:
+        for peer in PEERS:
+            for t in thread_counts:
+                print(f"measuring {peer} ({t} thread{'s' if t > 1 else ''}) ...", file=sys.stderr, flush=True)
+                res, info = run_peer_child(peer, names, t)
+                peer_info[f"{peer}_t{t}"] = info
+                for name, r in res.items():
+                    peers.setdefault(name, {}).setdefault(str(t), {})[peer] = r
+
+    planner, planner_desc = get_planner(args.plans)
+    ours = {}
+    for name in names:
+        spec = spec_of(name)
+        for t in thread_counts:
+            print(f"measuring xfc {name} ({t}T) ...", file=sys.stderr, flush=True)
+            ours.setdefault(name, {})[str(t)] = run_ours(name, spec, t, planner, build_root)
+
+    # table
+    header = ("workload", "ours 1T", "best peer 1T", "ratio", "ours 2T", "2T/1T", "peer 2T", "synth s", "ok")
+    rows, ratios_mm, ratios_dw = [], [], []
+    for name in names:
+        o1 = ours[name].get("1", {}).get("gflops")
+        o2 = ours[name].get("2", {}).get("gflops")
+        p1 = peers.get(name, {}).get("1", {})
+        p2 = peers.get(name, {}).get("2", {})
+        best1 = max(p1.items(), key=lambda kv: kv[1]["gflops"]) if p1 else None
+        best2 = max(p2.items(), key=lambda kv: kv[1]["gflops"]) if p2 else None
+        ratio = o1 / best1[1]["gflops"] if (o1 and best1) else None
+        if ratio:
+            (ratios_dw if WORKLOADS[name][0] == "depthwise" else ratios_mm).append(ratio)
+        ok = all(v["verified"] for v in ours[name].values())
+        synth = max(v["synthesis_s"] for v in ours[name].values())
+        rows.append((name, f"{o1:.1f}" if o1 else "-",
+                     f"{best1[1]['gflops']:.1f} ({best1[0]})" if best1 else "-",
+                     f"{ratio:.2f}x" if ratio else "-", f"{o2:.1f}" if o2 else "-",
+                     f"{o2 / o1:.2f}x" if (o1 and o2) else "-",
+                     f"{best2[1]['gflops']:.1f} ({best2[0]})" if best2 else "-", f"{synth:.3f}", "yes" if ok else "NO"))
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    geo = math.exp(sum(map(math.log, ratios_mm)) / len(ratios_mm)) if ratios_mm else None
+    if geo:
+        print(f"geometric mean ours/best-peer (matmul+conv, 1T): {geo:.2f}x; "
+              f"min {min(ratios_mm):.2f}x" + (f"; depthwise min {min(ratios_dw):.2f}x" if ratios_dw else ""))
+
+    data = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
+        "plans": planner_desc,
+        "scrubbed_env": os.environ.get("XFC_BENCH_SCRUBBED", ""),
+        "timing": f"median of >= {MIN_REPEATS} repeats after {WARMUP} warm-up calls (~{TARGET_S} s per point)",
+        "peer_info": peer_info,
+        "workloads": {name: {"spec": spec_of(name).describe(), "flops": spec_of(name).flops,
+                             "ours": ours.get(name, {}), "peers": peers.get(name, {})} for name in names},
+        "geomean_ratio_1t_matmul_conv": geo,
+    }
+    write_json_atomic(Path(args.out), data)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
