@@ -34,6 +34,7 @@ DRAM_GBPS_DEFAULT = 25.0              # usable DRAM bandwidth when no SoC memory
 MEMORY_LATENCY_CYCLES = 80            # one dependent global-load round trip (L1 miss, L2 hit)
 LOCAL_LATENCY_CYCLES = 8
 BARRIER_CYCLES = 30
+BARRIER_ISSUE = 4.0                   # issue slots a barrier costs each work-item
 LOAD_ISSUE_COST = 0.5                 # issue slots a load instruction takes relative to one FMA
 LOOP_OVERHEAD_INSTR = 2.0             # index/compare/branch per unrolled reduction body
 ADDRESS_REGISTERS = 6                 # pointers, indices, loop counters per work-item
@@ -140,6 +141,7 @@ class _Candidate:
     outputs_exec: int           # outputs computed including ragged waste
     constants: tuple
     flags: tuple
+    copy_issue_per_step: float = 0.0  # staging: global load + __local store + barrier share per step
 
 
 def _ceil(a: int, b: int) -> int:
@@ -215,7 +217,9 @@ def _matmul_candidates(spec: MatmulSpec, gpu, cap, half: bool, eb: int, line: in
                             streams=streams, staged_lines_per_wg=staged,
                             wg_bytes=k * (bm + bn) * eb, working_set=bm * line + bn * eb * 4,
                             global_size=(gx, gy, b), outputs_exec=gx // wx * bn * gy // wy * bm * b,
-                            constants=consts, flags=flags)
+                            constants=consts, flags=flags,
+                            copy_issue_per_step=(2.0 * (bm + bn) / (wx * wy) + 2.0 * BARRIER_ISSUE / depth)
+                            if depth else 0.0)
 
 
 def _conv_candidates(spec: Conv2dSpec, gpu, cap, half: bool, eb: int, line: int):
@@ -267,7 +271,9 @@ def _conv_candidates(spec: Conv2dSpec, gpu, cap, half: bool, eb: int, line: int)
                         wg_bytes=bk * red * eb + in_bytes,
                         working_set=bk * line + spec.r * (bp * spec.stride_w * eb + line),
                         global_size=(gx, gy, spec.n), outputs_exec=(gx // wx) * bp * (gy // wy) * bk * spec.n,
-                        constants=consts, flags=flags)
+                        constants=consts, flags=flags,
+                        copy_issue_per_step=(2.0 * bk / (wx * wy) + 2.0 * BARRIER_ISSUE / (ct * spec.r * spec.s))
+                        if ct else 0.0)
 
 
 def _depthwise_candidates(spec: DepthwiseSpec, gpu, cap, half: bool, eb: int, line: int):
@@ -372,7 +378,8 @@ def _evaluate(cand: _Candidate, spec, gpu, half: bool, eb: int, line: int, dram_
     # ALU: executed FLOPs (ragged waste included) at the issue efficiency of the inner loop
     flop_rate = gpu.fp16_flop_per_clock_per_cu if half else gpu.fp32_flop_per_clock_per_cu
     loads = sum(s.count for s in cand.streams)
-    issue = cand.fma_per_step / (cand.fma_per_step + LOAD_ISSUE_COST * loads + LOOP_OVERHEAD_INSTR / cand.k_unroll)
+    issue = cand.fma_per_step / (cand.fma_per_step + LOAD_ISSUE_COST * loads + cand.copy_issue_per_step
+                                 + LOOP_OVERHEAD_INSTR / cand.k_unroll)
     flops_exec = 2.0 * cand.outputs_exec * spec.reduction_size
     hide = min(1.0, waves_res / FULL_ALU_WAVES)
     t_alu = flops_exec / (cu_active * flop_rate * clock * issue * lane_util * hide)
