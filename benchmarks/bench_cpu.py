@@ -356,6 +356,9 @@ def main(argv=None):
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     geo = math.exp(sum(map(math.log, ratios_mm)) / len(ratios_mm)) if ratios_mm else None
+    load = os.getloadavg()[0]
+    if load > 1.5:
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes competed for the cores")
     if geo:
         print(f"geometric mean ours/best-peer (matmul+conv, 1T): {geo:.2f}x; "
               f"min {min(ratios_mm):.2f}x" + (f"; depthwise min {min(ratios_dw):.2f}x" if ratios_dw else ""))
@@ -364,6 +367,8 @@ def main(argv=None):
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
         "plans": planner_desc,
         "scrubbed_env": os.environ.get("XFC_BENCH_SCRUBBED", ""),
+        "load_average_at_end": os.getloadavg(),
+        "note": "this 2-core VM may be shared; a load average above the thread count means contended timings",
         "timing": f"median of >= {MIN_REPEATS} repeats after {WARMUP} warm-up calls (~{TARGET_S} s per point)",
         "peer_info": peer_info,
         "workloads": {name: {"spec": spec_of(name).describe(), "flops": spec_of(name).flops,
