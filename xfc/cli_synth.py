@@ -122,22 +122,38 @@ def default_out_dir(hw, spec, target: str) -> Path:
 
 
 def print_summary(report: dict) -> None:
-    print(f"xfc synth {report['operator']} for {report['hardware']} ({report.get('target', 'cpu')}): "
-          f"{report['shape']}")
-    if report.get("tiles"):
-        print("  tiles: " + " ".join(f"{k}={v}" for k, v in report["tiles"].items()))
+    """A few lines for people; CPU and GPU reports share the keys used here."""
+    op = report.get("operator") or report.get("op")
+    target = report.get("target", "cpu")
+    shape = report["shape"]
+    if isinstance(shape, dict):
+        shape = " ".join(f"{k}={v}" for k, v in shape.items())
+    print(f"xfc synth {op} for {report['hardware']} ({target}"
+          + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
+    tiles = report.get("tile_summary") or report.get("tiles")
+    if isinstance(tiles, dict):
+        tiles = " ".join(f"{k}={v}" for k, v in tiles.items())
+    if tiles:
+        print(f"  tiles: {tiles}")
     print(f"  synthesis: {report['synthesis_seconds'] * 1e3:.1f} ms"
-          + (f", build: {report['build_seconds']:.2f} s" if "build_seconds" in report else ""))
+          + (f", build: {report['build_seconds']:.2f} s" if report.get("build_seconds") is not None else ""))
     if report.get("predicted_gflops") is not None:
         print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
               f"static cost model, not a measurement)")
-    if "verified" in report:
-        print(f"  verified: {'yes' if report['verified'] else 'NO'} on {report.get('verified_on', '?')} "
-              f"(max abs error {report['max_abs_error']:.3g}, {report['error_to_bound_ratio']:.2f}x of the bound)")
+    if report.get("verified") is not None:
+        ratio = report.get("error_to_bound_ratio", report.get("worst_error_ratio"))
+        where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
+                                              if target == "gpu" else "?")
+        print(f"  verified: {'yes' if report['verified'] else 'NO'} on {where} "
+              f"(max abs error {report['max_abs_error']:.3g}"
+              + (f", {ratio:.2f}x of the bound)" if ratio is not None else ")"))
     if report.get("measurement"):
         m = report["measurement"]
         print(f"  measured: {m['gflops']:.2f} GFLOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
               f"[{m['where']}]")
+    if report.get("pocl_median_s") is not None:
+        print(f"  timed: median {report['pocl_median_s'] * 1e3:.3f} ms over {report.get('pocl_repeats', '?')} runs "
+              f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
     print(f"  output: {report['output_dir']}")
 
 
