@@ -30,7 +30,7 @@ FLOAT_BYTES = 4
 MAX_MR = 16
 MAX_NR_VECTORS = 4
 
-# Cost-model assumptions (documented in docs/cost-model.md). They scale predictions only.
+# Cost-model assumptions (described in docs/cost-model.md). They scale predictions only.
 L2_BYTES_PER_CYCLE = 32.0        # per core, L2 -> L1 refill bandwidth
 SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
