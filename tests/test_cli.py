@@ -108,3 +108,13 @@ def test_synth_host_matmul_json_report(tmp_path):
     kernel_sources = list(out.glob("*.c"))
     assert kernel_sources and "xfc" in kernel_sources[0].read_text()[:400]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging directory left behind"
+
+
+@pytest.mark.parametrize("hw", ["mali-g78", "snapdragon-865"])
+def test_synth_gpu_target_verifies_on_pocl_and_explains(hw, tmp_path):
+    proc = run("synth", "conv2d", "--hw", hw, "--target", "gpu", "--shape", "c=5,h=11,w=13,k=7,r=3,s=3",
+               "--pad", "1", "--bias", "--activation", "relu", "--verify", "--explain", "-o", str(tmp_path / "g"))
+    assert proc.returncode == 0, proc.stderr
+    assert "verified: yes" in proc.stdout and "PoCL on the host CPU" in proc.stdout
+    assert "not a measurement" in proc.stdout
+    assert ("NOT on chip" in proc.stdout) == (hw == "mali-g78")
