@@ -43,24 +43,14 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from xfc.workloads import SUITE  # noqa: E402
 from xfc.ops import check_output, make_inputs, make_spec  # noqa: E402
 
 TARGET_S = 0.6
 MIN_REPEATS = 10
 WARMUP = 3
 
-WORKLOADS = {
-    "mm_512": ("matmul", dict(m=512, n=512, k=512), {}),
-    "mm_1024": ("matmul", dict(m=1024, n=1024, k=1024), {}),
-    "mm_bert": ("matmul", dict(m=128, n=3072, k=768), {}),
-    "conv_r18_c1": ("conv2d", dict(c=3, h=224, w=224, k=64, r=7, s=7), dict(stride=2, pad=3)),
-    "conv_r18_l1": ("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), dict(pad=1)),
-    "conv_r18_l3": ("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), dict(pad=1)),
-    "conv_pw": ("conv2d", dict(c=128, h=28, w=28, k=128, r=1, s=1), {}),
-    "conv_s2": ("conv2d", dict(c=128, h=28, w=28, k=256, r=3, s=3), dict(stride=2, pad=1)),
-    "dw_mbv2_s1": ("depthwise", dict(c=144, h=56, w=56, r=3, s=3), dict(pad=1)),
-    "dw_mbv2_s2": ("depthwise", dict(c=96, h=112, w=112, r=3, s=3), dict(stride=2, pad=1)),
-}
+WORKLOADS = SUITE  # the suite is defined once, in xfc/workloads.py
 
 # Hand-tuned plans for this AVX-512 host (see docs/host-kernel-notes.md); used with --plans hand
 # and as the fallback when xfc.synth_cpu is not available.

@@ -12,19 +12,9 @@ from xfc.gpu import synthesize_gpu
 from xfc.gpu.build import render_harness, render_kernel
 from xfc.hardware import load
 from xfc.ops import make_spec
+from xfc.workloads import SUITE
 
-WORKLOADS = {
-    "mm_512": ("matmul", dict(m=512, n=512, k=512), {}),
-    "mm_1024": ("matmul", dict(m=1024, n=1024, k=1024), {}),
-    "mm_bert": ("matmul", dict(m=128, n=3072, k=768), {}),
-    "conv_7x7s2": ("conv2d", dict(c=3, h=224, w=224, k=64, r=7, s=7), dict(stride=2, pad=3)),
-    "conv_56": ("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), dict(pad=1)),
-    "conv_14": ("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), dict(pad=1)),
-    "conv_1x1": ("conv2d", dict(c=128, h=28, w=28, k=128, r=1, s=1), {}),
-    "conv_s2": ("conv2d", dict(c=128, h=28, w=28, k=256, r=3, s=3), dict(stride=2, pad=1)),
-    "dw_56": ("depthwise", dict(c=144, h=56, w=56, r=3, s=3), dict(pad=1)),
-    "dw_112s2": ("depthwise", dict(c=96, h=112, w=112, r=3, s=3), dict(stride=2, pad=1)),
-}
+WORKLOADS = SUITE
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +57,7 @@ def test_fast_deterministic_and_labelled(name, mali, adreno):
         assert "decisions:" in text
 
 
-@pytest.mark.parametrize("name", ["mm_512", "mm_bert", "conv_56", "conv_14", "conv_s2"])
+@pytest.mark.parametrize("name", ["mm_512", "mm_bert", "conv_r18_l1", "conv_r18_l3", "conv_s2"])
 def test_mali_and_adreno_plans_differ(name, mali, adreno):
     spec = spec_of(name)
     pm = synthesize_gpu(spec, mali).plan
@@ -91,7 +81,7 @@ def test_mali_and_adreno_plans_differ(name, mali, adreno):
 
 def test_depthwise_is_direct_on_both(mali, adreno):
     for hw in (mali, adreno):
-        plan = synthesize_gpu(spec_of("dw_56"), hw).plan
+        plan = synthesize_gpu(spec_of("dw_mbv2_s1"), hw).plan
         assert plan.lowering == "direct_depthwise" and not plan.work_group.local_staging
 
 
@@ -147,7 +137,7 @@ def test_bad_requests(mali, adreno):
 
 def test_soc_description_resolves_gpu():
     hw = load("snapdragon-865")
-    plan = synthesize_gpu(spec_of("conv_56"), hw).plan
+    plan = synthesize_gpu(spec_of("conv_r18_l1"), hw).plan
     assert plan.hardware_name == "snapdragon-865" and plan.family == "adreno"
     assert "snapdragon-865" in plan.header_lines[0]
 

@@ -12,25 +12,8 @@ import xfc
 from xfc.build import build_arm, build_host, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
 from xfc.ops import check_output, make_inputs, make_spec
+from xfc.workloads import SUITE, suite_spec
 from xfc.synth_cpu import StaticEvaluator, MicroTile, MicroTileScore, synthesize_cpu
-
-SUITE = {
-    "mm_512": ("matmul", dict(m=512, n=512, k=512), {}),
-    "mm_1024": ("matmul", dict(m=1024, n=1024, k=1024), {}),
-    "mm_bert": ("matmul", dict(m=128, n=3072, k=768), {}),
-    "conv_r18_c1": ("conv2d", dict(c=3, h=224, w=224, k=64, r=7, s=7), dict(stride=2, pad=3)),
-    "conv_r18_l1": ("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), dict(pad=1)),
-    "conv_r18_l3": ("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), dict(pad=1)),
-    "conv_pw": ("conv2d", dict(c=128, h=28, w=28, k=128, r=1, s=1), {}),
-    "conv_s2": ("conv2d", dict(c=128, h=28, w=28, k=256, r=3, s=3), dict(stride=2, pad=1)),
-    "dw_mbv2_s1": ("depthwise", dict(c=144, h=56, w=56, r=3, s=3), dict(pad=1)),
-    "dw_mbv2_s2": ("depthwise", dict(c=96, h=112, w=112, r=3, s=3), dict(stride=2, pad=1)),
-}
-
-
-def suite_spec(name, **epilogue):
-    op, shape, kw = SUITE[name]
-    return make_spec(op, shape, **kw, **epilogue)
 
 
 @pytest.fixture(scope="module")
