@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from android_runner.testbed import AdbServer, find_adb
 from android_runner.virtual_device import VirtualDevice
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
@@ -23,14 +22,6 @@ MATMUL = ["matmul", "--hw", "snapdragon-888", "--shape", "m=33,n=29,k=41"]
 def xfc(*args, env=None):
     return subprocess.run([XFC, *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
-
-
-@pytest.fixture(scope="module")
-def server():
-    if find_adb() is None:
-        pytest.skip("no adb binary")
-    with AdbServer() as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from android_runner.testbed import AdbServer, build_standin, find_adb, free_port
+from android_runner.testbed import build_standin, find_adb, free_port
 from android_runner.virtual_device import Faults, VirtualDevice
 from xfc.errors import DeviceError, ToolchainError
 from xfc.runners import WHERE_QEMU, WHERE_VIRTUAL, get_runner, hexmask, make_spec
@@ -115,14 +115,6 @@ def test_qemu_runner_failures(harness, tmp_path):
 # --------------------------------------------------------------------------------------------
 # AdbRunner with the virtual device
 # --------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def server():
-    if find_adb() is None:
-        pytest.skip("no adb binary")
-    with AdbServer() as srv:
-        yield srv
-
 
 class Device:
     """A connected virtual device; disconnected and stopped on exit."""

@@ -9,7 +9,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from . import __version__
 from .errors import XfcError

@@ -17,7 +17,7 @@ environment or file access happens here (the caller times it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
 from . import __version__
