@@ -340,13 +340,16 @@ def error_bound(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarr
     return gamma * magnitude + np.finfo(np.float32).tiny
 
 
-def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray):
-    """Compare a kernel's output with the reference. Returns (ok, max_abs_error, worst_ratio)."""
-    expected = reference(spec, a, b, bias)
+def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray):
+    """(ok, max_abs_error, worst_ratio) of got against expected under a per-element bound."""
     got = np.asarray(got, dtype=np.float64).reshape(expected.shape)
     if not np.all(np.isfinite(got)):
         return False, float("inf"), float("inf")
     err = np.abs(got - expected)
-    bound = error_bound(spec, a, b, bias)
     ratio = float(np.max(err / bound)) if err.size else 0.0
     return ratio <= 1.0, float(err.max()) if err.size else 0.0, ratio
+
+
+def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray):
+    """Compare a kernel's output with the reference. Returns (ok, max_abs_error, worst_ratio)."""
+    return compare_to_bound(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias))
