@@ -154,6 +154,18 @@ class HostKernel:
         self._bench = getattr(self._lib, rendered.bench_name)
         self._bench.argtypes = [fp, fp, fp, fp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
         self._bench.restype = ctypes.c_int
+        self._packed_floats = getattr(self._lib, f"{rendered.function_name}_packed_floats")
+        self._packed_floats.argtypes = []
+        self._packed_floats.restype = ctypes.c_long
+        self._prepack = getattr(self._lib, f"{rendered.function_name}_prepack")
+        self._prepack.argtypes = [fp, fp]
+        self._prepack.restype = ctypes.c_int
+        self._fn_packed = getattr(self._lib, f"{rendered.function_name}_packed")
+        self._fn_packed.argtypes = [fp, fp, fp, fp]
+        self._fn_packed.restype = ctypes.c_int
+        self._bench_packed = getattr(self._lib, f"{rendered.bench_name}_packed")
+        self._bench_packed.argtypes = self._bench.argtypes
+        self._bench_packed.restype = ctypes.c_int
 
     def _prepare(self, in0, in1, bias):
         arrays = []
@@ -178,13 +190,47 @@ class HostKernel:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
         return out
 
-    def time(self, in0, in1, bias=None, repeats: int = 20, warmup: int = 3) -> Measurement:
+    def prepack(self, in1: np.ndarray) -> np.ndarray:
+        """The weights (in1) packed once into the layout the kernel's loops read (see gemm.c.j2);
+        pass the result to run_packed / time(..., prepacked=True)."""
+        (_, b, _), _ = self._prepare(np.zeros(self.spec.input_shapes[0], np.float32), in1, None)
+        packed = np.empty(int(self._packed_floats()), np.float32)
+        if self._prepack(self._ptr(b), self._ptr(packed)) != 0:
+            raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
+        return packed
+
+    def _check_packed(self, packed: np.ndarray) -> np.ndarray:
+        packed = np.ascontiguousarray(packed, dtype=np.float32)
+        if packed.size != int(self._packed_floats()):
+            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} floats, "
+                                    f"expected {int(self._packed_floats())} (from prepack of this kernel)")
+        return packed
+
+    def run_packed(self, in0: np.ndarray, packed: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
+        """Run with weights from prepack()."""
+        (a, _, c), out = self._prepare(in0, np.zeros(self.spec.input_shapes[1], np.float32), bias)
+        packed = self._check_packed(packed)
+        if self._fn_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out)) != 0:
+            raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
+        return out
+
+    def time(self, in0, in1, bias=None, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:
+        """Median-of-repeats timing in C. prepacked=True packs the weights once (untimed) and
+        times the calls that read them, as libraries with constant weights do."""
         (a, b, c), out = self._prepare(in0, in1, bias)
         repeats = max(1, int(repeats))
         samples = (ctypes.c_double * repeats)()
-        if self._bench(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out), int(warmup), repeats, samples):
+        if prepacked:
+            packed = self.prepack(b)
+            status = self._bench_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out),
+                                        int(warmup), repeats, samples)
+        else:
+            status = self._bench(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out), int(warmup), repeats,
+                                 samples)
+        if status:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
-        return Measurement.from_samples(list(samples), self.spec.flops, "host")
+        return Measurement.from_samples(list(samples), self.spec.flops, "host (weights pre-packed)" if prepacked
+                                        else "host")
 
     def verify(self, in0, in1, bias) -> tuple[np.ndarray, float]:
         """Run once and check against the numpy reference; VerificationError if outside the bound."""
@@ -275,8 +321,9 @@ def qemu_cpu_models() -> tuple[str, ...]:
 
 def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
              qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
-             timeout: float = RUN_TIMEOUT_S) -> tuple[np.ndarray, Measurement]:
-    """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing)."""
+             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False) -> tuple[np.ndarray, Measurement]:
+    """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing).
+    prepacked=True makes the harness pack the weights once and run the pre-packed entry point."""
     require_tool(QEMU)
     qemu_cpu = qemu_cpu or "max"
     if qemu_cpu not in qemu_cpu_models():
@@ -293,7 +340,7 @@ def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, 
             _write_atomic(path, arr.tobytes())
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
         argv = [QEMU, "-cpu", qemu_cpu, str(binary), *map(str, paths), str(out_path), str(times_path),
-                str(int(warmup)), str(max(1, int(repeats)))]
+                str(int(warmup)), str(max(1, int(repeats)))] + (["prepacked"] if prepacked else [])
         _run(argv, f"qemu-aarch64 run of {binary.name}", timeout)
         out = np.fromfile(out_path, dtype=np.float32)
         expected = int(np.prod(spec.output_shape))

@@ -32,12 +32,15 @@ from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 # Dialect data: prelude template, lanes it supports (None = any power of two), SIMD registers.
+# has_mask: the prelude defines XFC_VLOAD_TAIL / XFC_VSTORE_TAIL (partial vectors without
+# touching the lanes past the end), so column tails need no scalar merge.
 DIALECTS = {
-    "avx512": {"prelude": "cpu/dialect_avx512.h.j2", "lanes": (16,), "registers": 32},
-    "avx2": {"prelude": "cpu/dialect_avx2.h.j2", "lanes": (8,), "registers": 16},
-    "neon": {"prelude": "cpu/dialect_neon.h.j2", "lanes": (4,), "registers": 32},
-    "generic": {"prelude": "cpu/dialect_generic.h.j2", "lanes": None, "registers": 16},
+    "avx512": {"prelude": "cpu/dialect_avx512.h.j2", "lanes": (16,), "registers": 32, "has_mask": True},
+    "avx2": {"prelude": "cpu/dialect_avx2.h.j2", "lanes": (8,), "registers": 16, "has_mask": False},
+    "neon": {"prelude": "cpu/dialect_neon.h.j2", "lanes": (4,), "registers": 32, "has_mask": False},
+    "generic": {"prelude": "cpu/dialect_generic.h.j2", "lanes": None, "registers": 16, "has_mask": False},
 }
+A_PACKS = ("packed", "direct")
 
 # Codegen policies that are not (yet) plan fields. Measured on the AVX-512 host (see
 # docs/host-kernel-notes.md); the synthesizer may override them via plan.extra keys of the same name.
@@ -128,6 +131,8 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule mc={g.mc} is not a multiple of mr={g.mr}")
     if g.nc % g.nr:
         raise OperatorError(f"gemm schedule nc={g.nc} is not a multiple of nr={g.nr}")
+    if g.a_pack not in A_PACKS:
+        raise OperatorError(f"gemm schedule a_pack '{g.a_pack}' must be one of {', '.join(A_PACKS)}")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
     if plan.isa == "neon" and g.a_load_bits not in (64, 128):
@@ -150,14 +155,15 @@ def _policy(plan: CpuKernelPlan) -> dict[str, str]:
     return policy
 
 
-def a_load_groups(isa: str, mr: int, a_load_bits: int) -> list[dict]:
+def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> list[dict]:
     """How the MR values of A at one k step are loaded and fed to the FMAs.
 
-    x86/generic: one broadcast per row. NEON: vectors of a_load_bits/32 floats (then 2, then 1
-    for the remainder) consumed lane by lane with vfmaq_laneq_f32 / vfmaq_lane_f32.
+    x86/generic, or A read in place (row_stride > 1: rows are not adjacent): one broadcast per
+    row at offset row * row_stride. NEON with packed A: vectors of a_load_bits/32 floats (then 2,
+    then 1 for the remainder) consumed lane by lane with vfmaq_laneq_f32 / vfmaq_lane_f32.
     """
-    if isa != "neon":
-        return [{"width": 1, "offset": i, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
+    if isa != "neon" or row_stride != 1:
+        return [{"width": 1, "offset": i * row_stride, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
     widths = (4, 2, 1) if a_load_bits >= 128 else (2, 1)
     groups, row = [], 0
     for width in widths:
@@ -194,19 +200,66 @@ def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
     }
 
 
+def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list[dict]:
+    """The register-tile shapes that occur: full MR x NR, plus the row tail (M % MR rows), the
+    column tail (N % NR columns) and their corner. Column tails use ceil(cols / LANES) vectors;
+    a partial last vector is masked where the dialect can, else computed into a local tile."""
+    g, lanes = plan.gemm, plan.vector_lanes
+    has_mask = DIALECTS[plan.isa]["has_mask"]
+    row_stride = lda if g.a_pack == "direct" else 1
+    rows_options = [g.mr] + ([m % g.mr] if m % g.mr else [])
+    cols_options = [g.nr] + ([n % g.nr] if n % g.nr else [])
+    variants = []
+    for rows in rows_options:
+        for cols in cols_options:
+            full = rows == g.mr and cols == g.nr
+            partial = cols % lanes
+            name = "xfc_ukernel" if full else f"xfc_ukernel_{rows}x{cols}"
+            variants.append({
+                "name": name, "full": full, "rows": rows, "cols": cols,
+                "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask else 0,
+                "via_tile": bool(partial and not has_mask),
+                "a_groups": a_load_groups(plan.isa, rows, g.a_load_bits, row_stride),
+            })
+    return variants
+
+
+def conv_stage_geometry(spec) -> dict:
+    """Size of the zero-padded, column-phase-split input the im2col packer reads (see gemm.c.j2)."""
+    rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    cols = spec.out_w + ((spec.s - 1) * spec.dilation_w) // spec.stride_w
+    return {"rows": rows, "cols": cols}
+
+
 def gemm_context(plan: CpuKernelPlan) -> dict:
     spec, g = plan.spec, plan.gemm
     policy = _policy(plan)
     ctx = _common_context(plan, "cpu/gemm.c.j2")
+    m, n, lda = ((spec.m, spec.n, spec.k) if isinstance(spec, MatmulSpec)
+                 else (spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s))
     ctx.update({
         "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
         "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
-        "a_groups": a_load_groups(plan.isa, g.mr, g.a_load_bits),
+        "a_pack": g.a_pack, "a_kstep": g.mr if g.a_pack == "packed" else 1,
+        "a_pack_text": ("packed into MR-row panels [kc][MR], zero-padded" if g.a_pack == "packed" else
+                        "read in place (row-major, one broadcast per row and k step)"),
+        "variants": micro_kernel_variants(plan, m, n, lda),
+        "has_mask": DIALECTS[plan.isa]["has_mask"],
         "loop_order": policy["loop_order"],
         "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
         "prefetch_b_distance": int(policy["prefetch_b_distance"]),
         "pack_a_kb": int(policy["pack_a_kb"]),
     })
+    m_padded, n_padded = -(-m // g.mr) * g.mr, -(-n // g.nr) * g.nr
+    if isinstance(spec, MatmulSpec):
+        packed_floats = spec.batch * spec.k * n_padded
+        packed_text = f"B as {spec.batch} x K x NPAD panels"
+    elif g.a_pack == "packed":
+        packed_floats, packed_text = m_padded * lda, "filters as MPAD x K panels"
+    else:
+        packed_floats, packed_text = m * lda, "filters as given (read in place)"
+    ctx.update({"m_padded": m_padded, "n_padded": n_padded, "packed_floats": packed_floats,
+                "packed_text": packed_text, "weights_operand": "b" if isinstance(spec, MatmulSpec) else "a"})
     if isinstance(spec, MatmulSpec):
         ctx.update({
             "m": spec.m, "n": spec.n, "k": spec.k, "batch": spec.batch, "lda": spec.k,
@@ -225,6 +278,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
             "a_arg": "in1", "b_arg": "in0", "a_batch_stride": 0,
             "b_batch_stride": spec.c * spec.h * spec.w, "c_batch_stride": spec.k * spec.out_h * spec.out_w,
             "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
+            "stage": conv_stage_geometry(spec),
             "bias_axis": "m", "bias_axis_text": "one value per output channel (GEMM row m)",
         })
     return ctx
@@ -297,7 +351,8 @@ HOST_MARCH = {"avx512": "native", "avx2": "x86-64-v3", "generic": ""}
 
 def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = None, nr: int | None = None,
               k_unroll: int = 4, kc: int | None = None, mc: int | None = None, nc: int | None = None,
-              parallel_axis: str | None = None, a_load_bits: int = 128, ow_vectors: int | None = None,
+              parallel_axis: str | None = None, a_load_bits: int = 128, a_pack: str | None = None,
+              ow_vectors: int | None = None,
               oh_rows: int | None = None, gcc_march: str | None = None, qemu_cpu: str = "",
               function_name: str | None = None, extra: tuple = ()) -> CpuKernelPlan:
     """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
@@ -325,8 +380,10 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
         n_size = spec.n if isinstance(spec, MatmulSpec) else spec.out_h * spec.out_w
         parallel_axis = "n" if n_size >= m_size else "m"
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
-                     parallel_axis=parallel_axis, a_load_bits=a_load_bits)
-    header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis}",)
+                     parallel_axis=parallel_axis, a_load_bits=a_load_bits,
+                     a_pack=a_pack or ("packed" if isa == "neon" else "direct"))
+    header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
+               f"A={g.a_pack}",)
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=g, depthwise=None,
                          function_name=fname, header_lines=header, gcc_march=march, qemu_cpu=qemu_cpu,

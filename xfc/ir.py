@@ -37,6 +37,8 @@ class GemmSchedule:
     threads: int     # OpenMP threads
     parallel_axis: str  # 'n' (split jc/jr columns) or 'm' (split ic rows) across threads
     a_load_bits: int = 128  # NEON: width of A loads feeding lane-indexed FMAs (64 on in-order A53/A55)
+    a_pack: str = "packed"  # 'packed' (MR-row panels, one vector load feeds MR lanes) or 'direct'
+                            # (broadcast straight from row-major A: no packing pass)
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,16 @@ def _shared_cache_bytes(hw: HardwareDescription, cluster: CpuCluster) -> tuple[i
     return cluster.l2.size_bytes * cluster.count, "L2 (no shared L3 described)"
 
 
+def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
+    """Most of MR rows, lda floats apart, whose cache lines map to the same L1 set."""
+    sets = max(1, l1d.size_bytes // (l1d.line_bytes * l1d.ways))
+    counts: dict[int, int] = {}
+    for row in range(mr):
+        index = (row * lda * FLOAT_BYTES // l1d.line_bytes) % sets
+        counts[index] = counts.get(index, 0) + 1
+    return max(counts.values())
+
+
 def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: HardwareDescription,
             cluster: CpuCluster, threads: int, isa: str, kc_fill: float = L1_FILL):
     """Grow one micro-tile into a full GEMM schedule; return (schedule, levels, estimate)."""
@@ -302,12 +312,27 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     imbalance = min(imbalance_n, imbalance_m)
     if threads == 1:
         axis, imbalance = "n", 1.0
+    # A operand: NEON feeds MR rows from one vector load (lane-indexed FMAs), which needs A packed
+    # as [k][MR]; elsewhere every row is its own broadcast load anyway, so A is read in place and
+    # the packing pass disappears.
+    a_pack, a_reason = ("packed", "lane-indexed FMAs read MR rows per load") if isa == "neon" else \
+        ("direct", "one broadcast per row either way")
+    if a_pack == "direct":
+        # Rows of A read in place are lda floats apart; when that stride is a multiple of the L1
+        # set span, many rows fall into one set and evict each other (lda = 1024 floats on an
+        # 8-way, 64-set L1 puts all MR rows in one set). Then packing pays for itself.
+        crowded = a_rows_per_l1_set(mr, k, core.l1d)
+        if crowded > core.l1d.ways // 2:
+            a_pack, a_reason = "packed", f"{crowded} of {mr} rows in place would share one L1 set"
     sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
-                         parallel_axis=axis, a_load_bits=tile.a_load_bits if isa == "neon" else 128)
+                         parallel_axis=axis, a_load_bits=tile.a_load_bits if isa == "neon" else 128,
+                         a_pack=a_pack)
 
     # (d) Cost: roofline over compute, L2->L1 and shared->L2 traffic, DRAM.
     clock_hz = cluster.clock_ghz * 1e9
-    padded_flops = 2 * batch * _round_up(m, mr) * _round_up(n, nr) * k
+    # Tail tiles have their own micro-kernels: no row padding, columns padded to whole vectors.
+    n_computed = (n // nr) * nr + _round_up(n % nr, tile.lanes)
+    padded_flops = 2 * batch * m * n_computed * k
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
     compute_s = padded_flops / (peak_flops_per_core * score.efficiency * threads / imbalance)
     k_slices = math.ceil(k / kc)
@@ -323,14 +348,15 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     bandwidth = (hw.memory.peak_bandwidth_gbps if hw.memory else 10.0) * 1e9 * 0.8
     dram_s = dram_bytes / bandwidth
     # Packing is extra work on the cores: about one element per cycle per core for gathers.
-    pack_elems = batch * (k * n + m * k * math.ceil(n / nc))
+    pack_elems = batch * (k * n + (m * k * math.ceil(n / nc) if a_pack == "packed" else 0))
     pack_s = pack_elems / (clock_hz * threads * (2.0 if not conv else 1.0))
     parts = (("compute", compute_s + pack_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
     estimate = CostEstimate(flops=batch * 2 * m * n * k, seconds_by_bound=parts, predicted_s=worst, bound=bound)
 
     regs = tile.registers(isa)
-    a_note = f", A via {tile.a_load_bits}-bit loads" if isa == "neon" else ""
+    a_note = (f", A packed ({a_reason})" + (f", via {tile.a_load_bits}-bit loads" if isa == "neon" else "")
+              if a_pack == "packed" else f", A read in place ({a_reason}): no A packing")
     levels = (
         TileLevel("REG", f"mr={mr} x nr={nr} ({tile.nr_vectors} x {tile.lanes}-lane vectors), k unroll {k_unroll}",
                   f"registers {regs}/{core.vector_registers} (acc {tile.accumulator_registers} + B "
@@ -339,7 +365,7 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
                   f"{score.cycles_per_k:.1f} cycles/k step, {score.source})"),
         TileLevel("L1", f"kc={kc}: B micro-panel {kc}x{nr} + A micro-panel {mr}x{kc}",
                   f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d", kc_reason),
-        TileLevel("L2", f"mc={mc}: packed A block {mc}x{kc}",
+        TileLevel("L2", f"mc={mc}: {'packed ' if a_pack == 'packed' else ''}A block {mc}x{kc}",
                   f"{mc * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", mc_reason),
         TileLevel("L3", f"nc={nc}: packed B panel {kc}x{nc}",
                   f"{kc * nc * FLOAT_BYTES / 1024:.1f} KiB of {shared_bytes // 1024} KiB {shared_name.split()[0]}",
@@ -464,7 +490,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
             seen.add(c[5])
             alternatives.append((f"{c[5].mr}x{c[5].nr} kc={c[5].kc}", c[0]))
     tiles_line = (f"tiles: mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
-                  f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis}"
+                  f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}"
                   + (f" a_load_bits={sched.a_load_bits}" if isa == "neon" else ""))
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
     gemm_line = f"lowered: {lowering} M={m} N={n} K={k}"
