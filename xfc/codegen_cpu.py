@@ -190,6 +190,7 @@ def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
         "lanes": plan.vector_lanes,
         "threads": threads,
         "dialect_template": DIALECTS[plan.isa]["prelude"],
+        "has_mask": DIALECTS[plan.isa]["has_mask"],
         "has_bias": spec.epilogue.bias,
         "activation": spec.epilogue.activation,
         "epilogue_text": spec.epilogue.describe(),
@@ -244,7 +245,6 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         "a_pack_text": ("packed into MR-row panels [kc][MR], zero-padded" if g.a_pack == "packed" else
                         "read in place (row-major, one broadcast per row and k step)"),
         "variants": micro_kernel_variants(plan, m, n, lda),
-        "has_mask": DIALECTS[plan.isa]["has_mask"],
         "loop_order": policy["loop_order"],
         "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
         "prefetch_b_distance": int(policy["prefetch_b_distance"]),
@@ -295,7 +295,7 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
     max_off = ((spec.s - 1) * spec.dilation_w) // sw
     phase_width = max(ow_padded + max_off, math.ceil((spec.w + spec.pad_left) / sw))
     phase_width = math.ceil(phase_width / lanes) * lanes
-    stage_rows = max(spec.h + spec.pad_top, (oh_padded - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1)
+    block_rows = (d.oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
     row_stride = sw * phase_width
     taps = []
     for r in range(spec.r):
@@ -305,11 +305,22 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
             offsets = [(i * spec.stride_h + r * spec.dilation_h) * row_stride + phase * phase_width + off
                        for i in range(d.oh_rows)]
             taps.append({"index": r * spec.s + s, "r": r, "s": s, "row_offsets": offsets})
+    # Each distinct input vector of the register tile is loaded once and feeds every (output
+    # row, tap) that reads it: with oh_rows rows a loaded row serves up to R taps, so loads per
+    # FMA drop from 1 to about (oh_rows + R - 1) / (oh_rows * R).
+    by_offset: dict[int, list[dict]] = {}
+    for tap_number, t in enumerate(taps):
+        for i in range(d.oh_rows):
+            for j in range(d.ow_vectors):
+                by_offset.setdefault(t["row_offsets"][i] + j * lanes, []).append(
+                    {"row": i, "vec": j, "tap": tap_number})
+    loads = [{"offset": off, "uses": uses} for off, uses in sorted(by_offset.items())]
     ctx = _common_context(plan, "cpu/depthwise.c.j2")
     ctx.update({
+        "loads": loads,
         "batch": spec.n, "conv": geo, "oh_rows": d.oh_rows, "ow_vectors": d.ow_vectors,
         "ow_block": ow_block, "oh_padded": oh_padded, "ow_padded": ow_padded,
-        "stage_rows": stage_rows, "phase_width": phase_width, "row_stride": row_stride, "taps": taps,
+        "block_rows": block_rows, "phase_width": phase_width, "row_stride": row_stride, "taps": taps,
     })
     return ctx
 

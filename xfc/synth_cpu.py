@@ -386,12 +386,14 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
     free = core.vector_registers - weight_regs - 2
     ow_vectors_needed = math.ceil(spec.out_w / lanes)
     best = None
-    for oh_rows in range(1, 5):
+    for oh_rows in range(1, 9):
         for ow_vectors in range(1, min(ow_vectors_needed, 8) + 1):
             if oh_rows * ow_vectors > free:
                 continue
             fmas = oh_rows * ow_vectors * window
-            loads = (oh_rows - 1) * spec.stride_h * spec.s * ow_vectors + spec.r * spec.s * ow_vectors
+            # each distinct input vector of the tile is loaded once and feeds every tap that reads it
+            input_rows = (oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+            loads = input_rows * spec.s * ow_vectors
             waste = math.ceil(spec.out_w / (ow_vectors * lanes)) * ow_vectors * lanes / spec.out_w
             key = (-(fmas / loads) / waste, -oh_rows * ow_vectors, oh_rows)
             if best is None or key < best[0]:
@@ -400,7 +402,7 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
     planes = spec.n * spec.c
     threads_used = max(1, min(threads, planes))
     sched = DepthwiseSchedule(ow_vectors=ow_vectors, oh_rows=oh_rows, threads=threads_used)
-    hp = spec.h + spec.pad_top + spec.pad_bottom
+    hp = (oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1  # rows staged per row block
     wp = spec.w + spec.pad_left + spec.pad_right
     stage_bytes = hp * _round_up(wp, lanes) * FLOAT_BYTES
     clock_hz = cluster.clock_ghz * 1e9
@@ -408,7 +410,8 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
     bytes_moved = FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * window)
     bandwidth = (hw.memory.peak_bandwidth_gbps if hw.memory else 10.0) * 1e9 * 0.8
     dram_s = bytes_moved / bandwidth
-    stage_s = spec.n * spec.c * hp * wp / (clock_hz * threads_used * lanes / 2)
+    blocks = math.ceil(spec.out_h / oh_rows)
+    stage_s = spec.n * spec.c * blocks * hp * wp / (clock_hz * threads_used * lanes / 2)
     parts = (("compute", compute_s + stage_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
     estimate = CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=worst, bound=bound)
@@ -418,10 +421,11 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
                   f"registers {oh_rows * ow_vectors + weight_regs + 2}/{core.vector_registers} "
                   f"(acc {oh_rows * ow_vectors} + weights {weight_regs} + 2 input)",
                   f"best FMA/load ratio {fmas / loads:.2f} with the fewest wasted lanes"),
-        TileLevel("STAGE", f"zero-padded{' phase-split' if spec.stride_w > 1 else ''} plane {hp}x{wp}",
+        TileLevel("STAGE", f"zero-padded{' phase-split' if spec.stride_w > 1 else ''} row block {hp}x{wp} "
+                  f"(the input rows of {oh_rows} output rows)",
                   f"{stage_bytes / 1024:.1f} KiB in {where} ({core.l1d.size_bytes // 1024} KiB L1d, "
                   f"{cluster.l2.size_bytes // 1024} KiB L2)",
-                  "one channel at a time: input read from memory once, no boundary tests in the inner loop"),
+                  "one channel, one row block at a time: staged rows stay in L1, no boundary tests in the inner loop"),
         TileLevel("CORES", f"{threads_used} thread(s) over {planes} (batch x channel) planes",
                   f"{threads_used} of {cluster.count} cores", "planes are independent; memory-bound"),
     )

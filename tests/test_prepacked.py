@@ -1,0 +1,231 @@
+"""Pre-packed weights: <fn>_prepack / <fn>_packed must compute exactly what <fn> computes.
+
+For every host ISA (avx512 / avx2 / generic where available), matmul and conv2d plans with
+A read in place (a_pack='direct') and packed into MR-row panels (a_pack='packed'), 1 and 2
+threads, small tiles (KC=16, MC = 2 MR, NC = 2 NR) so that M, N and K all end in ragged tails and
+the five-loop nest runs several blocks and KC slices: run_packed(in0, prepack(in1), bias) is
+checked against the numpy reference (K-derived bound) and must be bitwise equal to the normal
+call (same micro-kernels, same summation order; only where the weights are read from differs).
+The 1- and 2-thread builds must agree bitwise too (a thread split never changes a tile's shape).
+
+NEON plans are cross-compiled and run under qemu-aarch64 with the harness's 'prepacked' argument.
+Tests that need a missing tool or ISA are skipped with the reason.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xfc.build import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
+from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.errors import VerificationError
+from xfc.ops import check_output, make_inputs
+
+from test_cpu_codegen import HOST_ISAS, conv, dw, mm, needs_arm
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("xfc_prepacked_build")
+
+
+# Small tiles per ISA: KC=16 and MC/NC of two register tiles force several ic / jc blocks and
+# KC slices; MR values that divide none of the M below give row tails, NR of two or more vectors
+# gives column tails with a full vector plus a partial (masked / local-tile) one.
+TILES = {
+    "avx512": dict(mr=6, nr=32, kc=16, mc=12, nc=64),
+    "avx2": dict(mr=5, nr=16, kc=16, mc=10, nc=32),
+    "generic": dict(mr=3, nr=8, kc=16, mc=6, nc=16),
+}
+
+# (id, spec, parallel axis of the 2-thread build). M, N, K are ragged for every tile set above
+# unless noted; ow is the output width (the im2col packer splits NR-pixel panels into row runs).
+GEMM_CASES = [
+    ("mm_b2_ragged", mm(23, 45, 53, batch=2, bias=True, act="relu6"), "n"),
+    ("mm_b2_ragged_msplit", mm(31, 80, 40, batch=2, act="relu"), "m"),   # avx512: tail of one whole vector
+    ("mm_tiny", mm(2, 5, 3, bias=True), "n"),                                # M < MR, N < NR, K < KC
+    ("conv_s1_b2", conv(5, 9, 11, 13, 3, 3, n=2, pad=1, bias=True, act="relu"), "m"),   # K = 45, ow 11
+    ("conv_s2_asym", conv(4, 12, 13, 9, 3, 3, stride=2, pad=(1, 0, 0, 1), bias=True), "n"),  # ow 6
+    ("conv_dil2", conv(3, 11, 12, 7, 3, 3, pad=(2, 1, 0, 2), dilation=2, act="relu6"), "n"),
+    ("conv_pointwise_b2", conv(19, 5, 7, 11, 1, 1, n=2, bias=True, act="relu6"), "m"),  # 'rows' packer
+    ("conv_stem7x7_s2", conv(3, 21, 19, 10, 7, 7, stride=2, pad=3, bias=True, act="relu"), "n"),  # ow 10
+    ("conv_wide_ow41", conv(2, 3, 41, 8, 3, 3, pad=1, bias=True), "n"),      # ow 41 > NR of every ISA
+    ("conv_ow1", conv(4, 9, 1, 6, 3, 1, n=2, pad=(1, 0, 1, 0), act="relu"), "m"),  # ow 1: one run per pixel
+    ("conv_ow1_s2", conv(6, 13, 3, 7, 3, 3, stride=2, pad=(1, 0, 0, 0), bias=True), "n"),  # ow 1, stride 2
+]
+
+
+def _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis, **tiles):
+    tiles = {**TILES[isa], **tiles}
+    plan = hand_plan(spec, isa, threads, a_pack=a_pack, parallel_axis=axis if threads > 1 else None,
+                     function_name=f"pp_{tag}_{isa}_{a_pack}_t{threads}", **tiles)
+    assert plan.gemm.a_pack == a_pack
+    return build_host(render_cpu_kernel(plan), build_dir)
+
+
+def _assert_ok(spec, out, a, b, bias, what):
+    ok, max_err, ratio = check_output(spec, out, a, b, bias)
+    assert ok, f"{what}: {spec.describe()}: err {max_err:.3g} ratio {ratio:.3g}"
+
+
+def _check_prepacked(kernel, spec, seeds=(11, 12)):
+    """Normal and pre-packed calls agree bitwise and with numpy, for several inputs sharing one
+    packed weight buffer; the weight array passed in is not modified by prepack. Returns the last
+    normal output."""
+    _, b, bias = make_inputs(spec, seed=seeds[0])
+    b_copy = b.copy()
+    packed = kernel.prepack(b)
+    assert packed.dtype == np.float32 and packed.ndim == 1
+    np.testing.assert_array_equal(b, b_copy)
+    assert np.array_equal(kernel.prepack(b), packed), "prepack is not deterministic"
+    outs = []
+    for seed in seeds:
+        a = make_inputs(spec, seed=seed)[0]
+        what = f"{kernel.rendered.function_name} seed={seed}"
+        got_packed = kernel.run_packed(a, packed, bias)
+        got = kernel(a, b, bias)  # normal call after the packed one: scratch state must not leak
+        _assert_ok(spec, got_packed, a, b, bias, what + " run_packed")
+        _assert_ok(spec, got, a, b, bias, what + " normal")
+        assert np.array_equal(got, got_packed), f"{what}: run_packed differs from the normal call"
+        outs.append(got)
+    return outs[-1]
+
+
+# generic goes through the same local-tile tail path as avx2 (4 lanes instead of 8): a subset
+# keeps the compile count (~0.7 s each) within budget.
+GENERIC_SUBSET = {"mm_b2_ragged", "mm_tiny", "conv_s2_asym", "conv_pointwise_b2", "conv_ow1"}
+HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in GEMM_CASES for isa in HOST_ISAS
+              if isa != "generic" or case[0] in GENERIC_SUBSET]
+
+
+@pytest.mark.parametrize("a_pack", ["direct", "packed"])
+@pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
+def test_gemm_prepacked_host(tag, spec, axis, isa, a_pack, build_dir):
+    outs = []
+    for threads in (1, 2):
+        kernel = _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis)
+        outs.append(_check_prepacked(kernel, spec))
+    assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
+
+
+def _unpack_panels(packed, rows, cols, kc, width):
+    """Inverse of the documented pre-packed layout (gemm.c.j2): for KC slice pc, the panel holding
+    columns [x, x + width) starts at pc * PAD + x * kc and is [kc][width], zero-padded; returns the
+    [rows (the reduction), cols] matrix and checks that the padding is zero."""
+    pad = -(-cols // width) * width
+    assert packed.size == rows * pad
+    out = np.empty((rows, cols), np.float32)
+    for pc in range(0, rows, kc):
+        kb = min(kc, rows - pc)
+        for x in range(0, pad, width):
+            panel = packed[pc * pad + x * kb: pc * pad + (x + width) * kb].reshape(kb, width)
+            n = min(width, cols - x)
+            out[pc:pc + kb, x:x + n] = panel[:, :n]
+            assert not panel[:, n:].any(), "padding of a pre-packed panel is not zero"
+    return out
+
+
+def test_packed_layout(build_dir):
+    """What prepack returns: B as NR-column panels per KC slice (matmul, per batch item), filters as
+    MR-row panels (conv, a_pack='packed'), or a plain copy of the filters (conv, a_pack='direct')."""
+    isa = HOST_ISAS[0]
+    t = TILES[isa]
+    cases = dict((tag, spec) for tag, spec, _ in GEMM_CASES)
+    spec = cases["mm_b2_ragged"]
+    b = make_inputs(spec, seed=4)[1]
+    packed = _host_kernel(build_dir, "layout_mm", spec, isa, "direct", 1, None).prepack(b)
+    per_item = packed.reshape(spec.batch, -1)
+    for item in range(spec.batch):
+        assert np.array_equal(_unpack_panels(per_item[item], spec.k, spec.n, t["kc"], t["nr"]), b[item])
+
+    spec = cases["conv_stem7x7_s2"]  # K = 147: ten KC slices, the last one ragged; M = 10 filters
+    b = make_inputs(spec, seed=5)[1]
+    filters = b.reshape(spec.k, -1)
+    packed = _host_kernel(build_dir, "layout_conv", spec, isa, "packed", 1, None).prepack(b)
+    assert np.array_equal(_unpack_panels(packed, filters.shape[1], spec.k, t["kc"], t["mr"]), filters.T)
+    copied = _host_kernel(build_dir, "layout_conv", spec, isa, "direct", 1, None).prepack(b)
+    assert np.array_equal(copied, b.ravel())
+
+
+@pytest.mark.parametrize("isa", HOST_ISAS)
+def test_depthwise_prepacked_host(isa, build_dir):
+    spec = dw(6, 13, 19, 3, 3, n=2, stride=2, pad=(1, 0, 1, 1), bias=True, act="relu6")
+    kernel = build_host(render_cpu_kernel(hand_plan(spec, isa, 2, function_name=f"pp_dw_{isa}_t2")), build_dir)
+    _, b, _ = make_inputs(spec, seed=21)
+    assert np.array_equal(kernel.prepack(b), b.ravel()), "depthwise pre-packing is a plain copy"
+    _check_prepacked(kernel, spec, seeds=(21, 22))
+
+
+def test_wrong_packed_size_is_one_line_error(build_dir):
+    isa = HOST_ISAS[0]
+    spec = dict((c[0], c[1]) for c in GEMM_CASES)["conv_s1_b2"]
+    kernel = _host_kernel(build_dir, "errors", spec, isa, "packed", 1, None)
+    a, b, bias = make_inputs(spec)
+    packed = kernel.prepack(b)
+    for bad in (packed[:-1], np.concatenate([packed, packed[:1]]), b.ravel(), np.zeros(0, np.float32)):
+        with pytest.raises(VerificationError) as err:
+            kernel.run_packed(a, bad, bias)
+        text = str(err.value)
+        assert "\n" not in text and kernel.rendered.function_name in text and str(packed.size) in text
+    with pytest.raises(VerificationError, match="in1"):
+        kernel.prepack(b[:, :-1])
+    with pytest.raises(VerificationError, match="in0"):
+        kernel.run_packed(a[:, :-1], packed, bias)
+    # the kernel still works after the rejected calls
+    _assert_ok(spec, kernel.run_packed(a, packed, bias), a, b, bias, "after errors")
+
+
+def test_time_prepacked(build_dir):
+    isa = HOST_ISAS[0]
+    spec = GEMM_CASES[0][1]  # mm_b2_ragged
+    kernel = _host_kernel(build_dir, "timing", spec, isa, "direct", 2, "n")
+    a, b, bias = make_inputs(spec)
+    m = kernel.time(a, b, bias, repeats=3, warmup=1, prepacked=True)
+    assert isinstance(m, Measurement) and len(m.samples_s) == 3 and "pre-packed" in m.where
+    assert m.min_s <= m.median_s <= m.max_s and m.gflops > 0
+    assert kernel.time(a, b, bias, repeats=2, warmup=0).where == "host"
+
+
+# ---------------------------------------------------------------------------------------------
+# Regression: conv input staging once read past the row when W + PL < SW (C division rounding
+# toward zero made the last valid staged column 0 instead of -1)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_pack", ["direct", "packed"])
+def test_conv_narrow_input_stride2(a_pack, build_dir):
+    # W=1, stride 2, pad right 1: tap s=1 reads padded column 1 (phase 1), which must be zero
+    spec = conv(3, 9, 1, 5, 3, 2, stride=2, pad=(1, 0, 1, 1), bias=True)
+    kernel = _host_kernel(build_dir, "narrow_w", spec, HOST_ISAS[0], a_pack, 1, None)
+    _check_prepacked(kernel, spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# NEON under qemu: the harness's 'prepacked' argument
+# ---------------------------------------------------------------------------------------------
+
+NEON_CASES = [
+    ("mm_b2_ragged", mm(13, 21, 37, batch=2, bias=True, act="relu"), "packed", 2),      # MR 6, NR 8: both tails
+    ("mm_direct", mm(9, 30, 20, act="relu6"), "direct", 1),
+    ("conv_s2_pad", conv(5, 9, 13, 7, 3, 3, n=2, stride=2, pad=(1, 1, 0, 1), bias=True), "packed", 2),  # N 4x7
+    ("conv_s2_direct", conv(4, 10, 9, 11, 3, 3, stride=2, pad=1, act="relu"), "direct", 2),
+    ("conv_pointwise", conv(18, 3, 5, 7, 1, 1, bias=True, act="relu6"), "packed", 1),
+    ("dw_s2", dw(5, 9, 11, 3, 3, stride=2, pad=1, bias=True, act="relu6"), None, 2),
+]
+
+
+@needs_arm
+@pytest.mark.parametrize("tag,spec,a_pack,threads", NEON_CASES, ids=[c[0] for c in NEON_CASES])
+def test_neon_prepacked_qemu(tag, spec, a_pack, threads, build_dir):
+    cpu = "cortex-a76" if "cortex-a76" in qemu_cpu_models() else "max"
+    tiles = {} if a_pack is None else dict(mr=6, nr=8, kc=16, mc=12, nc=16, a_pack=a_pack)
+    plan = hand_plan(spec, "neon", threads, gcc_march="armv8.2-a", qemu_cpu=cpu,
+                     function_name=f"pp_neon_{tag}", **tiles)
+    binary = build_arm(render_cpu_kernel(plan), build_dir)
+    a, b, bias = make_inputs(spec, seed=31)
+    packed_out, meas = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, repeats=2, prepacked=True)
+    _assert_ok(spec, packed_out, a, b, bias, f"neon {tag} prepacked")
+    assert "emulated" in meas.where and len(meas.samples_s) == 2
+    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
+    _assert_ok(spec, out, a, b, bias, f"neon {tag}")
+    assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
+
