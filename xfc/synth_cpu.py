@@ -285,7 +285,11 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     if kc_cap >= k:
         kc, kc_reason = k, "whole reduction K fits the L1 share"
     else:
-        kc, kc_reason = _round_down(kc_cap, K_STEP_ALIGN), f"L1 capacity ({kc_fill:.0%} of L1d)"
+        # As many slices as the cap needs, then equal slices: K=147 under a cap of 72 gives 3 x 56
+        # rather than 72 + 72 + 3 (a 3-deep slice costs a whole pass over C for 3 k steps).
+        slices = math.ceil(k / max(_round_down(kc_cap, K_STEP_ALIGN), 1))
+        kc = _round_up(math.ceil(k / slices), K_STEP_ALIGN)
+        kc_reason = f"L1 capacity ({kc_fill:.0%} of L1d), {slices} equal slices of K={k}"
     kc = max(kc, 1)
     # L2: the packed MC x KC block of A is reused across the whole NC panel.
     l2_per_core = cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
