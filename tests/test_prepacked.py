@@ -229,3 +229,46 @@ def test_neon_prepacked_qemu(tag, spec, a_pack, threads, build_dir):
     _assert_ok(spec, out, a, b, bias, f"neon {tag}")
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Transposed implicit GEMM (lowering 'implicit_gemm_t'): vectors along output channels, im2col
+# rows of output pixels packed as A, filters transposed as B, every tile stored transposed.
+# ---------------------------------------------------------------------------------------------
+
+TRANSPOSED_CASES = [
+    ("t_s1_b2", conv(5, 9, 11, 21, 3, 3, n=2, pad=1, bias=True, act="relu"), "m"),   # 21 channels: column tail
+    ("t_s2_asym", conv(4, 12, 13, 40, 3, 3, stride=2, pad=(1, 0, 0, 1), bias=True), "n"),
+    ("t_dil2", conv(3, 11, 12, 17, 3, 3, pad=(2, 1, 0, 2), dilation=2, act="relu6"), "n"),
+    ("t_pointwise", conv(19, 5, 7, 33, 1, 1, bias=True), "m"),
+    ("t_ow1", conv(4, 9, 1, 6, 3, 1, n=2, pad=(1, 0, 1, 0), act="relu"), "m"),
+]
+
+
+@pytest.mark.parametrize("isa", HOST_ISAS)
+@pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES, ids=[c[0] for c in TRANSPOSED_CASES])
+def test_transposed_conv_host(tag, spec, axis, isa, build_dir):
+    outs = []
+    for threads in (1, 2):
+        plan = hand_plan(spec, isa, threads, transposed=True, parallel_axis=axis if threads > 1 else None,
+                         function_name=f"pp_{tag}_{isa}_t{threads}", **TILES[isa])
+        assert plan.lowering == "implicit_gemm_t" and plan.gemm.a_pack == "packed"
+        outs.append(_check_prepacked(build_host(render_cpu_kernel(plan), build_dir), spec))
+    assert np.array_equal(outs[0], outs[1]), f"{tag}: 1- and 2-thread results differ"
+
+
+@needs_arm
+@pytest.mark.parametrize("tag,spec", [
+    ("t_neon_s2", conv(5, 9, 13, 10, 3, 3, n=2, stride=2, pad=(1, 1, 0, 1), bias=True, act="relu")),
+    ("t_neon_s1", conv(3, 7, 6, 9, 3, 3, pad=1, act="relu6")),
+], ids=["t_neon_s2", "t_neon_s1"])
+def test_transposed_conv_neon_qemu(tag, spec, build_dir):
+    cpu = "cortex-a76" if "cortex-a76" in qemu_cpu_models() else "max"
+    plan = hand_plan(spec, "neon", 2, transposed=True, gcc_march="armv8.2-a", qemu_cpu=cpu,
+                     function_name=f"pp_{tag}", mr=6, nr=8, kc=16, mc=12, nc=16)
+    binary = build_arm(render_cpu_kernel(plan), build_dir)
+    a, b, bias = make_inputs(spec, seed=41)
+    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
+    _assert_ok(spec, out, a, b, bias, f"neon {tag}")
+    packed_out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True)
+    assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"

@@ -108,9 +108,12 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"plan vector_lanes={lanes} must be a power of two")
     if not _C_IDENT.match(plan.function_name or ""):
         raise OperatorError(f"plan function_name '{plan.function_name}' is not a C identifier")
-    expected = {MatmulSpec: "gemm", Conv2dSpec: "implicit_gemm", DepthwiseSpec: "direct_depthwise"}[type(spec)]
-    if plan.lowering != expected:
-        raise OperatorError(f"plan lowering '{plan.lowering}' does not fit {spec.name} (expected '{expected}')")
+    allowed = {MatmulSpec: ("gemm",), Conv2dSpec: ("implicit_gemm", "implicit_gemm_t"),
+               DepthwiseSpec: ("direct_depthwise",)}[type(spec)]
+    if plan.lowering not in allowed:
+        raise OperatorError(f"plan lowering '{plan.lowering}' does not fit {spec.name} "
+                            f"(expected {' or '.join(repr(a) for a in allowed)})")
+    expected = plan.lowering
     if expected == "direct_depthwise":
         d = plan.depthwise
         if d is None:
@@ -133,6 +136,8 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule nc={g.nc} is not a multiple of nr={g.nr}")
     if g.a_pack not in A_PACKS:
         raise OperatorError(f"gemm schedule a_pack '{g.a_pack}' must be one of {', '.join(A_PACKS)}")
+    if plan.lowering == "implicit_gemm_t" and g.a_pack != "packed":
+        raise OperatorError("lowering 'implicit_gemm_t' packs its A operand (im2col rows): a_pack must be 'packed'")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
     if plan.isa == "neon" and g.a_load_bits not in (64, 128):
@@ -207,6 +212,7 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
     a partial last vector is masked where the dialect can, else computed into a local tile."""
     g, lanes = plan.gemm, plan.vector_lanes
     has_mask = DIALECTS[plan.isa]["has_mask"]
+    transposed = plan.lowering == "implicit_gemm_t"  # every tile is stored transposed via a local tile
     row_stride = lda if g.a_pack == "direct" else 1
     rows_options = [g.mr] + ([m % g.mr] if m % g.mr else [])
     cols_options = [g.nr] + ([n % g.nr] if n % g.nr else [])
@@ -218,8 +224,8 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
             name = "xfc_ukernel" if full else f"xfc_ukernel_{rows}x{cols}"
             variants.append({
                 "name": name, "full": full, "rows": rows, "cols": cols,
-                "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask else 0,
-                "via_tile": bool(partial and not has_mask),
+                "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask and not transposed else 0,
+                "via_tile": bool(partial and not has_mask) or transposed,
                 "a_groups": a_load_groups(plan.isa, rows, g.a_load_bits, row_stride),
             })
     return variants
@@ -236,8 +242,13 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     spec, g = plan.spec, plan.gemm
     policy = _policy(plan)
     ctx = _common_context(plan, "cpu/gemm.c.j2")
-    m, n, lda = ((spec.m, spec.n, spec.k) if isinstance(spec, MatmulSpec)
-                 else (spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s))
+    transposed = plan.lowering == "implicit_gemm_t"
+    if isinstance(spec, MatmulSpec):
+        m, n, lda = spec.m, spec.n, spec.k
+    elif transposed:  # GEMM rows are output pixels, columns are output channels
+        m, n, lda = spec.out_h * spec.out_w, spec.k, spec.c * spec.r * spec.s
+    else:
+        m, n, lda = spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s
     ctx.update({
         "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
         "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
@@ -254,19 +265,33 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     if isinstance(spec, MatmulSpec):
         packed_floats = spec.batch * spec.k * n_padded
         packed_text = f"B as {spec.batch} x K x NPAD panels"
+    elif transposed:
+        packed_floats, packed_text = lda * n_padded, "filters transposed, as K x NPAD panels"
     elif g.a_pack == "packed":
         packed_floats, packed_text = m_padded * lda, "filters as MPAD x K panels"
     else:
         packed_floats, packed_text = m * lda, "filters as given (read in place)"
     ctx.update({"m_padded": m_padded, "n_padded": n_padded, "packed_floats": packed_floats,
-                "packed_text": packed_text, "weights_operand": "b" if isinstance(spec, MatmulSpec) else "a"})
+                "packed_text": packed_text, "transposed": transposed,
+                "weights_operand": "b" if isinstance(spec, MatmulSpec) or transposed else "a",
+                "b_pre_batch_stride": spec.k * n_padded if isinstance(spec, MatmulSpec) else 0})
     if isinstance(spec, MatmulSpec):
         ctx.update({
             "m": spec.m, "n": spec.n, "k": spec.k, "batch": spec.batch, "lda": spec.k,
             "a_arg": "in0", "b_arg": "in1", "a_batch_stride": spec.m * spec.k,
             "b_batch_stride": spec.k * spec.n, "c_batch_stride": spec.m * spec.n,
-            "b_pack": "rows", "ldb": spec.n, "bias_axis": "n",
-            "bias_axis_text": "one value per output column n",
+            "a_source": "matrix", "b_pack": "rows", "ldb": spec.n, "bias_axis": "n",
+            "bias_axis_text": "one value per output column n", "staged_input": False,
+        })
+    elif transposed:
+        geo = _conv_geometry(spec)
+        ctx.update({
+            "m": m, "n": n, "k": lda, "batch": spec.n, "lda": lda,
+            "a_batch_stride": spec.c * spec.h * spec.w, "b_batch_stride": 0,
+            "c_batch_stride": spec.k * spec.out_h * spec.out_w,
+            "a_source": "im2col", "b_pack": "weights_t", "ldb": lda, "conv": geo,
+            "stage": conv_stage_geometry(spec), "staged_input": True,
+            "bias_axis": "n", "bias_axis_text": "one value per output channel (GEMM column n)",
         })
     else:
         geo = _conv_geometry(spec)
@@ -277,8 +302,8 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
             "m": spec.k, "n": spec.out_h * spec.out_w, "k": crs, "batch": spec.n, "lda": crs,
             "a_arg": "in1", "b_arg": "in0", "a_batch_stride": 0,
             "b_batch_stride": spec.c * spec.h * spec.w, "c_batch_stride": spec.k * spec.out_h * spec.out_w,
-            "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
-            "stage": conv_stage_geometry(spec),
+            "a_source": "matrix", "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
+            "stage": conv_stage_geometry(spec), "staged_input": not pointwise,
             "bias_axis": "m", "bias_axis_text": "one value per output channel (GEMM row m)",
         })
     return ctx
@@ -365,6 +390,7 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
               parallel_axis: str | None = None, a_load_bits: int = 128, a_pack: str | None = None,
               ow_vectors: int | None = None,
               oh_rows: int | None = None, gcc_march: str | None = None, qemu_cpu: str = "",
+              transposed: bool = False,
               function_name: str | None = None, extra: tuple = ()) -> CpuKernelPlan:
     """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
     from .ir import DepthwiseSchedule, GemmSchedule  # local: keeps the module import light
@@ -386,16 +412,19 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
     kc = kc or 256
     mc = mc or max(mr, (240 // mr) * mr)
     nc = nc or max(nr, (3072 // nr) * nr)
+    transposed = transposed and isinstance(spec, Conv2dSpec)
     if parallel_axis is None:
         m_size = spec.m if isinstance(spec, MatmulSpec) else spec.k
         n_size = spec.n if isinstance(spec, MatmulSpec) else spec.out_h * spec.out_w
+        if transposed:
+            m_size, n_size = n_size, m_size
         parallel_axis = "n" if n_size >= m_size else "m"
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits,
-                     a_pack=a_pack or ("packed" if isa == "neon" else "direct"))
+                     a_pack=a_pack or ("packed" if isa == "neon" or transposed else "direct"))
     header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
                f"A={g.a_pack}",)
-    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=g, depthwise=None,
                          function_name=fname, header_lines=header, gcc_march=march, qemu_cpu=qemu_cpu,
                          extra=tuple(extra))

@@ -142,7 +142,11 @@ def rank_micro_tiles(core: CpuCore, isa: str, evaluator: MicroTileEvaluator,
     ranked = []
     for tile in enumerate_micro_tiles(core, isa):
         score = evaluator.evaluate(tile, core, isa)
-        useful = (m * n) / (math.ceil(m / tile.mr) * tile.mr * math.ceil(n / tile.nr) * tile.nr)
+        # Tails have their own kernels: the row tail costs at least half a full tile (few
+        # accumulators cannot hide FMA latency); columns are padded to whole vectors only.
+        m_cost = (m // tile.mr) * tile.mr + (max(m % tile.mr, tile.mr / 2) if m % tile.mr else 0)
+        n_cost = (n // tile.nr) * tile.nr + _round_up(n % tile.nr, tile.lanes)
+        useful = (m * n) / (m_cost * n_cost)
         ranked.append((tile, score, score.efficiency * useful))
     # Differences under RANK_BUCKET are within the model's accuracy: there, more FMAs per k
     # step (more register reuse, fewer loads per FLOP) and wider tiles win.
@@ -235,10 +239,14 @@ class CpuSynthesis:
 # (b)-(d) for GEMM-lowered operators.
 # ---------------------------------------------------------------------------------------------
 
-def gemm_shape(spec: OperatorSpec) -> tuple[int, int, int]:
+def gemm_shape(spec: OperatorSpec, transposed: bool = False) -> tuple[int, int, int]:
+    """(M, N, K) of the GEMM an operator lowers to. Conv2d: M = output channels, N = output
+    pixels; transposed (implicit_gemm_t): M = output pixels, N = output channels."""
     if isinstance(spec, MatmulSpec):
         return spec.m, spec.n, spec.k
     if isinstance(spec, Conv2dSpec):
+        if transposed:
+            return spec.out_h * spec.out_w, spec.k, spec.c * spec.r * spec.s
         return spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s
     raise OperatorError(f"{spec.name} is not lowered to GEMM")
 
@@ -270,10 +278,10 @@ def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
 
 
 def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: HardwareDescription,
-            cluster: CpuCluster, threads: int, isa: str, kc_fill: float = L1_FILL):
+            cluster: CpuCluster, threads: int, isa: str, kc_fill: float = L1_FILL, transposed: bool = False):
     """Grow one micro-tile into a full GEMM schedule; return (schedule, levels, estimate)."""
     core = cluster.core
-    m, n, k = gemm_shape(spec)
+    m, n, k = gemm_shape(spec, transposed)
     batch = spec.batch if isinstance(spec, MatmulSpec) else spec.n
     conv = isinstance(spec, Conv2dSpec)
     mr, nr = tile.mr, tile.nr
@@ -282,7 +290,12 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     # MR x KC micro-panel of A must fit the L1 share.
     l1_budget = core.l1d.size_bytes * kc_fill
     kc_cap = int(l1_budget // ((mr + nr) * FLOAT_BYTES))
-    if kc_cap >= k:
+    l2_per_core = cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
+    if transposed and (mr + nr) * k * FLOAT_BYTES <= l2_per_core * L2_FILL:
+        # A transposed tile is stored through a scalar loop: store it once, streaming both
+        # micro-panels (whole K) from L2 instead of L1.
+        kc, kc_reason = k, "transposed C tile stored once: both K-deep micro-panels fit the L2 share"
+    elif kc_cap >= k:
         kc, kc_reason = k, "whole reduction K fits the L1 share"
     else:
         # As many slices as the cap needs, then equal slices: K=147 under a cap of 72 gives 3 x 56
@@ -292,7 +305,6 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
         kc_reason = f"L1 capacity ({kc_fill:.0%} of L1d), {slices} equal slices of K={k}"
     kc = max(kc, 1)
     # L2: the packed MC x KC block of A is reused across the whole NC panel.
-    l2_per_core = cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
     mc_cap = int(l2_per_core * L2_FILL // (kc * FLOAT_BYTES))
     m_padded = _round_up(m, mr)
     if mc_cap >= m_padded:
@@ -321,7 +333,9 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     # the packing pass disappears.
     a_pack, a_reason = ("packed", "lane-indexed FMAs read MR rows per load") if isa == "neon" else \
         ("direct", "one broadcast per row either way")
-    if a_pack == "direct":
+    if transposed:
+        a_pack, a_reason = "packed", "im2col rows of output pixels"
+    elif a_pack == "direct":
         # Rows of A read in place are lda floats apart; when that stride is a multiple of the L1
         # set span, many rows fall into one set and evict each other (lda = 1024 floats on an
         # 8-way, 64-set L1 puts all MR rows in one set). Then packing pays for itself.
@@ -339,6 +353,8 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     padded_flops = 2 * batch * m * n_computed * k
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
     compute_s = padded_flops / (peak_flops_per_core * score.efficiency * threads / imbalance)
+    if transposed:  # the scalar transposed store: about one element per cycle, once per KC slice
+        compute_s *= 1 + tile.lanes / kc
     k_slices = math.ceil(k / kc)
     # Per KC slice: A block streamed from L2 once per NR column of B; B micro-panel from L2
     # once per MC block; C tile read+written once per KC slice.
@@ -352,7 +368,11 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     bandwidth = (hw.memory.peak_bandwidth_gbps if hw.memory else 10.0) * 1e9 * 0.8
     dram_s = dram_bytes / bandwidth
     # Packing is extra work on the cores: about one element per cycle per core for gathers.
-    pack_elems = batch * (k * n + (m * k * math.ceil(n / nc) if a_pack == "packed" else 0))
+    # (weights are assumed pre-packed: the transposed filters of implicit_gemm_t are not counted)
+    if transposed:
+        pack_elems = batch * m * k * math.ceil(n / nc)
+    else:
+        pack_elems = batch * (k * n + (m * k * math.ceil(n / nc) if a_pack == "packed" else 0))
     pack_s = pack_elems / (clock_hz * threads * (2.0 if not conv else 1.0))
     parts = (("compute", compute_s + pack_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
@@ -368,7 +388,9 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
                   f"micro-tile score {score.efficiency:.0%} of FMA peak ({score.bound}-bound, "
                   f"{score.cycles_per_k:.1f} cycles/k step, {score.source})"),
         TileLevel("L1", f"kc={kc}: B micro-panel {kc}x{nr} + A micro-panel {mr}x{kc}",
-                  f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d", kc_reason),
+                  (f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2 "
+                   "(streamed through L1)" if kc_reason.startswith("transposed") else
+                   f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d"), kc_reason),
         TileLevel("L2", f"mc={mc}: {'packed ' if a_pack == 'packed' else ''}A block {mc}x{kc}",
                   f"{mc * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", mc_reason),
         TileLevel("L3", f"nc={nc}: packed B panel {kc}x{nc}",
@@ -479,28 +501,33 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
         return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=levels,
                             estimate=estimate, gemm_shape=None)
 
-    m, n, k = gemm_shape(spec)
-    ranked = rank_micro_tiles(core, isa, evaluator, m, n)
-    # Expand the best few micro-tiles (and two L1 fill targets) and let the cost model decide.
+    # Expand the best few micro-tiles (and two L1 fill targets) in each orientation the operator
+    # allows and let the cost model decide. Conv2d may put vectors along output pixels
+    # (implicit_gemm) or along output channels (implicit_gemm_t, no waste when the pixel count is
+    # ragged); ties keep the plain orientation.
+    orientations = (False, True) if isinstance(spec, Conv2dSpec) else (False,)
     candidates = []
-    for tile, score, _ in ranked[:6]:
-        for fill in (L1_FILL, 0.75):
-            sched, levels, estimate = _expand(tile, score, spec, hw, chosen, threads, isa, fill)
-            candidates.append((estimate.predicted_s, -tile.accumulator_registers, tile.mr, tile.nr, fill,
-                               sched, levels, estimate, score))
+    for transposed in orientations:
+        m, n, k = gemm_shape(spec, transposed)
+        for tile, score, _ in rank_micro_tiles(core, isa, evaluator, m, n)[:6]:
+            for fill in (L1_FILL, 0.75):
+                sched, levels, estimate = _expand(tile, score, spec, hw, chosen, threads, isa, fill, transposed)
+                candidates.append((estimate.predicted_s, transposed, -tile.accumulator_registers, tile.mr, tile.nr,
+                                   fill, sched, levels, estimate, score))
     fastest = min(c[0] for c in candidates)
-    candidates.sort(key=lambda c: (round((c[0] / fastest - 1) / RANK_BUCKET), *c[1:5]))
+    candidates.sort(key=lambda c: (round((c[0] / fastest - 1) / RANK_BUCKET), *c[1:6]))
     best = candidates[0]
-    sched, levels, estimate, score = best[5], best[6], best[7], best[8]
-    seen, alternatives = {sched}, []
+    transposed, sched, levels, estimate, score = best[1], best[6], best[7], best[8], best[9]
+    m, n, k = gemm_shape(spec, transposed)
+    seen, alternatives = {(transposed, sched)}, []
     for c in candidates[1:]:
-        if c[5] not in seen:
-            seen.add(c[5])
-            alternatives.append((f"{c[5].mr}x{c[5].nr} kc={c[5].kc}", c[0]))
+        if (c[1], c[6]) not in seen:
+            seen.add((c[1], c[6]))
+            alternatives.append((f"{'transposed ' if c[1] else ''}{c[6].mr}x{c[6].nr} kc={c[6].kc}", c[0]))
     tiles_line = (f"tiles: mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
                   f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}"
                   + (f" a_load_bits={sched.a_load_bits}" if isa == "neon" else ""))
-    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
     gemm_line = f"lowered: {lowering} M={m} N={n} K={k}"
     plan = CpuKernelPlan(
         spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=sched, depthwise=None,
