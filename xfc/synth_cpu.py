@@ -39,6 +39,8 @@ SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
 L1_FILL = 0.5
 L2_FILL = 0.5
 L3_FILL = 0.5
+L2_STREAM_FILL = 0.25            # deep-KC candidates: both micro-panels within this share of L2
+B_REUSE_FOR_L2_STREAM = 8        # row tiles that must reuse a B micro-panel before it may live in L2
 RANK_BUCKET = 0.02               # relative score/time differences the model cannot resolve
 K_STEP_ALIGN = 8                 # KC is a multiple of this (keeps the unrolled body whole)
 
@@ -278,7 +280,8 @@ def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
 
 
 def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: HardwareDescription,
-            cluster: CpuCluster, threads: int, isa: str, kc_fill: float = L1_FILL, transposed: bool = False):
+            cluster: CpuCluster, threads: int, isa: str, kc_fill: float = L1_FILL, transposed: bool = False,
+            stream_b_from_l2: bool = False):
     """Grow one micro-tile into a full GEMM schedule; return (schedule, levels, estimate)."""
     core = cluster.core
     m, n, k = gemm_shape(spec, transposed)
@@ -295,6 +298,14 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
         # A transposed tile is stored through a scalar loop: store it once, streaming both
         # micro-panels (whole K) from L2 instead of L1.
         kc, kc_reason = k, "transposed C tile stored once: both K-deep micro-panels fit the L2 share"
+    elif stream_b_from_l2:
+        # Deep slices streamed from L2: fewer passes over a large C, for micro-panels that many
+        # row tiles reuse (the caller only offers this when they do).
+        kc_cap_l2 = int(l2_per_core * L2_STREAM_FILL // ((mr + nr) * FLOAT_BYTES))
+        slices = math.ceil(k / max(_round_down(kc_cap_l2, K_STEP_ALIGN), 1))
+        kc = min(k, _round_up(math.ceil(k / slices), K_STEP_ALIGN))
+        kc_reason = (f"micro-panels streamed from L2 ({L2_STREAM_FILL:.0%} of the L2 share), {slices} slice(s) "
+                     f"of K={k}: fewer passes over C")
     elif kc_cap >= k:
         kc, kc_reason = k, "whole reduction K fits the L1 share"
     else:
@@ -369,12 +380,18 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     dram_s = dram_bytes / bandwidth
     # Packing is extra work on the cores: about one element per cycle per core for gathers.
     # (weights are assumed pre-packed: the transposed filters of implicit_gemm_t are not counted)
-    if transposed:
-        pack_elems = batch * m * k * math.ceil(n / nc)
+    a_pack_elems = batch * m * k * math.ceil(n / nc) if a_pack == "packed" else 0
+    if transposed or not conv:  # matmul B and transposed filters are the (pre-packed) weights
+        pack_elems = a_pack_elems
     else:
-        pack_elems = batch * (k * n + (m * k * math.ceil(n / nc) if a_pack == "packed" else 0))
+        pack_elems = batch * k * n + a_pack_elems
     pack_s = pack_elems / (clock_hz * threads * (2.0 if not conv else 1.0))
-    parts = (("compute", compute_s + pack_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
+    # Every KC slice after the first reads and writes C again; that traffic waits on the level C
+    # lives in and does not overlap the FMAs of the tile it belongs to.
+    c_bytes = batch * FLOAT_BYTES * m * n
+    c_rate = L2_BYTES_PER_CYCLE if c_bytes <= l2_per_core * threads * L2_FILL else SHARED_CACHE_BYTES_PER_CYCLE
+    c_pass_s = (k_slices - 1) * 2 * c_bytes / (c_rate * clock_hz * threads)
+    parts = (("compute", compute_s + pack_s + c_pass_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
     estimate = CostEstimate(flops=batch * 2 * m * n * k, seconds_by_bound=parts, predicted_s=worst, bound=bound)
 
@@ -389,7 +406,7 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
                   f"{score.cycles_per_k:.1f} cycles/k step, {score.source})"),
         TileLevel("L1", f"kc={kc}: B micro-panel {kc}x{nr} + A micro-panel {mr}x{kc}",
                   (f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2 "
-                   "(streamed through L1)" if kc_reason.startswith("transposed") else
+                   "(streamed through L1)" if kc_reason.startswith(("transposed", "micro-panels streamed")) else
                    f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d"), kc_reason),
         TileLevel("L2", f"mc={mc}: {'packed ' if a_pack == 'packed' else ''}A block {mc}x{kc}",
                   f"{mc * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", mc_reason),
@@ -510,8 +527,15 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     for transposed in orientations:
         m, n, k = gemm_shape(spec, transposed)
         for tile, score, _ in rank_micro_tiles(core, isa, evaluator, m, n)[:6]:
-            for fill in (L1_FILL, 0.75):
-                sched, levels, estimate = _expand(tile, score, spec, hw, chosen, threads, isa, fill, transposed)
+            options = [(L1_FILL, False), (0.75, False)]
+            # Deep L2-streamed slices only for matmul, whose B is pre-packed once: a conv packs its
+            # im2col panel (KC x NC) on every call, and a deep one falls out of cache (measured:
+            # conv_r18_l1 kc=576 about 4% slower than kc=88 on the AVX-512 host).
+            if isinstance(spec, MatmulSpec) and math.ceil(m / tile.mr) >= B_REUSE_FOR_L2_STREAM:
+                options.append((1.0, True))
+            for fill, stream in options:
+                sched, levels, estimate = _expand(tile, score, spec, hw, chosen, threads, isa, fill, transposed,
+                                                  stream_b_from_l2=stream)
                 candidates.append((estimate.predicted_s, transposed, -tile.accumulator_registers, tile.mr, tile.nr,
                                    fill, sched, levels, estimate, score))
     fastest = min(c[0] for c in candidates)
