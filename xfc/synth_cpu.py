@@ -331,12 +331,20 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     else:
         nc, nc_reason = _round_down(nc_cap, nr), f"{shared_name} capacity ({L3_FILL:.0%})"
 
-    # (c) Cores: split the axis whose tiles divide most evenly.
+    # (c) Cores: split the axis whose tiles divide most evenly; prefer (within 10%) the axis that
+    # also splits the operand packed on every call (conv: the im2col matrix, B or, transposed, A),
+    # since splitting the other axis makes every thread pack all of it.
     n_tiles, m_tiles = math.ceil(n / nr), math.ceil(m / mr)
     imbalance_n = math.ceil(n_tiles / threads) * threads / n_tiles
     imbalance_m = math.ceil(m_tiles / threads) * threads / m_tiles
     axis = "n" if imbalance_n <= imbalance_m else "m"
-    imbalance = min(imbalance_n, imbalance_m)
+    packed_axis = ("m" if transposed else "n") if conv else None
+    split_reason = "fewest idle tiles"
+    if packed_axis and axis != packed_axis:
+        packed_imbalance = imbalance_m if packed_axis == "m" else imbalance_n
+        if packed_imbalance <= 1.10 * min(imbalance_n, imbalance_m):
+            axis, split_reason = packed_axis, "splits the input operand packed on every call (no duplicated packing)"
+    imbalance = imbalance_n if axis == "n" else imbalance_m
     if threads == 1:
         axis, imbalance = "n", 1.0
     # A operand: NEON feeds MR rows from one vector load (lane-indexed FMAs), which needs A packed
@@ -415,7 +423,7 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
                   nc_reason),
         TileLevel("CORES", f"{threads} thread(s), split {'N columns' if axis == 'n' else 'M rows'}",
                   f"{threads} of {cluster.count} cores, load imbalance {imbalance:.2f}",
-                  "fewest idle tiles" if threads > 1 else "single thread requested"),
+                  split_reason if threads > 1 else "single thread requested"),
     )
     return sched, levels, estimate
 
