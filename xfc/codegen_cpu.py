@@ -40,7 +40,7 @@ DIALECTS = {
     "neon": {"prelude": "cpu/dialect_neon.h.j2", "lanes": (4,), "registers": 32, "has_mask": False},
     "generic": {"prelude": "cpu/dialect_generic.h.j2", "lanes": None, "registers": 16, "has_mask": False},
 }
-A_PACKS = ("packed", "direct")
+A_PACKS = ("packed", "direct", "im2col_direct")
 
 # Codegen policies that are not (yet) plan fields. Measured on the AVX-512 host (see
 # docs/host-kernel-notes.md); the synthesizer may override them via plan.extra keys of the same name.
@@ -136,8 +136,15 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule nc={g.nc} is not a multiple of nr={g.nr}")
     if g.a_pack not in A_PACKS:
         raise OperatorError(f"gemm schedule a_pack '{g.a_pack}' must be one of {', '.join(A_PACKS)}")
-    if plan.lowering == "implicit_gemm_t" and g.a_pack != "packed":
-        raise OperatorError("lowering 'implicit_gemm_t' packs its A operand (im2col rows): a_pack must be 'packed'")
+    if plan.lowering == "implicit_gemm_t":
+        if g.a_pack == "direct":
+            raise OperatorError("lowering 'implicit_gemm_t' reads A (im2col rows) packed or from the staged image: "
+                                "a_pack must be 'packed' or 'im2col_direct'")
+        if g.a_pack == "im2col_direct" and spec.out_w % g.mr:
+            raise OperatorError(f"a_pack 'im2col_direct' needs MR={g.mr} to divide the output width {spec.out_w} "
+                                "(a tile's pixels must lie in one output row)")
+    elif g.a_pack == "im2col_direct":
+        raise OperatorError("a_pack 'im2col_direct' is only for lowering 'implicit_gemm_t'")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
     if plan.isa == "neon" and g.a_load_bits not in (64, 128):
@@ -253,8 +260,10 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
         "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
         "a_pack": g.a_pack, "a_kstep": g.mr if g.a_pack == "packed" else 1,
-        "a_pack_text": ("packed into MR-row panels [kc][MR], zero-padded" if g.a_pack == "packed" else
-                        "read in place (row-major, one broadcast per row and k step)"),
+        "a_pack_text": {"packed": "packed into MR-row panels [kc][MR], zero-padded",
+                        "direct": "read in place (row-major, one broadcast per row and k step)",
+                        "im2col_direct": "read from the staged image: MR consecutive pixels of one output row "
+                                         "at the k row's offset koff[k]"}[g.a_pack],
         "variants": micro_kernel_variants(plan, m, n, lda),
         "loop_order": policy["loop_order"],
         "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
@@ -422,6 +431,8 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits,
                      a_pack=a_pack or ("packed" if isa == "neon" or transposed else "direct"))
+    if transposed and a_pack is None and spec.out_w % mr == 0:
+        g = GemmSchedule(**{**g.__dict__, "a_pack": "im2col_direct"})
     header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
                f"A={g.a_pack}",)
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")

@@ -353,7 +353,10 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     a_pack, a_reason = ("packed", "lane-indexed FMAs read MR rows per load") if isa == "neon" else \
         ("direct", "one broadcast per row either way")
     if transposed:
-        a_pack, a_reason = "packed", "im2col rows of output pixels"
+        if spec.out_w % mr == 0:  # a tile's pixels lie in one output row: consecutive staged floats
+            a_pack, a_reason = "im2col_direct", f"MR={mr} pixels of one output row read from the staged image"
+        else:
+            a_pack, a_reason = "packed", f"im2col rows of output pixels (MR={mr} does not divide OW={spec.out_w})"
     elif a_pack == "direct":
         # Rows of A read in place are lda floats apart; when that stride is a multiple of the L1
         # set span, many rows fall into one set and evict each other (lda = 1024 floats on an
@@ -388,12 +391,18 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     dram_s = dram_bytes / bandwidth
     # Packing is extra work on the cores: about one element per cycle per core for gathers.
     # (weights are assumed pre-packed: the transposed filters of implicit_gemm_t are not counted)
-    a_pack_elems = batch * m * k * math.ceil(n / nc) if a_pack == "packed" else 0
-    if transposed or not conv:  # matmul B and transposed filters are the (pre-packed) weights
-        pack_elems = a_pack_elems
-    else:
-        pack_elems = batch * k * n + a_pack_elems
-    pack_s = pack_elems / (clock_hz * threads * (2.0 if not conv else 1.0))
+    # Packing is extra work on the cores. Rates (elements per cycle per core): a transposing copy
+    # (A into MR-row panels) about 1; im2col runs (short contiguous copies) about lanes / 4; whole
+    # rows (pointwise conv input) about lanes / 2. Weights (matmul B, transposed filters) are
+    # assumed pre-packed and not charged.
+    pointwise_rows = conv and not transposed and spec.r == spec.s == 1 and spec.stride_h == spec.stride_w == 1 \
+        and spec.pad_top == spec.pad_left == spec.pad_bottom == spec.pad_right == 0
+    pack_cycles = batch * m * k * math.ceil(n / nc) if a_pack == "packed" and not transposed else 0
+    if transposed and a_pack == "packed":  # im2col rows copied into A panels
+        pack_cycles = batch * m * k * math.ceil(n / nc) / max(tile.lanes / 4, 1)
+    if conv and not transposed:  # the B panel: input rows or im2col runs, every call
+        pack_cycles += batch * k * n / max(tile.lanes / (2 if pointwise_rows else 4), 1)
+    pack_s = pack_cycles / (clock_hz * threads)
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
     c_bytes = batch * FLOAT_BYTES * m * n
