@@ -245,8 +245,19 @@ TRANSPOSED_CASES = [
 ]
 
 
+# im2col rows read straight from the staged image (a_pack 'im2col_direct'): output widths that
+# every ISA's MR (6, 5, 3 above) divides, so a tile's pixels lie in one output row.
+DIRECT_CASES = [
+    ("d_s1_b2", conv(3, 8, 30, 21, 3, 3, n=2, pad=1, bias=True, act="relu"), "m"),          # OW 30
+    ("d_s2", conv(4, 9, 59, 40, 3, 3, stride=2, pad=1, bias=True), "n"),                    # OW 30
+    ("d_dil2_asym", conv(2, 10, 30, 17, 3, 3, pad=(2, 2, 1, 2), dilation=2, act="relu6"), "m"),  # OW 30
+    ("d_stem7x7", conv(3, 15, 65, 33, 7, 7, stride=2, pad=3, bias=True), "n"),              # OW 33: 3 only
+]
+
+
 @pytest.mark.parametrize("isa", HOST_ISAS)
-@pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES, ids=[c[0] for c in TRANSPOSED_CASES])
+@pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES + DIRECT_CASES,
+                         ids=[c[0] for c in TRANSPOSED_CASES + DIRECT_CASES])
 def test_transposed_conv_host(tag, spec, axis, isa, build_dir):
     outs = []
     for threads in (1, 2):
@@ -275,27 +286,6 @@ def test_transposed_conv_neon_qemu(tag, spec, build_dir):
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
 
 
-# im2col rows read straight from the staged image (a_pack 'im2col_direct'): output widths that
-# every ISA's MR (6, 5, 3 above) divides, so a tile's pixels lie in one output row.
-DIRECT_CASES = [
-    ("d_s1_b2", conv(3, 8, 30, 21, 3, 3, n=2, pad=1, bias=True, act="relu"), "m"),          # OW 30
-    ("d_s2", conv(4, 9, 59, 40, 3, 3, stride=2, pad=1, bias=True), "n"),                    # OW 30
-    ("d_dil2_asym", conv(2, 10, 30, 17, 3, 3, pad=(2, 2, 1, 2), dilation=2, act="relu6"), "m"),  # OW 30
-    ("d_stem7x7", conv(3, 15, 65, 33, 7, 7, stride=2, pad=3, bias=True), "n"),              # OW 33: 3 only
-]
-
-
-@pytest.mark.parametrize("isa", HOST_ISAS)
-@pytest.mark.parametrize("tag,spec,axis", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
-def test_transposed_conv_im2col_direct_host(tag, spec, axis, isa, build_dir):
-    outs = []
-    for threads in (1, 2):
-        plan = hand_plan(spec, isa, threads, transposed=True, parallel_axis=axis if threads > 1 else None,
-                         function_name=f"pp_{tag}_{isa}_t{threads}", **TILES[isa])
-        expected = "im2col_direct" if spec.out_w % plan.gemm.mr == 0 else "packed"
-        assert plan.gemm.a_pack == expected
-        outs.append(_check_prepacked(build_host(render_cpu_kernel(plan), build_dir), spec))
-    assert np.array_equal(outs[0], outs[1]), f"{tag}: 1- and 2-thread results differ"
 
 
 @needs_arm
