@@ -238,7 +238,8 @@ def run_ours(name, spec, threads, planner, build_root):
     m = kernel.time(a, b, bias, repeats=repeats, warmup=WARMUP, prepacked=True)
     per_call = kernel.time(a, b, bias, repeats=repeats, warmup=WARMUP)
     tiles = (dict(mr=plan.gemm.mr, nr=plan.gemm.nr, k_unroll=plan.gemm.k_unroll, kc=plan.gemm.kc, mc=plan.gemm.mc,
-                  nc=plan.gemm.nc, split=plan.gemm.parallel_axis) if plan.gemm else
+                  nc=plan.gemm.nc, split=plan.gemm.parallel_axis, a_pack=plan.gemm.a_pack,
+                  lowering=plan.lowering) if plan.gemm else
              dict(oh_rows=plan.depthwise.oh_rows, ow_vectors=plan.depthwise.ow_vectors))
     return {"gflops": m.gflops, "median_s": m.median_s, "min_s": m.min_s, "repeats": len(m.samples_s),
             "weights": "pre-packed once (untimed)", "gflops_packing_per_call": per_call.gflops,
