@@ -282,6 +282,8 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         packed_floats, packed_text = m * lda, "filters as given (read in place)"
     ctx.update({"m_padded": m_padded, "n_padded": n_padded, "packed_floats": packed_floats,
                 "packed_text": packed_text, "transposed": transposed,
+                # transposed tiles stored through a 16x16 register transpose (AVX-512, MR <= 16)
+                "vector_transpose": transposed and plan.isa == "avx512" and g.mr <= 16,
                 "weights_operand": "b" if isinstance(spec, MatmulSpec) or transposed else "a",
                 "b_pre_batch_stride": spec.k * n_padded if isinstance(spec, MatmulSpec) else 0})
     if isinstance(spec, MatmulSpec):

@@ -375,8 +375,10 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     padded_flops = 2 * batch * m * n_computed * k
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
     compute_s = padded_flops / (peak_flops_per_core * score.efficiency * threads / imbalance)
-    if transposed:  # the scalar transposed store: about one element per cycle, once per KC slice
-        compute_s *= 1 + tile.lanes / kc
+    if transposed:  # the transposed store, once per KC slice: about one element per cycle in scalar
+        # code, about a third of that through the AVX-512 16x16 register transpose (MR <= 16)
+        store_cycles_per_element = 0.3 if isa == "avx512" and mr <= 16 else 1.0
+        compute_s *= 1 + store_cycles_per_element * tile.lanes / kc
     k_slices = math.ceil(k / kc)
     # Per KC slice: A block streamed from L2 once per NR column of B; B micro-panel from L2
     # once per MC block; C tile read+written once per KC slice.
