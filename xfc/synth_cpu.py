@@ -404,6 +404,9 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
         pack_cycles = batch * m * k * math.ceil(n / nc) / max(tile.lanes / 4, 1)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
         pack_cycles += batch * k * n / max(tile.lanes / (2 if pointwise_rows else 4), 1)
+    if conv and not pointwise_rows:  # staging the zero-padded input image once per call
+        staged = batch * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)
+        pack_cycles += staged / max(tile.lanes / 2, 1)
     pack_s = pack_cycles / (clock_hz * threads)
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
