@@ -351,9 +351,22 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
                 by_offset.setdefault(t["row_offsets"][i] + j * lanes, []).append(
                     {"row": i, "vec": j, "tap": tap_number})
     loads = [{"offset": off, "uses": uses} for off, uses in sorted(by_offset.items())]
+    # The last block of a row when OW is not a multiple of the block: per vector, the lanes that
+    # hold outputs. Vectors with at most half the lanes valid run at half width where the dialect
+    # has half vectors (AVX-512 on cores that split 512-bit FMAs); empty ones are skipped.
+    tail = None
+    if plan.isa == "avx512" and spec.out_w % ow_block and lanes == 16:
+        tail_ow0 = (spec.out_w // ow_block) * ow_block
+        valid = [max(0, min(lanes, spec.out_w - tail_ow0 - j * lanes)) for j in range(d.ow_vectors)]
+        if any(0 < v <= lanes // 2 for v in valid):
+            # a load may feed several vectors (taps shifted by a whole vector): split it per vector
+            tail_loads = [{"offset": ld["offset"], "vec": j, "uses": [u for u in ld["uses"] if u["vec"] == j]}
+                          for ld in loads for j in sorted({u["vec"] for u in ld["uses"]}) if valid[j]]
+            tail = {"ow0": tail_ow0, "loads": tail_loads,
+                    "vectors": [{"vec": j, "valid": v, "half": 0 < v <= lanes // 2} for j, v in enumerate(valid)]}
     ctx = _common_context(plan, "cpu/depthwise.c.j2")
     ctx.update({
-        "loads": loads,
+        "loads": loads, "tail": tail,
         "batch": spec.n, "conv": geo, "oh_rows": d.oh_rows, "ow_vectors": d.ow_vectors,
         "ow_block": ow_block, "oh_padded": oh_padded, "ow_padded": ow_padded,
         "block_rows": block_rows, "phase_width": phase_width, "row_stride": row_stride, "taps": taps,
