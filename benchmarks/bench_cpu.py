@@ -314,23 +314,18 @@ def main(argv=None):
         sweep(args.sweep.split(","), build_root)
         return 0
 
-    def keep_best(slot: dict, key: str, result: dict) -> None:
-        old = slot.get(key)
-        if old is not None and "verified" in result:  # a kernel that failed any round stays failed
-            result["verified"] = old["verified"] = bool(result["verified"] and old["verified"])
-        if old is not None and result.get("gflops") is not None:
-            result.setdefault("round_gflops", old.get("round_gflops", [old["gflops"]]))
-            result["round_gflops"] = result["round_gflops"] + [result["gflops"]]
-            if old["gflops"] >= result["gflops"]:
-                old["round_gflops"] = result["round_gflops"]
-                return
-        elif result.get("gflops") is not None:
-            result["round_gflops"] = [result["gflops"]]
-        slot[key] = result
+    def best_of_rounds(results: list[dict]) -> dict:
+        """The round with the highest GFLOP/s, plus every round's figure; a kernel that failed
+        verification in any round stays failed."""
+        best = dict(max(results, key=lambda r: r.get("gflops") or 0.0))
+        best["round_gflops"] = [r.get("gflops") for r in results]
+        if "verified" in best:
+            best["verified"] = all(r["verified"] for r in results)
+        return best
 
     rounds = max(1, args.rounds)
     planner, planner_desc = get_planner(args.plans)
-    peers, peer_info, ours = {}, {}, {}
+    peer_rounds, our_rounds, peer_info = {}, {}, {}
     for round_no in range(1, rounds + 1):
         tag = f"[round {round_no}/{rounds}] "
         if not args.no_peers:
@@ -340,12 +335,17 @@ def main(argv=None):
                     res, info = run_peer_child(peer, names, t)
                     peer_info[f"{peer}_t{t}"] = info
                     for name, r in res.items():
-                        keep_best(peers.setdefault(name, {}).setdefault(str(t), {}), peer, r)
+                        peer_rounds.setdefault((name, str(t), peer), []).append(r)
         for name in names:
             spec = spec_of(name)
             for t in thread_counts:
                 print(f"{tag}measuring xfc {name} ({t}T) ...", file=sys.stderr, flush=True)
-                keep_best(ours.setdefault(name, {}), str(t), run_ours(name, spec, t, planner, build_root))
+                our_rounds.setdefault((name, str(t)), []).append(run_ours(name, spec, t, planner, build_root))
+    peers, ours = {}, {}
+    for (name, t, peer), results in peer_rounds.items():
+        peers.setdefault(name, {}).setdefault(t, {})[peer] = best_of_rounds(results)
+    for (name, t), results in our_rounds.items():
+        ours.setdefault(name, {})[t] = best_of_rounds(results)
 
     # table
     header = ("workload", "ours 1T", "best peer 1T", "ratio", "ours 2T", "2T/1T", "peer 2T", "1T pack/call",

@@ -7,11 +7,9 @@ plan with 128-bit A loads). Tests that need a missing tool or ISA are skipped wi
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from xfc.build import (ARM_CC, QEMU, Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models,

@@ -233,7 +233,7 @@ def test_device_selection_errors(server, device):
         AdbRunner(adb_port=server.port).connect()
     with pytest.raises(DeviceError, match="'1.2.3.4:5' not found.*adb connect 1.2.3.4:5"):
         AdbRunner(serial="1.2.3.4:5", adb_port=server.port).connect()
-    d1, d2 = device(), device(soc="snapdragon-888")
+    _, d2 = device(), device(soc="snapdragon-888")  # two devices connected
     with pytest.raises(DeviceError, match="several devices are connected"):
         AdbRunner(adb_port=server.port).connect()
     r = AdbRunner(serial=d2.dev.serial, adb_port=server.port).connect()

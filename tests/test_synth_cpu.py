@@ -2,7 +2,6 @@
 deterministic, and what it synthesizes is correct (host natively, ARM under qemu-aarch64)."""
 from __future__ import annotations
 
-import math
 import random
 import time
 

@@ -167,18 +167,22 @@ class HostKernel:
         self._bench_packed.argtypes = self._bench.argtypes
         self._bench_packed.restype = ctypes.c_int
 
+    _INPUT_NAMES = ("in0", "in1", "bias")
+
+    def _input(self, index: int, arr) -> np.ndarray:
+        """Input `index` (0: in0, 1: in1, 2: bias; bias None means zeros) as contiguous fp32 of its shape."""
+        shape = tuple(self.spec.input_shapes[index])
+        if arr is None and index == 2:
+            return np.zeros(shape, np.float32)
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.shape != shape:
+            raise VerificationError(f"{self.rendered.function_name}: {self._INPUT_NAMES[index]} has shape "
+                                    f"{arr.shape}, expected {shape}")
+        return arr
+
     def _prepare(self, in0, in1, bias):
-        arrays = []
-        for arr, shape, what in zip((in0, in1, bias), self.spec.input_shapes, ("in0", "in1", "bias")):
-            if bias is None and what == "bias":
-                arr = np.zeros(shape, np.float32)
-            arr = np.ascontiguousarray(arr, dtype=np.float32)
-            if arr.shape != tuple(shape):
-                raise VerificationError(f"{self.rendered.function_name}: {what} has shape {arr.shape}, "
-                                        f"expected {tuple(shape)}")
-            arrays.append(arr)
-        out = np.empty(self.spec.output_shape, np.float32)
-        return arrays, out
+        arrays = [self._input(i, arr) for i, arr in enumerate((in0, in1, bias))]
+        return arrays, np.empty(self.spec.output_shape, np.float32)
 
     @staticmethod
     def _ptr(a: np.ndarray):
@@ -193,7 +197,7 @@ class HostKernel:
     def prepack(self, in1: np.ndarray) -> np.ndarray:
         """The weights (in1) packed once into the layout the kernel's loops read (see gemm.c.j2);
         pass the result to run_packed / time(..., prepacked=True)."""
-        (_, b, _), _ = self._prepare(np.zeros(self.spec.input_shapes[0], np.float32), in1, None)
+        b = self._input(1, in1)
         packed = np.empty(int(self._packed_floats()), np.float32)
         if self._prepack(self._ptr(b), self._ptr(packed)) != 0:
             raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
@@ -208,7 +212,8 @@ class HostKernel:
 
     def run_packed(self, in0: np.ndarray, packed: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
         """Run with weights from prepack()."""
-        (a, _, c), out = self._prepare(in0, np.zeros(self.spec.input_shapes[1], np.float32), bias)
+        a, c = self._input(0, in0), self._input(2, bias)
+        out = np.empty(self.spec.output_shape, np.float32)
         packed = self._check_packed(packed)
         if self._fn_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out)) != 0:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")

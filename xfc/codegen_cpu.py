@@ -18,6 +18,7 @@ and, unless compiled with -DXFC_NO_MAIN, a main() that works on raw fp32 files (
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -289,7 +290,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     if isinstance(spec, MatmulSpec):
         ctx.update({
             "m": spec.m, "n": spec.n, "k": spec.k, "batch": spec.batch, "lda": spec.k,
-            "a_arg": "in0", "b_arg": "in1", "a_batch_stride": spec.m * spec.k,
+            "a_batch_stride": spec.m * spec.k,
             "b_batch_stride": spec.k * spec.n, "c_batch_stride": spec.m * spec.n,
             "a_source": "matrix", "b_pack": "rows", "ldb": spec.n, "bias_axis": "n",
             "bias_axis_text": "one value per output column n", "staged_input": False,
@@ -307,11 +308,10 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     else:
         geo = _conv_geometry(spec)
         crs = spec.c * spec.r * spec.s
-        pointwise = (spec.r == 1 and spec.s == 1 and spec.stride_h == 1 and spec.stride_w == 1
-                     and spec.pad_top == spec.pad_left == spec.pad_bottom == spec.pad_right == 0)
+        pointwise = spec.pointwise
         ctx.update({
             "m": spec.k, "n": spec.out_h * spec.out_w, "k": crs, "batch": spec.n, "lda": crs,
-            "a_arg": "in1", "b_arg": "in0", "a_batch_stride": 0,
+            "a_batch_stride": 0,
             "b_batch_stride": spec.c * spec.h * spec.w, "c_batch_stride": spec.k * spec.out_h * spec.out_w,
             "a_source": "matrix", "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
             "stage": conv_stage_geometry(spec), "staged_input": not pointwise,
@@ -447,7 +447,7 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits,
                      a_pack=a_pack or ("packed" if isa == "neon" or transposed else "direct"))
     if transposed and a_pack is None and spec.out_w % mr == 0:
-        g = GemmSchedule(**{**g.__dict__, "a_pack": "im2col_direct"})
+        g = dataclasses.replace(g, a_pack="im2col_direct")
     header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
                f"A={g.a_pack}",)
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")

@@ -94,6 +94,12 @@ class _WindowedSpec:
     def out_w(self) -> int:
         return (self.w + self.pad_left + self.pad_right - self.dilation_w * (self.s - 1) - 1) // self.stride_w + 1
 
+    @property
+    def pointwise(self) -> bool:
+        """1x1, stride 1, no padding: the input image is already the [C][H*W] GEMM operand."""
+        return (self.r == self.s == 1 and self.stride_h == self.stride_w == 1
+                and self.pad_top == self.pad_left == self.pad_bottom == self.pad_right == 0)
+
     def _geometry_key(self) -> str:
         return (f"n{self.n}_c{self.c}_h{self.h}_w{self.w}_r{self.r}_s{self.s}"
                 f"_st{self.stride_h}x{self.stride_w}"

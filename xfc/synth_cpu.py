@@ -395,18 +395,17 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
     # (weights are assumed pre-packed: the transposed filters of implicit_gemm_t are not counted)
     # Packing is extra work on the cores. Rates (elements per cycle per core): a transposing copy
     # (A into MR-row panels) about 1; im2col runs (short contiguous copies) about lanes / 4; whole
-    # rows (pointwise conv input) about lanes / 2. Weights (matmul B, transposed filters) are
-    # assumed pre-packed and not charged.
-    pointwise_rows = conv and not transposed and spec.r == spec.s == 1 and spec.stride_h == spec.stride_w == 1 \
-        and spec.pad_top == spec.pad_left == spec.pad_bottom == spec.pad_right == 0
-    pack_cycles = batch * m * k * math.ceil(n / nc) if a_pack == "packed" and not transposed else 0
-    if transposed and a_pack == "packed":  # im2col rows copied into A panels
-        pack_cycles = batch * m * k * math.ceil(n / nc) / max(tile.lanes / 4, 1)
+    # rows (pointwise conv input) about lanes / 2; staging the padded image about lanes / 2.
+    # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.
+    im2col_rate, rows_rate = max(tile.lanes / 4, 1), max(tile.lanes / 2, 1)
+    pack_cycles = 0.0
+    if a_pack == "packed":  # A panels: the im2col rows (transposed conv) or a matrix transpose
+        pack_cycles += batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed else 1)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
-        pack_cycles += batch * k * n / max(tile.lanes / (2 if pointwise_rows else 4), 1)
-    if conv and not pointwise_rows:  # staging the zero-padded input image once per call
+        pack_cycles += batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
+    if conv and (transposed or not spec.pointwise):  # staging the zero-padded image once per call
         staged = batch * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)
-        pack_cycles += staged / max(tile.lanes / 2, 1)
+        pack_cycles += staged / rows_rate
     pack_s = pack_cycles / (clock_hz * threads)
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.

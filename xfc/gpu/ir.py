@@ -18,7 +18,6 @@ A GpuKernelPlan is a frozen value; the templates only paste its numbers and stri
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 from ..ops import OperatorSpec
 

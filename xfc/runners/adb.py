@@ -172,6 +172,20 @@ def select_serial(client, serial: str | None) -> str:
     raise DeviceError(f"no Android device found by the {where}: {CONNECT_HINT}")
 
 
+def _sync_message(c, head: bytes) -> str:
+    """The text after a sync-protocol FAIL header (8 bytes: id + little-endian length)."""
+    n = struct.unpack("<I", head[4:8])[0]
+    return c.read_exact(n).decode("utf-8", "replace") if n else ""
+
+
+def _sync_quit(c) -> None:
+    """End a sync session politely; the device may already have closed it."""
+    try:
+        c.conn.sendall(b"QUIT" + bytes(4))
+    except OSError:
+        pass
+
+
 class AdbRunner(Runner):
     """Runs harnesses on one adb device, pinned to the caller's CPU ids."""
 
@@ -316,8 +330,7 @@ class AdbRunner(Runner):
             except (adbutils.AdbError, OSError, EOFError) as exc:
                 raise self._lost(what, send_error or exc) from None
             if status[:4] == b"FAIL":
-                n = struct.unpack("<I", status[4:])[0]
-                msg = c.read_exact(n).decode("utf-8", "replace") if n else "unknown error"
+                msg = _sync_message(c, status) or "unknown error"
                 if "space" in msg.lower() or "ENOSPC" in msg:
                     raise DeviceError(f"device {self.serial} storage is full: could not {what} "
                                       f"({msg}); free space in /data/local/tmp")
@@ -325,10 +338,7 @@ class AdbRunner(Runner):
             if status[:4] != b"OKAY":
                 raise DeviceError(f"could not {what} on {self.serial}: unexpected sync reply "
                                   f"{status[:4]!r}")
-            try:
-                c.conn.sendall(b"QUIT" + bytes(4))
-            except OSError:
-                pass
+            _sync_quit(c)
         finally:
             c.close()
 
@@ -349,15 +359,11 @@ class AdbRunner(Runner):
                     elif ident == b"DONE":
                         break
                     elif ident == b"FAIL":
-                        msg = c.read_exact(n).decode("utf-8", "replace") if n else "?"
-                        raise DeviceError(f"could not {what} from {self.serial}: {msg}")
+                        raise DeviceError(f"could not {what} from {self.serial}: {_sync_message(c, head) or '?'}")
                     else:
                         raise DeviceError(f"could not {what} from {self.serial}: unexpected "
                                           f"sync reply {ident!r}")
-                try:
-                    c.conn.sendall(b"QUIT" + bytes(4))
-                except OSError:
-                    pass
+                _sync_quit(c)
                 return b"".join(parts)
             finally:
                 c.close()
