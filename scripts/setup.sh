@@ -28,8 +28,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[setup] installing system packages: ${APT_PACKAGES[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+    # Third-party chatter (debconf notes, pip banners) goes to a log shown only on failure,
+    # so set-up output is xfc's own.
+    log=$(mktemp -t xfc-setup-apt.XXXXXX)
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"; } >"$log" 2>&1; then
+      cat "$log" >&2; echo "xfc setup: apt-get failed (log above)" >&2; exit 1
+    fi
+    rm -f "$log"
   else
     echo "xfc setup: missing system packages: ${missing[*]}" >&2
     echo "xfc setup: install them as root, e.g.: sudo apt-get install -y ${APT_PACKAGES[*]}" >&2
@@ -50,7 +55,9 @@ extras="test"
 stamp=".venv/.xfc-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
 if [ ! -e "$stamp" ]; then
   echo "[setup] installing Python packages into .venv (xfc[$extras])"
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[$extras]"
+  log=.venv/xfc-pip.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e ".[$extras]"; } >"$log" 2>&1; then
+    cat "$log" >&2; echo "xfc setup: pip install failed (log above, also in $log)" >&2; exit 1
+  fi
   touch "$stamp"
 fi
