@@ -12,7 +12,8 @@ other or with our kernels; our kernels are timed in this process, whose own Open
 one thread (it is only used by the float64 reference check). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE,
 which can force a slow OpenBLAS kernel, are removed from the benchmark's environment (re-exec).
 Timing: warm-up calls, then the median of repeats (at least MIN_REPEATS, about TARGET_S seconds).
-Results: a table on stdout and benchmarks/results/cpu_host.json (written atomically).
+Results: a table on stdout and benchmarks/results/cpu_host.json (written atomically; an existing --out
+file is replaced only if xfc wrote it, see xfc/outputs.py).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from xfc.workloads import SUITE  # noqa: E402
+from xfc.errors import XfcError  # noqa: E402
 from xfc.ops import check_output, make_inputs, make_spec  # noqa: E402
 
 TARGET_S = 0.6
@@ -248,13 +250,15 @@ def run_ours(name, spec, threads, planner, build_root):
             "where": m.where}
 
 
-def write_json_atomic(path: Path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+# The committed results predate the "xfc_output" key; files with all of these keys are ours too.
+RESULT_LEGACY_KEYS = ("geomean_ratio_1t_matmul_conv", "workloads", "machine")
+
+
+def write_results(path: Path, data):
+    """Atomic, and never over a file xfc did not write (xfc.outputs)."""
+    from xfc.outputs import write_json_result
+    write_json_result(path, data, kind="bench_cpu_host", option="--out", legacy_keys=RESULT_LEGACY_KEYS,
+                      sort_keys=True)
 
 
 def sweep(names, build_root):
@@ -308,6 +312,14 @@ def main(argv=None):
         results, info = PEERS[args.peer_child](names, thread_counts[0])
         print(json.dumps({"results": results, "info": info}))
         return 0
+
+    if not args.sweep:   # refuse a foreign --out now, not after minutes of measuring
+        from xfc.outputs import claim_file, json_is_ours
+        try:
+            claim_file(Path(args.out), json_is_ours(RESULT_LEGACY_KEYS), option="--out")
+        except XfcError as exc:
+            print(f"bench_cpu: error: {exc}", file=sys.stderr)
+            return 2
 
     build_root = Path(tempfile.gettempdir()) / "xfc_bench_cpu"
     if args.sweep:
@@ -397,7 +409,11 @@ def main(argv=None):
                              "ours": ours.get(name, {}), "peers": peers.get(name, {})} for name in names},
         "geomean_ratio_1t_matmul_conv": geo,
     }
-    write_json_atomic(Path(args.out), data)
+    try:
+        write_results(Path(args.out), data)
+    except XfcError as exc:
+        print(f"bench_cpu: error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

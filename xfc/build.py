@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from . import procs
 from .codegen_cpu import RenderedKernel
 from .errors import ToolchainError, VerificationError
 from .ops import check_output
@@ -92,8 +93,7 @@ def _write_atomic(path: Path, data: bytes | str) -> None:
 
 def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              cwd=str(cwd) if cwd else None)
+        proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None)
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
     except OSError as exc:
@@ -316,7 +316,7 @@ def qemu_cpu_models() -> tuple[str, ...]:
     global _QEMU_MODELS
     if _QEMU_MODELS is None:
         try:  # qemu 7.2 prints the list and exits with status 1
-            proc = subprocess.run([require_tool(QEMU), "-cpu", "help"], capture_output=True, text=True, timeout=30)
+            proc = procs.run([require_tool(QEMU), "-cpu", "help"], timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(f"qemu-aarch64 -cpu help failed: {exc}") from None
         lines = (proc.stdout + proc.stderr).replace("Available CPUs:", " ").split()

@@ -1,14 +1,18 @@
 """The `xfc` command line. The only module that reads the environment and maps errors to exits.
 
 Exit status: 0 ok, 2 bad input (hardware file, operator, shape), 3 missing toolchain or device,
-4 a kernel that did not match the numpy reference, 130 interrupted.
+4 a kernel that did not match the numpy reference, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+Both signals raise `Interrupted` in the main thread, so every clean-up runs (see xfc/outputs.py,
+xfc/procs.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 
 from . import __version__
 from .errors import XfcError
@@ -178,7 +182,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(KeyboardInterrupt):
+    """Raised in the main thread by SIGINT or SIGTERM, so `finally` blocks and context managers
+    clean up (staging directories, temporary files, child process groups) on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _InterruptsRaise:
+    """SIGINT and SIGTERM raise Interrupted once; a repeated signal during the clean-up is
+    ignored so the clean-up can finish. Signals a parent set to be ignored stay ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self._old, self._fired = {}, False
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in self.SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._old[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if not self._fired:
+            self._fired = True
+            raise Interrupted(signum)
+
+    def __exit__(self, *exc):
+        for signum, handler in self._old.items():
+            signal.signal(signum, handler)
+
+
 def main(argv=None) -> int:
+    with _InterruptsRaise():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:   # also while parsing arguments or importing
+            signum = getattr(exc, "signum", signal.SIGINT)
+            print(f"xfc: {'terminated' if signum == signal.SIGTERM else 'interrupted'}", file=sys.stderr)
+            return 128 + signum
+
+
+def _main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -189,9 +237,6 @@ def main(argv=None) -> int:
     except XfcError as exc:
         print(f"xfc: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("xfc: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug in xfc: still one line unless asked for the traceback

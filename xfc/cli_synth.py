@@ -1,48 +1,26 @@
 """`xfc synth`: synthesize, render, build, and optionally verify / time one operator.
 
-Outputs go to a fresh temporary directory beside the destination and are moved into place
-only when complete, so an interrupted or failed run never leaves a half-written kernel.
+Outputs are staged in a temporary directory beside the destination and moved into place only
+when complete (xfc.outputs), so a failed or interrupted run never leaves a half-written kernel,
+and xfc writes only into a directory that is new, empty or its own (`--force`: beside foreign
+files, never replacing them).
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from .errors import OperatorError, VerificationError, XfcError
 from .ops import OPERATORS, check_output, make_inputs, make_spec, parse_shape
+from .outputs import OutputDir
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-class _Staging:
-    """A temporary directory that becomes out_dir only on commit()."""
-
-    def __init__(self, out_dir: Path):
-        self.out_dir = out_dir
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-
-    def commit(self) -> None:
-        if self.out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-", dir=self.out_dir.parent))
-            os.replace(self.out_dir, old / "x")
-            os.replace(self.path, self.out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.path, self.out_dir)
-
-    def discard(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+OUTPUT_RULE = ("xfc writes only into a directory that does not exist yet, is empty, or holds an earlier xfc output "
+               "(marked by its .xfc-output file); the new output replaces that one atomically. An existing file, "
+               "or a directory holding files xfc did not write, is refused (exit 2) unless --force, which writes "
+               "xfc's files beside them and never deletes or replaces a file xfc did not write. '-o .' and other "
+               "parents of the current directory are filled file by file, under the same rule.")
 
 
 def spec_from_args(args):
@@ -63,8 +41,9 @@ def synthesize_timed(spec, hw, cluster=None, threads=None):
 
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
-            repeat=20, seed=0, progress=None) -> dict:
-    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time."""
+            repeat=20, seed=0, progress=None, force=False) -> dict:
+    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time.
+    Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
     from .build import build_arm, build_host, run_qemu
     from .codegen_cpu import render_cpu_kernel
 
@@ -75,8 +54,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
               "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
               "explain": result.explain()}
-    staging = _Staging(out_dir)
-    try:
+    with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} for {hw.name} (cpu)", force=force) as staging:
         start = time.perf_counter()
         if hw.target_arch == "x86_64":
             kernel = build_host(rendered, staging.path)
@@ -118,11 +96,8 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                 report["measurement_packing_per_call"] = {
                     "median_s": per_call.median_s, "gflops": per_call.gflops, "repeats": len(per_call.samples_s),
                     "where": per_call.where, "weights": "packed inside every call"}
-        _write_json_atomic(staging.path / "report.json", report)
+        (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
-    except BaseException:
-        staging.discard()
-        raise
     report["output_dir"] = str(out_dir)
     if report.get("verified") is False:
         raise VerificationError(
@@ -192,7 +167,7 @@ def cmd_synth(args) -> int:
         except ImportError as exc:
             raise OperatorError(f"--target gpu is not available in this build ({exc})") from None
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
-                               bench=args.bench)
+                               bench=args.bench, force=args.force)
         report.setdefault("output_dir", str(out_dir))
     else:
         if args.dtype != "fp32":
@@ -201,7 +176,7 @@ def cmd_synth(args) -> int:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
         report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
-                         bench=args.bench, repeat=args.repeat, progress=progress)
+                         bench=args.bench, repeat=args.repeat, progress=progress, force=args.force)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -231,11 +206,19 @@ def add_operator_arguments(p) -> None:
 def register(sub) -> None:
     p = sub.add_parser("synth", help="synthesize a kernel (and optionally verify and time it)",
                        description="Synthesize a kernel bottom-up for one operator and hardware description, "
-                       "render it, build it, and optionally verify it against numpy and time it.")
+                       "render it, build it, and optionally verify it against numpy and time it.",
+                       epilog=f"Outputs: {OUTPUT_RULE} Exit status: 0 ok, 2 bad input or an output location xfc may "
+                       "not write, 3 missing toolchain, 4 kernel differs from numpy, 130 interrupted (Ctrl-C), "
+                       "143 terminated (SIGTERM); an interrupted run leaves no output, staging directory or child "
+                       "process behind.")
     add_operator_arguments(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
     p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (fp16: GPU only)")
-    p.add_argument("-o", "--output", metavar="DIR", help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>); see 'Outputs' below")
+    p.add_argument("--force", action="store_true",
+                   help="write into an existing directory that holds files xfc did not write; xfc's files go beside "
+                        "them, and a file xfc did not write is never deleted or replaced (a same-named one is refused)")
     p.add_argument("--verify", action="store_true",
                    help="run the kernel (host natively, ARM under qemu-aarch64, GPU on PoCL) and compare with numpy")
     p.add_argument("--bench", action="store_true", help="time the kernel (real speed only on --hw host)")

@@ -21,7 +21,7 @@ from typing import Optional
 import jinja2
 import numpy as np
 
-from .. import __version__
+from .. import __version__, procs
 from ..errors import ToolchainError, VerificationError
 from ..ops import make_inputs
 from .ir import PREDICTION_LABEL, GpuKernelPlan
@@ -35,6 +35,7 @@ FP16_NOTE = ("PoCL has no cl_khr_fp16, so the half-arithmetic kernel is only ren
              "one run and verified")
 APT_PACKAGES = "gcc ocl-icd-opencl-dev opencl-headers pocl-opencl-icd"
 HARNESS_RUN_TIMEOUT_S = 900
+HARNESS_COMPILE_TIMEOUT_S = 180
 
 _env: Optional[jinja2.Environment] = None
 _harness_cache: dict[str, Path] = {}
@@ -95,12 +96,19 @@ def build_harness(out_dir: Optional[Path] = None) -> Path:
             src = cache / "harness.c"
             _write_atomic(src, source)
             tmp_bin = cache / f".harness.{os.getpid()}"
-            proc = subprocess.run(_compile_command(src, tmp_bin), capture_output=True, text=True)
-            if proc.returncode != 0:
-                first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
-                raise ToolchainError(f"building the OpenCL harness failed ({first.strip()}); install the OpenCL "
-                                     f"headers and loader: apt-get install {APT_PACKAGES}")
-            os.replace(tmp_bin, binary)
+            try:
+                try:
+                    proc = procs.run(_compile_command(src, tmp_bin), timeout=HARNESS_COMPILE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    raise ToolchainError(f"building the OpenCL harness timed out after "
+                                         f"{HARNESS_COMPILE_TIMEOUT_S} s") from None
+                if proc.returncode != 0:
+                    first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:200])
+                    raise ToolchainError(f"building the OpenCL harness failed ({first.strip()}); install the OpenCL "
+                                         f"headers and loader: apt-get install {APT_PACKAGES}")
+                os.replace(tmp_bin, binary)
+            finally:  # a failed or interrupted build leaves nothing in the cache
+                tmp_bin.unlink(missing_ok=True)
         _harness_cache[digest] = binary
     if out_dir is not None:
         dest = Path(out_dir) / "harness"
@@ -112,7 +120,7 @@ def build_harness(out_dir: Optional[Path] = None) -> Path:
 
 def _run(cmd: list[str], what: str) -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HARNESS_RUN_TIMEOUT_S)
+        proc = procs.run(cmd, timeout=HARNESS_RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {HARNESS_RUN_TIMEOUT_S} s") from None
     if proc.returncode != 0:
@@ -178,14 +186,31 @@ def _build_script(kernel_names: list[str]) -> str:
 
 def run_gpu_synth(spec, hw, out_dir, dtype: str = "fp32", verify: bool = True, explain: bool = False,
                   bench: bool = False, max_work_group_size: Optional[int] = None, repeat: Optional[int] = None,
-                  seed: int = 0) -> dict:
-    """Synthesize, render into out_dir, and (if verify or bench) build, run on PoCL and check.
+                  seed: int = 0, force: bool = False) -> dict:
+    """Synthesize, render, and (if verify or bench) build, run on PoCL and check; outputs go to out_dir.
 
-    Returns the report (also written atomically to out_dir/report.json). A wrong result raises
-    VerificationError after the report is written (the report is attached as `.report`).
+    Everything is written into a staging directory that replaces out_dir only when complete
+    (xfc.outputs: out_dir must be new, empty or xfc's own; `force` writes beside foreign files).
+    Returns the report (also in out_dir/report.json). A wrong result raises VerificationError
+    after the outputs are in place (the report is attached as `.report`).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from ..outputs import OutputDir
+
+    final = Path(out_dir)
+    with OutputDir(final, what=f"xfc synth {spec.key()} for {hw.name} (gpu, {dtype})", force=force) as staging:
+        report, failure = _gpu_synth_into(staging.path, final, spec, hw, dtype, verify, explain, bench,
+                                          max_work_group_size, repeat, seed)
+        staging.commit()
+    if failure:
+        err = VerificationError(failure)
+        err.report = report
+        raise err
+    return report
+
+
+def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, bench, max_work_group_size, repeat,
+                    seed) -> tuple[dict, Optional[str]]:
+    """The work of run_gpu_synth: files go to `out` (staging), paths in the report name `final`."""
     synthesis = synthesize_gpu(spec, hw, dtype=dtype, max_work_group_size=max_work_group_size)
     plan = synthesis.plan
     stem = spec.key()
@@ -235,7 +260,7 @@ def run_gpu_synth(spec, hw, out_dir, dtype: str = "fp32", verify: bool = True, e
         "pocl_device": None,
         "timing_label": POCL_LABEL,
         "fp16_kernel": None,
-        "files": {v: str(p) for v, p in files.items()},
+        "files": {v: str(final / p.name) for v, p in files.items()},
         "explain": explain_text if explain else None,
     }
     if dtype == "fp16":
@@ -268,8 +293,4 @@ def run_gpu_synth(spec, hw, out_dir, dtype: str = "fp32", verify: bool = True, e
                 failure = (f"{files[run_variant].name} on {report['pocl_device']}: max abs error {max_err:.3g} is "
                            f"{ratio:.3g}x the K-derived bound")
     _write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2, ensure_ascii=False) + "\n")
-    if failure:
-        err = VerificationError(failure)
-        err.report = report
-        raise err
-    return report
+    return report, failure

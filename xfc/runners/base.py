@@ -234,7 +234,7 @@ class Runner(ABC):
         ctx = RunContext(spec=spec, run_id=run_id, local_dir=local)
         try:
             ctx.input_files = stage_inputs(spec, local)
-        except Exception:
+        except BaseException:  # an interrupt too: never leave the run directory behind
             shutil.rmtree(local, ignore_errors=True)
             raise
         return ctx

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xfc import procs
 from xfc.errors import DeviceError, ToolchainError
 from xfc.runners.base import (WHERE_QEMU, RunContext, Runner, harness_args, load_output,
                               parse_report, report_from_times)
@@ -49,8 +50,7 @@ class QemuRunner(Runner):
         env = dict(os.environ)
         env.update(dict(spec.env))
         try:
-            proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True,
-                                  timeout=spec.timeout_s)
+            proc = procs.run(cmd, cwd=d, env=env, timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
             raise DeviceError(f"harness timed out after {spec.timeout_s:g} s under "
                               f"qemu-aarch64 -cpu {self.cpu}; it was killed") from None
