@@ -151,7 +151,7 @@ BAD_CASES = [
     ("wrong-type", GOOD_CORE.format(name="wrong-type").replace("vector_registers: 32", "vector_registers: many"),
      "field 'vector_registers': must be an integer"),
     ("zero-size", GOOD_CORE.format(name="zero-size").replace("size_kib: 64", "size_kib: 0"),
-     "field 'l1d.size_kib': must be a finite number > 0"),
+     "field 'l1d.size_kib': must be a number from 4 to 256 KiB"),
     ("negative-size", GOOD_CORE.format(name="negative-size").replace("size_kib: 256", "size_kib: -256"),
      "field 'l2.size_kib'"),
     ("bad-kind", "kind: toaster\nname: bad-kind\n", "field 'kind': must be one of"),
