@@ -5,9 +5,12 @@ One place owns all of it (see hardware_descriptions/SCHEMA.md for the file forma
   validate_file(path)     -> the same, for one file, raising HardwareError on any problem
   derived_figures(hw)     -> peak GFLOP/s per core / cluster / GPU and the machine balance
 
-Every error is a HardwareError whose one-line message names the file, the field path and the
-value. Files are parsed with a safe loader that also refuses anchors/aliases (no alias bombs)
-and any tag that would construct a Python object.
+Every error is a HardwareError whose one-line message names the file, the field path, the
+value and what the field accepts, for any value YAML can produce. Files are parsed with a safe
+loader that also refuses anchors/aliases (no alias bombs) and any tag that would construct a
+Python object. Numeric fields are checked against the plausible ranges of hardware_ranges.py;
+values that are each plausible but physically impossible together are refused by the rules in
+hardware_rules.py.
 """
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from .errors import HardwareError
 from . import hardware_rules
+from .errors import HardwareError
 from .hardware_ranges import PLAUSIBLE
 
 SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "hardware_descriptions"
@@ -331,10 +334,6 @@ _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdi
 _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxtuple = 4
 
 
-def _type_name(value) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _shown(value) -> str:
     """Any value YAML can produce, as a short one-line text for an error message."""
     if value is None:
@@ -417,6 +416,10 @@ def _bool(ctx, path, v):
         raise _reject(ctx, path, _bool, v)
     return v
 
+
+# Generic numeric checkers. Every numeric field of the shipped schema uses _plausible(key) with a
+# range in hardware_ranges.PLAUSIBLE; give any new numeric field a range there too (the sweep in
+# tests/test_hardware_fields.py feeds every field 10**30 and expects a refusal).
 
 @_accepting("an integer > 0")
 def _positive_int(ctx, path, v):

@@ -133,11 +133,13 @@ def check_gpu(d: dict, fail: Fail) -> None:
 def check_soc(d: dict, fail: Fail) -> None:
     """Rules inside one SoC file (references not yet resolved)."""
     clusters = d["clusters"]
-    roles = [c["role"] for c in clusters]
+    roles: dict[str, int] = {}
     seen: dict[int, str] = {}
     for i, cluster in enumerate(clusters):
-        if roles.count(cluster["role"]) > 1:
-            raise fail(f"clusters[{i}].role", f"'{cluster['role']}' appears more than once")
+        if cluster["role"] in roles:
+            raise fail(f"clusters[{i}].role", f"'{cluster['role']}' appears more than once "
+                                              f"(also clusters[{roles[cluster['role']]}].role)")
+        roles[cluster["role"]] = i
         if len(cluster["cpu_ids"]) != cluster["count"]:
             raise fail(f"clusters[{i}].cpu_ids",
                        f"lists {len(cluster['cpu_ids'])} CPUs but count is {cluster['count']}")
