@@ -7,6 +7,8 @@ from xfc.errors import HardwareError
 from xfc.hardware import derived_figures, load, shipped_files, validate_file
 from xfc.host import describe_host, parse_cpuinfo
 
+pytestmark = pytest.mark.unit
+
 
 def test_every_shipped_description_validates():
     files = shipped_files()
@@ -151,7 +153,7 @@ BAD_CASES = [
     ("wrong-type", GOOD_CORE.format(name="wrong-type").replace("vector_registers: 32", "vector_registers: many"),
      "field 'vector_registers': must be an integer"),
     ("zero-size", GOOD_CORE.format(name="zero-size").replace("size_kib: 64", "size_kib: 0"),
-     "field 'l1d.size_kib': must be a finite number > 0"),
+     "field 'l1d.size_kib': must be a number from 4 to 256 KiB"),
     ("negative-size", GOOD_CORE.format(name="negative-size").replace("size_kib: 256", "size_kib: -256"),
      "field 'l2.size_kib'"),
     ("bad-kind", "kind: toaster\nname: bad-kind\n", "field 'kind': must be one of"),
@@ -163,6 +165,11 @@ BAD_CASES = [
     ("dup-key", GOOD_CORE.format(name="dup-key") + "vector_bits: 256\n", "duplicate key"),
     ("bad-uncertain", GOOD_CORE.format(name="bad-uncertain") + "uncertain: [l1d.nonexistent]\n",
      "'l1d.nonexistent' does not name a field"),
+    ("line-not-pow2",
+     GOOD_CORE.format(name="line-not-pow2").replace("line_bytes: 64, ways: 4", "line_bytes: 48, ways: 4"),
+     "field 'l1d.line_bytes': must be a power of two from 16 to 256 bytes"),
+    ("too-big", GOOD_CORE.format(name="too-big") + "notes: |\n" + "  padding padding padding\n" * 12000,
+     "hardware descriptions are at most 262144"),
 ]
 
 
@@ -224,6 +231,8 @@ def test_impossible_soc_cpu_ids(tmp_path):
 
 
 def test_unknown_hardware_name():
+    with pytest.raises(HardwareError, match="empty hardware name"):
+        load("  ")
     with pytest.raises(HardwareError, match="unknown hardware"):
         load("snapdragon-9999")
     with pytest.raises(HardwareError, match="no such file"):

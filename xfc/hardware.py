@@ -5,21 +5,28 @@ One place owns all of it (see hardware_descriptions/SCHEMA.md for the file forma
   validate_file(path)     -> the same, for one file, raising HardwareError on any problem
   derived_figures(hw)     -> peak GFLOP/s per core / cluster / GPU and the machine balance
 
-Every error is a HardwareError whose one-line message names the file, the field path and the
-value. Files are parsed with a safe loader that also refuses anchors/aliases (no alias bombs)
-and any tag that would construct a Python object.
+Every error is a HardwareError whose one-line message names the file, the field path, the
+value and what the field accepts, for any value YAML can produce. Files are parsed with a safe
+loader that also refuses anchors/aliases (no alias bombs) and any tag that would construct a
+Python object. Numeric fields are checked against the plausible ranges of hardware_ranges.py;
+values that are each plausible but physically impossible together are refused by the rules in
+hardware_rules.py.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
 
+from . import hardware_rules
 from .errors import HardwareError
+from .hardware_ranges import PLAUSIBLE
 
 SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "hardware_descriptions"
 KIND_DIRS = {"cpu_core": "cpu", "gpu": "gpu", "soc": "soc"}
@@ -187,6 +194,24 @@ class HardwareDescription:
 # Strict YAML reading.
 # ---------------------------------------------------------------------------------------------
 
+class _LongInteger:
+    """An integer literal too long for Python to convert (more than int_max_str_digits digits).
+
+    The loader returns this marker instead of failing, so the field checker can name the field
+    ("got an integer of 5000 digits"); no field accepts it."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __str__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+    __repr__ = __str__
+
+
+_MAX_INT_LITERAL_CHARS = 4000  # below Python's default int/str conversion limit (4300 digits)
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses anchors and aliases: HDL files never need them, and refusing
     them makes 'billion laughs' alias bombs impossible."""
@@ -202,12 +227,37 @@ class _StrictLoader(yaml.SafeLoader):
                 None, None, "anchors and aliases are not allowed in hardware descriptions", event.start_mark)
         return super().compose_node(parent, index)
 
+    def construct_object(self, node, deep=False):
+        # PyYAML's scalar constructors raise plain Python errors for some well-formed text
+        # ('2001-13-45' as a date, '!!int abc', '!!bool maybe'); turn them into a marked YAML
+        # error so the file gets a one-line message with the line and column.
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, IndexError) as exc:
+            tag = str(node.tag).rsplit(":", 1)[-1]
+            value = node.value if isinstance(node.value, str) else ""
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            detail = f" ({exc})" if isinstance(exc, ValueError) and str(exc) else ""
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {shown!r} as a YAML {tag}{detail}", node.start_mark) from None
+
+
+def _construct_int(loader, node):
+    text = loader.construct_scalar(node)
+    if len(text) > _MAX_INT_LITERAL_CHARS:
+        return _LongInteger(sum(ch.isdigit() for ch in text))
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
 
 def _no_duplicate_keys(loader, node, deep=False):
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            duplicate = key in seen
+        except TypeError:   # a list or mapping as a key: construct_mapping reports it with a mark
+            break
+        if duplicate:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}'", key_node.start_mark)
         seen.add(key)
@@ -215,6 +265,7 @@ def _no_duplicate_keys(loader, node, deep=False):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _display(path: Path) -> str:
@@ -278,116 +329,205 @@ class _Ctx:
 
 Checker = Callable[[_Ctx, str, Any], Any]
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 40, 40, 2, 4, 4
+_SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxtuple = 4
 
-def _type_name(value) -> str:
-    return "null" if value is None else type(value).__name__
+
+def _shown(value) -> str:
+    """Any value YAML can produce, as a short one-line text for an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if value.bit_length() > 133:   # more than 40 digits: no need to print them
+            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return ".nan"
+        if value in (float("inf"), float("-inf")):
+            return ".inf" if value > 0 else "-.inf"
+        return repr(value)
+    if isinstance(value, _LongInteger):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):   # YAML reads 2001-12-14 as a date
+        return f"{type(value).__name__} {value.isoformat()}"
+    kind = {"str": "string", "dict": "mapping"}.get(type(value).__name__, type(value).__name__)
+    try:
+        return f"{kind} {_SHORT.repr(value)}"
+    except Exception:  # noqa: BLE001 - a value that cannot even be shown is still reported
+        return kind
 
 
+def _accepts(check: Checker) -> str:
+    """What a checker accepts, for messages ('an integer from 8 to 64 registers (...)')."""
+    return getattr(check, "accepts", "a valid value")
+
+
+def _accepting(text: str):
+    """Decorator: attach the description of what a checker accepts."""
+    def mark(check):
+        check.accepts = text
+        return check
+    return mark
+
+
+def _reject(ctx: _Ctx, path: str, check: Checker, value) -> HardwareError:
+    return ctx.fail(path, f"must be {_accepts(check)}, got {_shown(value)}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@_accepting("a non-empty string")
 def _string(ctx, path, v):
     if not isinstance(v, str) or not v.strip():
-        raise ctx.fail(path, f"must be a non-empty string, got {_type_name(v)} {v!r}")
+        raise _reject(ctx, path, _string, v)
     return v
 
 
+@_accepting("a string")
 def _any_string(ctx, path, v):
     if not isinstance(v, str):
-        raise ctx.fail(path, f"must be a string, got {_type_name(v)} {v!r}")
+        raise _reject(ctx, path, _any_string, v)
     return v
 
 
+MAX_NAME_CHARS = 100  # names are file names; far below any file system's limit
+
+
+@_accepting(f"a name of lowercase letters, digits, '.' and '-' (at most {MAX_NAME_CHARS} characters)")
 def _name(ctx, path, v):
-    _string(ctx, path, v)
-    if not NAME_RE.match(v):
-        raise ctx.fail(path, f"'{v}' must be lowercase letters, digits, '.' and '-'")
+    if not isinstance(v, str) or not NAME_RE.match(v) or len(v) > MAX_NAME_CHARS:
+        raise _reject(ctx, path, _name, v)
     return v
 
 
+@_accepting("true or false")
 def _bool(ctx, path, v):
     if not isinstance(v, bool):
-        raise ctx.fail(path, f"must be true or false, got {_type_name(v)} {v!r}")
+        raise _reject(ctx, path, _bool, v)
     return v
 
 
+# Generic numeric checkers. Every numeric field of the shipped schema uses _plausible(key) with a
+# range in hardware_ranges.PLAUSIBLE; give any new numeric field a range there too (the sweep in
+# tests/test_hardware_fields.py feeds every field 10**30 and expects a refusal).
+
+@_accepting("an integer > 0")
 def _positive_int(ctx, path, v):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ctx.fail(path, f"must be an integer, got {_type_name(v)} {v!r}")
-    if v <= 0:
-        raise ctx.fail(path, f"must be > 0, got {v}")
+    if not _is_int(v) or v <= 0:
+        raise _reject(ctx, path, _positive_int, v)
     return v
 
 
+@_accepting("an integer >= 0")
 def _nonneg_int(ctx, path, v):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ctx.fail(path, f"must be an integer, got {_type_name(v)} {v!r}")
-    if v < 0:
-        raise ctx.fail(path, f"must be >= 0, got {v}")
+    if not _is_int(v) or v < 0:
+        raise _reject(ctx, path, _nonneg_int, v)
     return v
 
 
+@_accepting("a finite number > 0")
 def _positive_number(ctx, path, v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ctx.fail(path, f"must be a number, got {_type_name(v)} {v!r}")
-    if not v > 0 or v != v or v == float("inf"):
-        raise ctx.fail(path, f"must be a finite number > 0, got {v}")
+    if not _is_number(v) or not 0 < v < float("inf"):   # NaN fails the comparison too
+        raise _reject(ctx, path, _positive_number, v)
     return float(v)
+
+
+def _plausible(key: str) -> Checker:
+    """A numeric field checked against its plausible range in hardware_ranges.PLAUSIBLE."""
+    rng = PLAUSIBLE[key]   # a KeyError here is a typo in this file, caught at import
+
+    def inner(ctx, path, v):
+        if not (_is_int(v) if rng.integer else _is_number(v)) or not rng.contains(v):
+            raise _reject(ctx, path, inner, v)
+        return v if rng.integer else float(v)
+    inner.accepts = rng.accepts()
+    inner.plausible_key = key
+    return inner
 
 
 def _optional(check: Checker) -> Checker:
     def inner(ctx, path, v):
         return None if v is None else check(ctx, path, v)
+    inner.accepts = f"{_accepts(check)} or null"
+    inner.item = check
     return inner
 
 
-def _one_of(*choices: str) -> Checker:
+def _one_of(*choices) -> Checker:
     def inner(ctx, path, v):
-        if v not in choices:
-            raise ctx.fail(path, f"must be one of {', '.join(choices)}, got {v!r}")
+        # type first: an unhashable or oddly-equal value (1 == True) is never a choice
+        if not any(type(v) is type(c) and v == c for c in choices):
+            raise _reject(ctx, path, inner, v)
         return v
+    inner.accepts = "one of " + ", ".join(str(c) for c in choices)
     return inner
 
 
 def _list_of(check: Checker, non_empty: bool = False) -> Checker:
     def inner(ctx, path, v):
-        if not isinstance(v, list):
-            raise ctx.fail(path, f"must be a list, got {_type_name(v)} {v!r}")
-        if non_empty and not v:
-            raise ctx.fail(path, "must not be empty")
+        if not isinstance(v, list) or (non_empty and not v):
+            raise _reject(ctx, path, inner, v)
         return tuple(check(ctx, f"{path}[{i}]", item) for i, item in enumerate(v))
+    inner.accepts = f"a {'non-empty ' if non_empty else ''}list of {_accepts(check)}"
+    inner.item = check
     return inner
 
 
+@_accepting("a power of two")
 def _power_of_two(ctx, path, v):
-    _positive_int(ctx, path, v)
-    if v & (v - 1):
-        raise ctx.fail(path, f"must be a power of two, got {v}")
+    if not _is_int(v) or v <= 0 or v & (v - 1):
+        raise _reject(ctx, path, _power_of_two, v)
     return v
+
+
+def _key_text(key) -> str:
+    if isinstance(key, str):
+        return key if len(key) <= 40 else key[:37] + "..."
+    return _shown(key)
 
 
 def _mapping(schema: dict[str, tuple[bool, Checker]]) -> Checker:
     """schema: field -> (required, checker). Unknown keys are errors."""
     def inner(ctx, path, v):
         if not isinstance(v, dict):
-            raise ctx.fail(path, f"must be a mapping, got {_type_name(v)} {v!r}")
+            raise _reject(ctx, path, inner, v)
         out = {}
         for key in v:
-            if key not in schema:
-                sub = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, str) or key not in schema:
+                sub = f"{path}.{_key_text(key)}" if path else _key_text(key)
                 raise ctx.fail(sub, f"unknown key (allowed here: {', '.join(schema)})")
         for key, (required, check) in schema.items():
             sub = f"{path}.{key}" if path else key
             if key not in v:
                 if required:
-                    raise HardwareError(f"{ctx.where}: missing required field '{sub}'")
+                    raise HardwareError(f"{ctx.where}: missing required field '{sub}' (must be {_accepts(check)})")
                 out[key] = None
                 continue
             out[key] = check(ctx, sub, v[key])
         return out
+    inner.accepts = f"a mapping with the keys {', '.join(schema)}"
+    inner.schema = schema
     return inner
 
 
 REQ, OPT = True, False
 
-_CACHE = {"size_kib": (REQ, _positive_number), "line_bytes": (REQ, _power_of_two), "ways": (REQ, _positive_int)}
+def _cache_schema(level: str) -> dict[str, tuple[bool, Checker]]:
+    return {"size_kib": (REQ, _plausible(f"cpu_core.{level}.size_kib")),
+            "line_bytes": (REQ, _plausible(f"cpu_core.{level}.line_bytes")),
+            "ways": (REQ, _plausible(f"cpu_core.{level}.ways"))}
+
+
 _COMMON = {
     "kind": (REQ, _string),
     "name": (REQ, _name),
@@ -405,20 +545,21 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
         "gcc_march": (REQ, _string),
         "qemu_cpu": (REQ, _any_string),
         "pipeline": (REQ, _one_of("in_order", "out_of_order")),
-        "decode_width": (REQ, _positive_int),
-        "vector_bits": (REQ, _one_of(128, 256, 512)),
-        "vector_registers": (REQ, _positive_int),
-        "fma_per_cycle": (REQ, _positive_number),
-        "fma_latency_cycles": (REQ, _positive_int),
+        "decode_width": (REQ, _plausible("cpu_core.decode_width")),
+        "vector_bits": (REQ, _plausible("cpu_core.vector_bits")),
+        "vector_registers": (REQ, _plausible("cpu_core.vector_registers")),
+        "fma_per_cycle": (REQ, _plausible("cpu_core.fma_per_cycle")),
+        "fma_latency_cycles": (REQ, _plausible("cpu_core.fma_latency_cycles")),
         "load_rules": (REQ, _mapping({
-            "vector_loads_per_cycle": (REQ, _positive_number),
+            "vector_loads_per_cycle": (REQ, _plausible("cpu_core.load_rules.vector_loads_per_cycle")),
             "ld128_dual_issues_with_fma": (REQ, _bool),
-            "ld128_blocking_cycles": (REQ, _nonneg_int),
+            "ld128_blocking_cycles": (REQ, _plausible("cpu_core.load_rules.ld128_blocking_cycles")),
             "ld64_dual_issues_with_fma": (REQ, _bool),
         })),
-        "l1d": (REQ, _mapping(_CACHE)),
-        "l2": (REQ, _mapping({**_CACHE, "shared_by_cores": (REQ, _positive_int)})),
-        "typical_max_clock_ghz": (REQ, _positive_number),
+        "l1d": (REQ, _mapping(_cache_schema("l1d"))),
+        "l2": (REQ, _mapping({**_cache_schema("l2"),
+                              "shared_by_cores": (REQ, _plausible("cpu_core.l2.shared_by_cores"))})),
+        "typical_max_clock_ghz": (REQ, _plausible("cpu_core.typical_max_clock_ghz")),
     },
     "gpu": {
         **_COMMON,
@@ -426,23 +567,24 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
         "family": (REQ, _one_of("mali", "adreno")),
         "architecture": (REQ, _string),
         "compute_unit_name": (REQ, _string),
-        "compute_units": (REQ, _positive_int),
-        "max_clock_mhz": (REQ, _positive_number),
-        "warp_width": (REQ, _power_of_two),
-        "half_warp_width": (REQ, _optional(_power_of_two)),
-        "fp32_flop_per_clock_per_cu": (REQ, _positive_number),
-        "fp16_flop_per_clock_per_cu": (REQ, _optional(_positive_number)),
-        "registers_per_thread_full_occupancy": (REQ, _positive_int),
-        "register_file_bytes_per_cu": (REQ, _optional(_positive_int)),
-        "max_waves_per_cu": (REQ, _optional(_positive_int)),
-        "local_memory": (REQ, _mapping({"size_kib": (REQ, _positive_number), "on_chip": (REQ, _bool)})),
-        "max_work_group_size": (REQ, _positive_int),
-        "preferred_work_group_size": (REQ, _positive_int),
-        "l1_kib_per_cu": (REQ, _positive_number),
-        "l2_kib": (REQ, _positive_number),
+        "compute_units": (REQ, _plausible("gpu.compute_units")),
+        "max_clock_mhz": (REQ, _plausible("gpu.max_clock_mhz")),
+        "warp_width": (REQ, _plausible("gpu.warp_width")),
+        "half_warp_width": (REQ, _optional(_plausible("gpu.half_warp_width"))),
+        "fp32_flop_per_clock_per_cu": (REQ, _plausible("gpu.fp32_flop_per_clock_per_cu")),
+        "fp16_flop_per_clock_per_cu": (REQ, _optional(_plausible("gpu.fp16_flop_per_clock_per_cu"))),
+        "registers_per_thread_full_occupancy": (REQ, _plausible("gpu.registers_per_thread_full_occupancy")),
+        "register_file_bytes_per_cu": (REQ, _optional(_plausible("gpu.register_file_bytes_per_cu"))),
+        "max_waves_per_cu": (REQ, _optional(_plausible("gpu.max_waves_per_cu"))),
+        "local_memory": (REQ, _mapping({"size_kib": (REQ, _plausible("gpu.local_memory.size_kib")),
+                                     "on_chip": (REQ, _bool)})),
+        "max_work_group_size": (REQ, _plausible("gpu.max_work_group_size")),
+        "preferred_work_group_size": (REQ, _plausible("gpu.preferred_work_group_size")),
+        "l1_kib_per_cu": (REQ, _plausible("gpu.l1_kib_per_cu")),
+        "l2_kib": (REQ, _plausible("gpu.l2_kib")),
         "opencl_version": (REQ, _string),
         "extensions": (REQ, _list_of(_string)),
-        "coalescing_threads": (REQ, _positive_int),
+        "coalescing_threads": (REQ, _plausible("gpu.coalescing_threads")),
         "image_support": (REQ, _bool),
     },
     "soc": {
@@ -452,22 +594,22 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
         "clusters": (REQ, _list_of(_mapping({
             "role": (REQ, _one_of(*CLUSTER_ROLES)),
             "core": (REQ, _name),
-            "count": (REQ, _positive_int),
-            "max_clock_ghz": (REQ, _positive_number),
-            "cpu_ids": (REQ, _list_of(_nonneg_int, non_empty=True)),
-            "l2_kib": (OPT, _positive_number),
+            "count": (REQ, _plausible("soc.clusters[].count")),
+            "max_clock_ghz": (REQ, _plausible("soc.clusters[].max_clock_ghz")),
+            "cpu_ids": (REQ, _list_of(_plausible("soc.clusters[].cpu_ids[]"), non_empty=True)),
+            "l2_kib": (OPT, _plausible("soc.clusters[].l2_kib")),
         }), non_empty=True)),
-        "l3_kib": (REQ, _optional(_positive_number)),
-        "slc_kib": (REQ, _optional(_positive_number)),
+        "l3_kib": (REQ, _optional(_plausible("soc.l3_kib"))),
+        "slc_kib": (REQ, _optional(_plausible("soc.slc_kib"))),
         "gpu": (REQ, _optional(_mapping({
             "ref": (REQ, _name),
-            "compute_units": (REQ, _positive_int),
-            "clock_mhz": (REQ, _positive_number),
+            "compute_units": (REQ, _plausible("soc.gpu.compute_units")),
+            "clock_mhz": (REQ, _plausible("soc.gpu.clock_mhz")),
         }))),
         "memory": (REQ, _mapping({
             "type": (REQ, _string),
-            "peak_bandwidth_gbps": (REQ, _positive_number),
-            "channels": (REQ, _positive_int),
+            "peak_bandwidth_gbps": (REQ, _plausible("soc.memory.peak_bandwidth_gbps")),
+            "channels": (REQ, _plausible("soc.memory.channels")),
         })),
     },
     "alias": {
@@ -502,10 +644,11 @@ _MISSING = object()
 def _checked(path: Path, raw: dict) -> dict:
     ctx = _Ctx(_display(path))
     kind = raw.get("kind")
+    kinds = ", ".join(SCHEMAS)
     if kind is None:
-        raise HardwareError(f"{ctx.where}: missing required field 'kind' (one of {', '.join(SCHEMAS)})")
-    if kind not in SCHEMAS:
-        raise ctx.fail("kind", f"must be one of {', '.join(SCHEMAS)}, got {kind!r}")
+        raise HardwareError(f"{ctx.where}: missing required field 'kind' (must be one of {kinds})")
+    if not isinstance(kind, str) or kind not in SCHEMAS:
+        raise ctx.fail("kind", f"must be one of {kinds}, got {_shown(kind)}")
     clean = _mapping(SCHEMAS[kind])(ctx, "", raw)
     if clean["name"] != path.stem:
         raise ctx.fail("name", f"'{clean['name']}' must match the file name '{path.stem}'")
@@ -516,34 +659,12 @@ def _checked(path: Path, raw: dict) -> dict:
 
 
 def _check_semantics(ctx: _Ctx, kind: str, d: dict) -> None:
-    """Cross-field rules: values that are each fine but impossible together."""
-    if kind == "cpu_core":
-        lanes = d["vector_bits"] // 32
-        if d["vector_registers"] < 8:
-            raise ctx.fail("vector_registers", f"{d['vector_registers']} is too few for any micro-kernel (need >= 8)")
-        if d["l2"]["size_kib"] < d["l1d"]["size_kib"]:
-            raise ctx.fail("l2.size_kib", f"{d['l2']['size_kib']} is smaller than l1d.size_kib {d['l1d']['size_kib']}")
-        if d["vendor"] == "arm" and "neon" not in d["features"]:
-            raise ctx.fail("features", "an Arm AArch64 core must list 'neon'")
-        if lanes < 4:
-            raise ctx.fail("vector_bits", "must hold at least 4 fp32 lanes")
-    elif kind == "gpu":
-        if d["preferred_work_group_size"] > d["max_work_group_size"]:
-            raise ctx.fail("preferred_work_group_size",
-                           f"{d['preferred_work_group_size']} exceeds max_work_group_size {d['max_work_group_size']}")
-        if d["half_warp_width"] is not None and d["half_warp_width"] >= d["warp_width"]:
-            raise ctx.fail("half_warp_width", f"{d['half_warp_width']} must be smaller than warp_width {d['warp_width']}")
-    elif kind == "soc":
-        roles = [c["role"] for c in d["clusters"]]
-        for i, cluster in enumerate(d["clusters"]):
-            if roles.count(cluster["role"]) > 1:
-                raise ctx.fail(f"clusters[{i}].role", f"'{cluster['role']}' appears more than once")
-            if len(cluster["cpu_ids"]) != cluster["count"]:
-                raise ctx.fail(f"clusters[{i}].cpu_ids",
-                               f"lists {len(cluster['cpu_ids'])} CPUs but count is {cluster['count']}")
-        ids = [cpu for c in d["clusters"] for cpu in c["cpu_ids"]]
-        if len(set(ids)) != len(ids):
-            raise ctx.fail("clusters", f"a CPU id appears in two clusters ({sorted(ids)})")
+    """Cross-field rules inside one file (xfc/hardware_rules.py): values that are each
+    plausible but impossible together."""
+    check = {"cpu_core": hardware_rules.check_cpu_core, "gpu": hardware_rules.check_gpu,
+             "soc": hardware_rules.check_soc}.get(kind)
+    if check is not None:
+        check(d, ctx.fail)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,9 +682,17 @@ def _candidates(name: str, kind_dir: Optional[str], near: Optional[Path]) -> lis
     return out
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file() that answers False instead of raising (a name too long for the file system)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _find(name: str, kind_dir: Optional[str], near: Optional[Path]) -> Optional[Path]:
     for candidate in _candidates(name, kind_dir, near):
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
     return None
 
@@ -654,8 +783,10 @@ def _load_path(path: Path, stack: tuple[Path, ...] = ()) -> HardwareDescription:
     clusters = []
     uncertain = list(_tagged(d["name"], d["uncertain"]))
     sources = list(d["sources"])
-    for i, c in enumerate(d["clusters"]):
-        _, core_d = resolve(c["core"], "cpu", f"clusters[{i}].core", "cpu_core")
+    core_ds = [resolve(c["core"], "cpu", f"clusters[{i}].core", "cpu_core")[1] for i, c in enumerate(d["clusters"])]
+    gpu_d = resolve(d["gpu"]["ref"], "gpu", "gpu.ref", "gpu")[1] if d["gpu"] is not None else None
+    hardware_rules.check_soc_references(d, core_ds, gpu_d, _Ctx(where).fail)
+    for c, core_d in zip(d["clusters"], core_ds):
         core = _core(core_d)
         l2 = _cache(core_d["l2"], shared_by=core_d["l2"]["shared_by_cores"], size_kib_override=c.get("l2_kib"))
         clusters.append(CpuCluster(role=c["role"], core=core, count=c["count"], clock_ghz=c["max_clock_ghz"],
@@ -663,8 +794,7 @@ def _load_path(path: Path, stack: tuple[Path, ...] = ()) -> HardwareDescription:
         uncertain += [u for u in _tagged(core.name, core_d["uncertain"]) if u not in uncertain]
     clusters.sort(key=lambda cl: -cl.peak_gflops_per_core)
     gpu = None
-    if d["gpu"] is not None:
-        _, gpu_d = resolve(d["gpu"]["ref"], "gpu", "gpu.ref", "gpu")
+    if gpu_d is not None:
         gpu = _gpu(gpu_d, d["gpu"]["compute_units"], d["gpu"]["clock_mhz"])
         uncertain += [u for u in _tagged(gpu_d["name"], gpu_d["uncertain"]) if u not in uncertain]
     return HardwareDescription(
@@ -689,11 +819,11 @@ def load(name_or_path: str) -> HardwareDescription:
         from .host import detect_host  # I/O lives in host.py
         return detect_host()
     path = Path(text)
-    if path.is_file():
+    if _is_file(path):
         return _load_path(path)
     if path.suffix in (".yaml", ".yml") or os.sep in text:
         shipped = SHIPPED_ROOT / text
-        if shipped.is_file():
+        if _is_file(shipped):
             return _load_path(shipped)
         found = _find(path.stem, None, None) if os.sep not in text else None
         if found is not None:
