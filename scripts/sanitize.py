@@ -37,6 +37,7 @@ def main() -> int:
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=str(out.parent))
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(summary, indent=2) + "\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, out)
     verdict = "CLEAN" if summary["clean"] else f"NOT CLEAN ({len(summary['not_clean'])} of {summary['runs']} runs)"
     print(f"sanitize: {verdict}; {summary['runs']} runs; results in {out}")
