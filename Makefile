@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup clean
+.PHONY: setup demo test bench bench-setup sanitize clean
 
 setup:
 	@scripts/setup.sh
@@ -18,6 +18,10 @@ bench-setup:
 
 bench: bench-setup
 	@$(VENV_PY) benchmarks/bench_cpu.py
+
+# Host kernels under ASan + UBSan on edge-case shapes, every host ISA (not in CI; see scripts/sanitize.py).
+sanitize: setup
+	@$(VENV_PY) scripts/sanitize.py
 
 clean:
 	rm -rf xfc-out .pytest_cache

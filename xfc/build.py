@@ -26,6 +26,7 @@ import numpy as np
 from . import procs
 from .codegen_cpu import RenderedKernel
 from .errors import ToolchainError, VerificationError
+from .guards import GuardedBuffer
 from .ops import check_output
 
 HOST_CC = "gcc"
@@ -180,71 +181,96 @@ class HostKernel:
                                     f"{arr.shape}, expected {shape}")
         return arr
 
-    def _prepare(self, in0, in1, bias):
-        arrays = [self._input(i, arr) for i, arr in enumerate((in0, in1, bias))]
-        return arrays, np.empty(self.spec.output_shape, np.float32)
+    def _guarded_input(self, index: int, arr) -> GuardedBuffer:
+        return GuardedBuffer.copy_of(self._input(index, arr), self._INPUT_NAMES[index])
+
+    def _output(self) -> GuardedBuffer:
+        return GuardedBuffer(int(np.prod(self.spec.output_shape)), "out")
+
+    def _check_guards(self, *buffers: GuardedBuffer) -> None:
+        for buf in buffers:
+            buf.check(self.rendered.function_name)
 
     @staticmethod
-    def _ptr(a: np.ndarray):
+    def _ptr(a):
+        a = a.data if isinstance(a, GuardedBuffer) else a
         return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
     def __call__(self, in0: np.ndarray, in1: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
-        (a, b, c), out = self._prepare(in0, in1, bias)
-        if self._fn(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out)) != 0:
+        """Run once. Inputs are copied into guarded buffers, the output starts as NaN, and every
+        guard is checked afterwards (VerificationError naming the buffer and the side)."""
+        a, b, c = (self._guarded_input(i, arr) for i, arr in enumerate((in0, in1, bias)))
+        out = self._output()
+        status = self._fn(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out))
+        self._check_guards(out, a, b, c)
+        if status != 0:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
-        return out
+        return out.data.reshape(self.spec.output_shape)
 
-    def prepack(self, in1: np.ndarray) -> np.ndarray:
-        """The weights (in1) packed once into the layout the kernel's loops read (see gemm.c.j2);
-        pass the result to run_packed / time(..., prepacked=True)."""
-        b = self._input(1, in1)
-        packed = np.empty(int(self._packed_floats()), np.float32)
-        if self._prepack(self._ptr(b), self._ptr(packed)) != 0:
+    def _prepack_guarded(self, b: GuardedBuffer) -> GuardedBuffer:
+        packed = GuardedBuffer(int(self._packed_floats()), "packed weights")
+        status = self._prepack(self._ptr(b), self._ptr(packed))
+        self._check_guards(packed, b)
+        if status != 0:
             raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
         return packed
 
-    def _check_packed(self, packed: np.ndarray) -> np.ndarray:
-        packed = np.ascontiguousarray(packed, dtype=np.float32)
+    def prepack(self, in1: np.ndarray) -> np.ndarray:
+        """The weights (in1) packed once into the layout the kernel's loops read (see gemm.c.j2);
+        pass the result to run_packed / time(..., prepacked=True). The packed buffer starts as NaN
+        and has guard zones, checked after packing."""
+        return self._prepack_guarded(self._guarded_input(1, in1)).data
+
+    def _check_packed(self, packed: np.ndarray) -> GuardedBuffer:
+        packed = np.ascontiguousarray(packed, dtype=np.float32).reshape(-1)
         if packed.size != int(self._packed_floats()):
             raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} floats, "
                                     f"expected {int(self._packed_floats())} (from prepack of this kernel)")
-        return packed
+        return GuardedBuffer.copy_of(packed, "packed weights")
 
     def run_packed(self, in0: np.ndarray, packed: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
-        """Run with weights from prepack()."""
-        a, c = self._input(0, in0), self._input(2, bias)
-        out = np.empty(self.spec.output_shape, np.float32)
+        """Run with weights from prepack() (guarded like __call__)."""
+        a, c = self._guarded_input(0, in0), self._guarded_input(2, bias)
         packed = self._check_packed(packed)
-        if self._fn_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out)) != 0:
+        out = self._output()
+        status = self._fn_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out))
+        self._check_guards(out, a, packed, c)
+        if status != 0:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
-        return out
+        return out.data.reshape(self.spec.output_shape)
 
     def time(self, in0, in1, bias=None, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:
         """Median-of-repeats timing in C. prepacked=True packs the weights once (untimed) and
-        times the calls that read them, as libraries with constant weights do."""
-        (a, b, c), out = self._prepare(in0, in1, bias)
+        times the calls that read them, as libraries with constant weights do. Guards are
+        checked after the timed calls."""
+        a, b, c = (self._guarded_input(i, arr) for i, arr in enumerate((in0, in1, bias)))
+        out = self._output()
         repeats = max(1, int(repeats))
         samples = (ctypes.c_double * repeats)()
         if prepacked:
-            packed = self.prepack(b)
+            packed = self._prepack_guarded(b)
             status = self._bench_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out),
                                         int(warmup), repeats, samples)
+            self._check_guards(packed)
         else:
             status = self._bench(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out), int(warmup), repeats,
                                  samples)
+        self._check_guards(out, a, b, c)
         if status:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
         return Measurement.from_samples(list(samples), self.spec.flops, "host (weights pre-packed)" if prepacked
                                         else "host")
 
     def verify(self, in0, in1, bias) -> tuple[np.ndarray, float]:
-        """Run once and check against the numpy reference; VerificationError if outside the bound."""
+        """Run once and check against the numpy reference; VerificationError if a guard changed,
+        an output is not finite (NaN: never written), an error is outside the K-derived bound or
+        the RMS error is outside the statistical limit."""
         out = self(in0, in1, bias)
-        ok, max_err, ratio = check_output(self.spec, out, in0, in1, bias)
-        if not ok:
+        verdict = check_output(self.spec, out, in0, in1, bias)
+        if not verdict.ok:
             raise VerificationError(f"{self.rendered.function_name}: output differs from the reference "
-                                    f"(max abs error {max_err:.3g}, {ratio:.3g}x the K-derived bound)")
-        return out, ratio
+                                    f"({verdict.reason})")
+        return out, verdict.worst_ratio
 
 
 def host_compile_command(rendered: RenderedKernel, kernel_c: Path, harness_c: Path, library: Path) -> list[str]:
@@ -324,33 +350,63 @@ def qemu_cpu_models() -> tuple[str, ...]:
     return _QEMU_MODELS
 
 
-def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
-             qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
-             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False) -> tuple[np.ndarray, Measurement]:
-    """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing).
-    prepacked=True makes the harness pack the weights once and run the pre-packed entry point."""
-    require_tool(QEMU)
-    qemu_cpu = qemu_cpu or "max"
-    if qemu_cpu not in qemu_cpu_models():
-        raise ToolchainError(f"qemu-aarch64 has no CPU model '{qemu_cpu}' (available: {', '.join(qemu_cpu_models())})")
+# Exit status of the C harness when a guard zone changed (templates/cpu/harness.c.j2).
+HARNESS_EXIT_GUARD = 5
+
+
+def run_harness(argv_prefix: Sequence[str], binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray,
+                bias: np.ndarray, *, what: str, repeats: int = 1, warmup: int = 0, timeout: float = RUN_TIMEOUT_S,
+                prepacked: bool = False, env: Optional[dict] = None) -> tuple[np.ndarray, list[float]]:
+    """Run a harness program (templates/cpu/harness.c.j2, with main) as argv_prefix + [binary, ...]
+    on raw input files in a temporary directory; returns (output, seconds per timed call).
+    A guard violation (exit 5) becomes a one-line VerificationError; other failures ToolchainError."""
     binary = Path(binary).resolve()
     arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in (in0, in1, bias)]
-    for arr, shape, what in zip(arrays, spec.input_shapes, ("in0", "in1", "bias")):
+    for arr, shape, name in zip(arrays, spec.input_shapes, ("in0", "in1", "bias")):
         if arr.shape != tuple(shape):
-            raise VerificationError(f"run_qemu: {what} has shape {arr.shape}, expected {tuple(shape)}")
-    with tempfile.TemporaryDirectory(prefix="xfc-qemu-") as tmp:
+            raise VerificationError(f"{what}: {name} has shape {arr.shape}, expected {tuple(shape)}")
+    with tempfile.TemporaryDirectory(prefix="xfc-run-") as tmp:
         tmp = Path(tmp)
         paths = [tmp / n for n in ("in0.bin", "in1.bin", "bias.bin")]
         for path, arr in zip(paths, arrays):
             _write_atomic(path, arr.tobytes())
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
-        argv = [QEMU, "-cpu", qemu_cpu, str(binary), *map(str, paths), str(out_path), str(times_path),
+        argv = [*argv_prefix, str(binary), *map(str, paths), str(out_path), str(times_path),
                 str(int(warmup)), str(max(1, int(repeats)))] + (["prepacked"] if prepacked else [])
-        _run(argv, f"qemu-aarch64 run of {binary.name}", timeout)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  env=None if env is None else {**os.environ, **env})
+        except subprocess.TimeoutExpired:
+            raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
+        except OSError as exc:
+            raise ToolchainError(f"{what} could not start '{argv[0]}': {exc}") from None
+        if proc.returncode == HARNESS_EXIT_GUARD:
+            line = next((ln for ln in proc.stderr.splitlines() if "guard violation" in ln), proc.stderr.strip())
+            raise VerificationError(f"{what}: {line.replace('xfc harness: ', '').strip()[:300]}")
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+            first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
+            raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
         out = np.fromfile(out_path, dtype=np.float32)
         expected = int(np.prod(spec.output_shape))
         if out.size != expected:
             raise ToolchainError(f"{binary.name} wrote {out.size} floats, expected {expected}")
         samples = [float(x) for x in times_path.read_text().split()]
+    return out.reshape(spec.output_shape), samples
+
+
+def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
+             qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
+             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False) -> tuple[np.ndarray, Measurement]:
+    """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing).
+    prepacked=True makes the harness pack the weights once and run the pre-packed entry point.
+    The harness pre-fills the output with NaN and checks guard zones (VerificationError)."""
+    require_tool(QEMU)
+    qemu_cpu = qemu_cpu or "max"
+    if qemu_cpu not in qemu_cpu_models():
+        raise ToolchainError(f"qemu-aarch64 has no CPU model '{qemu_cpu}' (available: {', '.join(qemu_cpu_models())})")
+    out, samples = run_harness([QEMU, "-cpu", qemu_cpu], binary, spec, in0, in1, bias,
+                               what=f"qemu-aarch64 run of {Path(binary).name}", repeats=repeats, warmup=warmup,
+                               timeout=timeout, prepacked=prepacked)
     where = f"qemu-aarch64 -cpu {qemu_cpu} (emulated: not phone timing)"
-    return out.reshape(spec.output_shape), Measurement.from_samples(samples, spec.flops, where)
+    return out, Measurement.from_samples(samples, spec.flops, where)

@@ -48,7 +48,8 @@ def cmd_bench(args) -> int:
                                      timeout_s=args.timeout, output_shape=spec.output_shape,
                                      cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
                                      protocol="times-file"))
-    ok, max_err, ratio = check_output(spec, run.output, a, b, bias)
+    verdict = check_output(spec, run.output, a, b, bias)
+    ok, max_err, ratio = verdict
     gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
     report = {
         "operator": spec.name, "shape": spec.describe(), "hardware": hw.name, "cluster": cluster.role,
@@ -75,7 +76,7 @@ def cmd_bench(args) -> int:
             print(f"note: {note}")
     if not ok:
         raise VerificationError(f"{spec.name} kernel output from {run.where} differs from the numpy reference "
-                                f"(max abs error {max_err:.3g}, {ratio:.3g}x the K-derived bound)")
+                                f"({verdict.reason})")
     return 0
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .errors import OperatorError, VerificationError, XfcError
+from .accuracy import merge
 from .ops import OPERATORS, check_output, make_inputs, make_spec, parse_shape
 from .outputs import OutputDir
 
@@ -50,7 +51,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     say = progress or (lambda msg: None)
     result, synth_s = synthesize_timed(spec, hw, cluster, threads)
     say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
-    rendered = render_cpu_kernel(result.plan)
+    rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
     report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
               "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
               "explain": result.explain()}
@@ -64,30 +65,32 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
         say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if hw.target_arch == 'x86_64' else 'aarch64-linux-gnu-gcc -static'})")
         if verify or bench:
             a, b, bias = make_inputs(spec, seed)
-            # Both entry points are checked: weights packed per call, and pre-packed once.
-            per_call = None
-            if hw.target_arch == "x86_64":
-                out, out_packed = kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias)
-                if bench:
-                    timing = kernel.time(a, b, bias, repeats=repeat, warmup=3, prepacked=True)
-                    per_call = kernel.time(a, b, bias, repeats=repeat, warmup=3)
+            # Both entry points are checked: weights packed per call, and pre-packed once. A guard
+            # violation raised while running is a failed verification too: it is reported, and
+            # the outputs are kept for inspection like any other mismatch.
+            per_call = timing = None
+            try:
+                if hw.target_arch == "x86_64":
+                    out, out_packed = kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias)
+                    if bench:
+                        timing = kernel.time(a, b, bias, repeats=repeat, warmup=3, prepacked=True)
+                        per_call = kernel.time(a, b, bias, repeats=repeat, warmup=3)
                 else:
-                    timing = None
-            else:
-                say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
-                out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
-                                         repeats=repeat if bench else 1, warmup=1 if bench else 0)
-                out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
-                                              repeats=repeat if bench else 1, warmup=1 if bench else 0,
-                                              prepacked=True)
-                if not bench:
-                    timing = per_call = None
-            ok, max_err, ratio = check_output(spec, out, a, b, bias)
-            ok_packed, max_err_packed, ratio_packed = check_output(spec, out_packed, a, b, bias)
-            ok, max_err, ratio = ok and ok_packed, max(max_err, max_err_packed), max(ratio, ratio_packed)
-            report.update(verified=bool(ok), max_abs_error=max_err, error_to_bound_ratio=ratio,
-                          verified_on="host (native)" if hw.target_arch == "x86_64" else
-                          f"qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'}")
+                    say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
+                    out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
+                                             repeats=repeat if bench else 1, warmup=1 if bench else 0)
+                    out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
+                                                  repeats=repeat if bench else 1, warmup=1 if bench else 0,
+                                                  prepacked=True)
+                    if not bench:
+                        timing = per_call = None
+                verdict = merge([check_output(spec, out, a, b, bias), check_output(spec, out_packed, a, b, bias)])
+                report.update(verdict.as_report())
+            except VerificationError as exc:
+                report.update(verified=False, max_abs_error=None, error_to_bound_ratio=None, failure=str(exc))
+                timing = per_call = None
+            report["verified_on"] = ("host (native)" if hw.target_arch == "x86_64" else
+                                     f"qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'}")
             if timing is not None:
                 report["measurement"] = {"median_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
                                          "gflops": timing.gflops, "repeats": len(timing.samples_s),
@@ -101,10 +104,24 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     report["output_dir"] = str(out_dir)
     if report.get("verified") is False:
         raise VerificationError(
-            f"{spec.name} kernel for {hw.name} does not match the numpy reference (max abs error "
-            f"{report['max_abs_error']:.3g}, {report['error_to_bound_ratio']:.3g}x the K-derived bound); "
-            f"outputs kept in {out_dir}")
+            f"{spec.name} kernel for {hw.name} failed verification against the numpy reference "
+            f"({report['failure']}); outputs kept in {out_dir}")
     return report
+
+
+# TEST-ONLY: the name of a deliberately wrong kernel from xfc/mutants.py, applied to the rendered
+# source so that tests can show `xfc synth --verify` exits 4. Read here and nowhere else.
+TEST_MUTANT_ENV = "XFC_TEST_MUTANT"
+
+
+def _test_fault_injection(rendered, say):
+    name = os.environ.get(TEST_MUTANT_ENV, "").strip()
+    if not name:
+        return rendered
+    from .mutants import mutate
+    mutated = mutate(rendered, name)
+    say(f"TEST FAULT INJECTION ({TEST_MUTANT_ENV}={name}): this kernel is deliberately wrong")
+    return mutated
 
 
 def default_out_dir(hw, spec, target: str) -> Path:

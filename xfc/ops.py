@@ -13,6 +13,7 @@ from typing import Union
 
 import numpy as np
 
+from .accuracy import Verdict, judge, variance_bound  # noqa: F401  (Verdict: re-exported)
 from .errors import OperatorError
 
 ACTIVATIONS = ("none", "relu", "relu6")
@@ -326,7 +327,24 @@ def reference(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray
     return _epilogue(out, bias, spec, bias_axis=1)
 
 
-def error_bound(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def magnitude(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Per-element M_e = sum_i |a_i b_i| (+ |bias| when fused), in float64: what rounding errors scale with."""
+    plain = type(spec)(**{f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"})
+    mag = reference(plain, np.abs(a), np.abs(b), np.abs(bias))
+    if spec.epilogue.bias:
+        bias_axis = 2 if isinstance(spec, MatmulSpec) else 1
+        shape = [-1 if axis == bias_axis else 1 for axis in range(mag.ndim)]
+        mag = mag + np.abs(bias).astype(np.float64).reshape(shape)
+    return mag
+
+
+def _gamma(k: int) -> float:
+    unit = np.float64(2.0 ** -24)
+    return float(k * unit / (1 - k * unit))
+
+
+def error_bound(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
+                mag: np.ndarray | None = None) -> np.ndarray:
     """Per-element bound on |fp32 kernel - exact| from the standard dot-product error analysis.
 
     Any summation order of a length-K fp32 dot product with FMA satisfies
@@ -334,28 +352,24 @@ def error_bound(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarr
     the bias add and the final rounding add two more units. The bound depends only on K and on
     the data, not on a tuned constant. ReLU/ReLU6 are 1-Lipschitz, so the bound carries through.
     """
-    unit = np.float64(2.0 ** -24)
-    k = spec.reduction_size + 2
-    gamma = k * unit / (1 - k * unit)
-    plain = type(spec)(**{f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"})
-    magnitude = reference(plain, np.abs(a), np.abs(b), np.abs(bias))
-    if spec.epilogue.bias:
-        bias_axis = 2 if isinstance(spec, MatmulSpec) else 1
-        shape = [-1 if axis == bias_axis else 1 for axis in range(magnitude.ndim)]
-        magnitude = magnitude + np.abs(bias).astype(np.float64).reshape(shape)
-    return gamma * magnitude + np.finfo(np.float32).tiny
+    mag = magnitude(spec, a, b, bias) if mag is None else mag
+    return _gamma(spec.reduction_size + 2) * mag + np.finfo(np.float32).tiny
 
 
-def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray):
-    """(ok, max_abs_error, worst_ratio) of got against expected under a per-element bound."""
-    got = np.asarray(got, dtype=np.float64).reshape(expected.shape)
-    if not np.all(np.isfinite(got)):
-        return False, float("inf"), float("inf")
-    err = np.abs(got - expected)
-    ratio = float(np.max(err / bound)) if err.size else 0.0
-    return ratio <= 1.0, float(err.max()) if err.size else 0.0, ratio
+def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray, variance: np.ndarray | None = None,
+                     k: int = 0):
+    """Verdict of got against expected under a per-element bound (and, given the per-element
+    variance bound of xfc.accuracy, the RMS check). Unpacks as (ok, max_abs_error, worst_ratio)."""
+    return judge(expected, got, bound, variance, k)
 
 
-def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray):
-    """Compare a kernel's output with the reference. Returns (ok, max_abs_error, worst_ratio)."""
-    return compare_to_bound(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias))
+def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray, *,
+                 statistical: bool = True):
+    """Compare a kernel's output with the reference: a Verdict (see xfc.accuracy) that unpacks as
+    (ok, max_abs_error, worst_ratio). ok needs every element finite and within the worst-case
+    bound, and, when statistical and K and the output are large enough, the RMS error within the
+    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs)."""
+    mag = magnitude(spec, a, b, bias)
+    k = spec.reduction_size
+    variance = variance_bound(k, mag) if statistical else None
+    return judge(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias, mag), variance, k)

@@ -36,6 +36,7 @@ FP16_NOTE = ("PoCL has no cl_khr_fp16, so the half-arithmetic kernel is only ren
 APT_PACKAGES = "gcc ocl-icd-opencl-dev opencl-headers pocl-opencl-icd"
 HARNESS_RUN_TIMEOUT_S = 900
 HARNESS_COMPILE_TIMEOUT_S = 180
+HARNESS_EXIT_GUARD = 5  # the harness found a changed guard zone around a buffer (a wrong kernel)
 
 _env: Optional[jinja2.Environment] = None
 _harness_cache: dict[str, Path] = {}
@@ -123,6 +124,9 @@ def _run(cmd: list[str], what: str) -> str:
         proc = procs.run(cmd, timeout=HARNESS_RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {HARNESS_RUN_TIMEOUT_S} s") from None
+    if proc.returncode == HARNESS_EXIT_GUARD:
+        line = next((l.strip() for l in proc.stderr.splitlines() if "guard violation" in l), proc.stderr.strip())
+        raise VerificationError(f"{what}: {line.replace('harness: ', '', 1)[:300]}")
     if proc.returncode != 0:
         lines = [l.strip() for l in proc.stderr.splitlines() if l.strip()]
         harness_line = next((l for l in lines if l.startswith("harness:")), lines[-1] if lines else "")
@@ -282,15 +286,22 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
             _write_atomic(path, np.ascontiguousarray(arr, dtype=np.float32).tobytes())
         out_path = out / "out.f32"
         reps = repeat if repeat is not None else (10 if bench else 1)
-        timing = run_kernel(harness, files[run_variant], paths, out_path, repeat=reps, warmup=1)
-        got = np.fromfile(out_path, dtype=np.float32)
-        report.update(pocl_median_s=timing["median_s"], pocl_min_s=timing["min_s"], pocl_max_s=timing["max_s"],
-                      pocl_repeats=timing["repeats"], pocl_samples_s=timing["samples_s"])
-        if verify:
-            ok, max_err, ratio = check(run_variant, spec, got, a, b, bias)
-            report.update(verified=bool(ok), max_abs_error=max_err, worst_error_ratio=ratio)
-            if not ok:
-                failure = (f"{files[run_variant].name} on {report['pocl_device']}: max abs error {max_err:.3g} is "
-                           f"{ratio:.3g}x the K-derived bound")
+        try:
+            timing = run_kernel(harness, files[run_variant], paths, out_path, repeat=reps, warmup=1)
+        except VerificationError as exc:  # a guard zone changed: report it like a wrong result
+            report.update(verified=False, failure=str(exc))
+            failure = str(exc)
+        else:
+            got = np.fromfile(out_path, dtype=np.float32)
+            report.update(pocl_median_s=timing["median_s"], pocl_min_s=timing["min_s"], pocl_max_s=timing["max_s"],
+                          pocl_repeats=timing["repeats"], pocl_samples_s=timing["samples_s"])
+            if verify:
+                verdict = check(run_variant, spec, got, a, b, bias)
+                report.update(verified=bool(verdict.ok), max_abs_error=verdict.max_abs_error,
+                              worst_error_ratio=verdict.worst_ratio, rms_error=verdict.rms_error,
+                              rms_limit=verdict.rms_limit)
+                if not verdict.ok:
+                    report["failure"] = verdict.reason
+                    failure = f"{files[run_variant].name} on {report['pocl_device']}: {verdict.reason}"
     _write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2, ensure_ascii=False) + "\n")
     return report, failure

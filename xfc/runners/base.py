@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from xfc.errors import DeviceError, ToolchainError
+from xfc.errors import DeviceError, ToolchainError, VerificationError
 
 INPUT_NAMES = ("a", "b", "bias")
 PROTOCOLS = ("json", "times-file")
@@ -283,6 +283,10 @@ class Runner(ABC):
             self.run(ctx)
             output = self.fetch(ctx)
             return self.build_result(ctx, output)
+        except DeviceError as exc:  # the CPU harness found a changed guard zone (exit 5): a wrong kernel
+            if "xfc harness: guard violation" in str(exc):
+                raise VerificationError(str(exc)) from None
+            raise
         finally:
             self.cleanup(ctx)
 
