@@ -8,6 +8,7 @@ files, never replacing them).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
