@@ -26,6 +26,7 @@ import numpy as np
 from .codegen_cpu import RenderedKernel
 from .errors import ToolchainError, VerificationError
 from .ops import check_output
+from .sigill import illegal_instruction_message, is_illegal_instruction
 
 HOST_CC = "gcc"
 ARM_CC = "aarch64-linux-gnu-gcc"
@@ -90,7 +91,8 @@ def _write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
-def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None,
+         check: bool = True) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               cwd=str(cwd) if cwd else None)
@@ -98,12 +100,16 @@ def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None)
         raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
     except OSError as exc:
         raise ToolchainError(f"{what} could not start '{argv[0]}': {exc}") from None
-    if proc.returncode != 0:
-        first = next((ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln.lower()),
-                     (proc.stderr or proc.stdout or "").strip().splitlines()[:1] or [""])
-        first = first if isinstance(first, str) else first[0]
-        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
+    if check and proc.returncode != 0:
+        raise _failure(proc, what)
     return proc
+
+
+def _failure(proc: subprocess.CompletedProcess, what: str) -> ToolchainError:
+    first = next((ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln.lower()),
+                 (proc.stderr or proc.stdout or "").strip().splitlines()[:1] or [""])
+    first = first if isinstance(first, str) else first[0]
+    return ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
 
 
 def _digest(*parts: str) -> str:
@@ -326,7 +332,8 @@ def qemu_cpu_models() -> tuple[str, ...]:
 
 def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
              qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
-             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False) -> tuple[np.ndarray, Measurement]:
+             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False,
+             march: str = "") -> tuple[np.ndarray, Measurement]:
     """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing).
     prepacked=True makes the harness pack the weights once and run the pre-packed entry point."""
     require_tool(QEMU)
@@ -346,7 +353,12 @@ def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, 
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
         argv = [QEMU, "-cpu", qemu_cpu, str(binary), *map(str, paths), str(out_path), str(times_path),
                 str(int(warmup)), str(max(1, int(repeats)))] + (["prepacked"] if prepacked else [])
-        _run(argv, f"qemu-aarch64 run of {binary.name}", timeout)
+        proc = _run(argv, f"qemu-aarch64 run of {binary.name}", timeout, check=False)
+        if is_illegal_instruction(proc.returncode, proc.stderr):   # never only qemu's own text
+            raise ToolchainError(f"qemu-aarch64 run of {binary.name}: " + illegal_instruction_message(
+                march, f"emulated CPU: qemu-aarch64 -cpu {qemu_cpu}"))
+        if proc.returncode != 0:
+            raise _failure(proc, f"qemu-aarch64 run of {binary.name}")
         out = np.fromfile(out_path, dtype=np.float32)
         expected = int(np.prod(spec.output_shape))
         if out.size != expected:
