@@ -14,7 +14,11 @@ What it implements
     echo, true, false, mkdir, rm, chmod, cat, ls, df, stat-less `test -e/-f/-d`, sleep, env,
     taskset MASK (accepted and recorded), timeout, ps, kill, sh -c, uname, id, whoami, and
     running pushed aarch64 ELF files.
-  * a sandbox: device paths under /data/local/tmp map to a host directory; arguments of an
+  * the identity of the SoC it plays, from hardware_descriptions/soc/<soc>.yaml: getprop
+    ro.soc.model / ro.board.platform, /proc/cpuinfo CPU parts and Features per cluster, and the
+    qemu -cpu model of the cores a run may use (so an armv9 kernel dies of SIGILL on an A77).
+  * a sandbox: device paths under /data/local/tmp map to a host directory that the device
+    created and marked (it never writes into or deletes one it did not create); arguments of an
     executed ELF that start with /data/local/tmp are rewritten to the host path (a binary run
     under qemu-user sees the host file system). Everything else is read-only fake state:
     /sys cpufreq and thermal files, /proc/cpuinfo and optionally /vendor/lib64/libOpenCL.so.

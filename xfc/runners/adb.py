@@ -475,8 +475,16 @@ class AdbRunner(Runner):
         return ctx
 
     def upload(self, ctx: RunContext) -> None:
-        ctx.uploaded.append(ctx.remote_dir)   # before mkdir: a half-done mkdir is cleaned too
-        self._shell(["mkdir", "-p", ctx.remote_dir], what=f"create {ctx.remote_dir}")
+        self._shell(["mkdir", "-p", REMOTE_ROOT], what=f"create {REMOTE_ROOT}")
+        # The run directory must be new (plain mkdir): xfc never writes into, or removes, a
+        # directory it did not create. Recorded before mkdir so an interrupted mkdir is cleaned
+        # too; forgotten again when mkdir says it could not create it.
+        ctx.uploaded.append(ctx.remote_dir)
+        try:
+            self._shell(["mkdir", ctx.remote_dir], what=f"create {ctx.remote_dir}")
+        except DeviceError:
+            ctx.uploaded.remove(ctx.remote_dir)
+            raise
         self.push_file(Path(ctx.spec.harness), f"{ctx.remote_dir}/harness", 0o755)
         for p in ctx.input_files:
             self.push_file(p, f"{ctx.remote_dir}/{p.name}", 0o644)

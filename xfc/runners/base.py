@@ -235,7 +235,7 @@ class Runner(ABC):
         ctx = RunContext(spec=spec, run_id=run_id, local_dir=local)
         try:
             ctx.input_files = stage_inputs(spec, local)
-        except Exception:
+        except BaseException:   # also Ctrl-C: no half-staged directory is left behind
             shutil.rmtree(local, ignore_errors=True)
             raise
         return ctx
