@@ -14,7 +14,11 @@ What it implements
     echo, true, false, mkdir, rm, chmod, cat, ls, df, stat-less `test -e/-f/-d`, sleep, env,
     taskset MASK (accepted and recorded), timeout, ps, kill, sh -c, uname, id, whoami, and
     running pushed aarch64 ELF files.
-  * a sandbox: device paths under /data/local/tmp map to a host directory; arguments of an
+  * the identity of the SoC it plays, from hardware_descriptions/soc/<soc>.yaml: getprop
+    ro.soc.model / ro.board.platform, /proc/cpuinfo CPU parts and Features per cluster, and the
+    qemu -cpu model of the cores a run may use (so an armv9 kernel dies of SIGILL on an A77).
+  * a sandbox: device paths under /data/local/tmp map to a host directory that the device
+    created and marked (it never writes into or deletes one it did not create); arguments of an
     executed ELF that start with /data/local/tmp are rewritten to the host path (a binary run
     under qemu-user sees the host file system). Everything else is read-only fake state:
     /sys cpufreq and thermal files, /proc/cpuinfo and optionally /vendor/lib64/libOpenCL.so.
@@ -46,7 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from xfc.runners.socs import SOCS, SocInfo
+from xfc.hardware import CpuCore, HardwareDescription
+from xfc.runners.identity import core_hwcaps, required_hwcaps, shipped_socs
 
 # --------------------------------------------------------------------------------------------
 # Wire format
@@ -77,6 +82,8 @@ SH_STDIN, SH_STDOUT, SH_STDERR, SH_EXIT, SH_CLOSE_STDIN, SH_WINDOW = 0, 1, 2, 3,
 
 SYNC_DATA_MAX = 64 * 1024
 SANDBOX_ROOT = "/data/local/tmp"
+# The device writes only below a directory it created; this file marks such a directory.
+HOME_MARKER = ".xfc-virtual-device"
 
 
 def pack_message(command: int, arg0: int, arg1: int, payload: bytes = b"") -> bytes:
@@ -129,12 +136,32 @@ class _FakeProcess:
                 pass
 
 
-class FakeSystem:
-    """Properties, /sys files and processes of the virtual device (shared by all connections)."""
+def soc_names() -> list[str]:
+    """SoCs the virtual device can play: every shipped SoC description with Android ids."""
+    return [hw.name for hw in shipped_socs() if hw.android is not None]
 
-    def __init__(self, soc: SocInfo, sandbox: Path, faults: Faults, serial_hint: str,
+
+def _weakest(cores: list[CpuCore]) -> CpuCore:
+    """The core with the fewest ISA features: what code may meet when it can run on any of them."""
+    return min(cores, key=lambda c: (len(required_hwcaps(c)), c.name))
+
+
+class FakeSystem:
+    """Properties, /sys files and processes of the virtual device (shared by all connections).
+
+    Everything it reports about the SoC comes from the SoC's hardware description: properties
+    from `android:`, CPU topology and clocks from `clusters`, /proc/cpuinfo CPU implementer/part
+    from the cores' `cpuinfo:` (the SoC's own ids first), Features from the cores' ISA, and the
+    qemu-aarch64 -cpu model from the cores' `qemu_cpu`."""
+
+    def __init__(self, soc: HardwareDescription, sandbox: Path, faults: Faults, serial_hint: str,
                  with_opencl: bool = False, qemu: str = "qemu-aarch64"):
+        if soc.android is None or not soc.clusters:
+            raise ValueError(f"{soc.name}: the description has no Android ids or no CPU clusters")
         self.soc = soc
+        self.cpu_core = {cpu: cl.core for cl in soc.clusters for cpu in cl.cpu_ids}
+        self.cpu_count = max(self.cpu_core) + 1
+        self.max_khz = {cpu: int(round(cl.clock_ghz * 1e6)) for cl in soc.clusters for cpu in cl.cpu_ids}
         self.sandbox = sandbox
         self.faults = faults
         self.with_opencl = with_opencl
@@ -148,7 +175,7 @@ class FakeSystem:
         self.drop_on_run_pending = faults.drop_on_run
         self.drop_bytes_pending = faults.drop_after_bytes
         self.bytes_in = 0
-        self.cur_khz = {cpu: cl.max_khz for cl in soc.clusters for cpu in cl.cpu_ids}
+        self.cur_khz = dict(self.max_khz)
         self.zones = [("cpu-0-0-usr", 36.0), ("cpu-1-0-usr", 37.5), ("gpuss-0-usr", 34.0),
                       ("battery", 31.0), ("skin-therm", 32.5)]
         abilist = "arm64-v8a,armeabi-v7a,armeabi" if faults.abi == "arm64-v8a" else (
@@ -162,16 +189,23 @@ class FakeSystem:
             "ro.product.cpu.abi": faults.abi,
             "ro.product.cpu.abilist": abilist,
             "ro.product.cpu.abilist64": "arm64-v8a" if faults.abi == "arm64-v8a" else "",
-            "ro.board.platform": soc.board_platform,
-            "ro.hardware": soc.board_platform,
-            "ro.soc.manufacturer": soc.soc_manufacturer,
-            "ro.soc.model": soc.soc_model,
+            "ro.board.platform": soc.android.board_platforms[0],
+            "ro.hardware": soc.android.board_platforms[0],
+            "ro.soc.manufacturer": soc.android.soc_manufacturer or soc.marketing_name.split()[0],
+            "ro.soc.model": soc.android.soc_models[0],
             "ro.build.version.sdk": "33",
             "ro.build.version.release": "13",
             "ro.serialno": serial_hint,
             "ro.xfc.virtual_device": "1",
-            "ro.xfc.emulator": f"qemu-aarch64 -cpu {soc.qemu_cpu}",
+            "ro.xfc.emulator": "qemu-aarch64 " + " ".join(
+                f"-cpu {cl.core.qemu_cpu} ({cl.role})" for cl in soc.clusters),
         }
+
+    def qemu_cpu(self, cpus: set[int] | None = None) -> str:
+        """The qemu -cpu model for a run allowed on these CPUs (default: any): the weakest core's,
+        because the scheduler may put the run on any of them."""
+        cores = [core for cpu, core in self.cpu_core.items() if cpus is None or cpu in cpus]
+        return _weakest(cores or list(self.cpu_core.values())).qemu_cpu or "max"
 
     # -- processes ----------------------------------------------------------------------------
     def new_process(self, argv: list[str]) -> _FakeProcess:
@@ -202,10 +236,27 @@ class FakeSystem:
                 self.zones = [(name, t + 0.1) for name, t in self.zones]
 
     # -- read-only fake files -------------------------------------------------------------------
+    def cpuinfo(self) -> str:
+        """arm64 /proc/cpuinfo: per CPU its Features, implementer and part."""
+        ids = {cpu: cl.cpuinfo_ids[0] if cl.cpuinfo_ids else (0x41, 0)
+               for cl in self.soc.clusters for cpu in cl.cpu_ids}
+        blocks = []
+        for cpu in range(self.cpu_count):
+            core = self.cpu_core.get(cpu)
+            if core is None:
+                continue
+            impl, part = ids[cpu]
+            blocks.append(f"processor\t: {cpu}\nBogoMIPS\t: 38.40\n"
+                          f"Features\t: {' '.join(core_hwcaps(core))}\n"
+                          f"CPU implementer\t: {impl:#04x}\nCPU architecture: 8\n"
+                          f"CPU variant\t: 0x1\nCPU part\t: {part:#05x}\nCPU revision\t: 0\n")
+        return ("\n".join(blocks) + f"\nHardware\t: xfc virtual device "
+                f"({self.soc.marketing_name}, emulated)\n")
+
     def fake_files(self) -> dict[str, bytes]:
         files: dict[str, bytes] = {}
         cpu_root = "/sys/devices/system/cpu"
-        n = self.soc.cpu_count
+        n = self.cpu_count
         files[f"{cpu_root}/possible"] = f"0-{n - 1}\n".encode()
         files[f"{cpu_root}/online"] = f"0-{n - 1}\n".encode()
         policy = {}
@@ -217,9 +268,9 @@ class FakeSystem:
             for cpu in cl.cpu_ids:
                 d = f"{cpu_root}/cpu{cpu}"
                 files[f"{d}/cpufreq/scaling_cur_freq"] = f"{self.cur_khz[cpu]}\n".encode()
-                files[f"{d}/cpufreq/cpuinfo_max_freq"] = f"{cl.max_khz}\n".encode()
+                files[f"{d}/cpufreq/cpuinfo_max_freq"] = f"{self.max_khz[cpu]}\n".encode()
                 files[f"{d}/cpufreq/cpuinfo_min_freq"] = b"300000\n"
-                files[f"{d}/cpufreq/scaling_max_freq"] = f"{cl.max_khz}\n".encode()
+                files[f"{d}/cpufreq/scaling_max_freq"] = f"{self.max_khz[cpu]}\n".encode()
                 files[f"{d}/cpufreq/scaling_governor"] = b"schedutil\n"
                 files[f"{d}/cpufreq/related_cpus"] = f"{siblings.replace(',', ' ')}\n".encode()
                 files[f"{d}/topology/core_siblings_list"] = f"{siblings}\n".encode()
@@ -228,13 +279,7 @@ class FakeSystem:
         for i, (name, temp) in enumerate(self.zones):
             files[f"/sys/class/thermal/thermal_zone{i}/type"] = f"{name}\n".encode()
             files[f"/sys/class/thermal/thermal_zone{i}/temp"] = f"{int(temp * 1000)}\n".encode()
-        cpuinfo = []
-        for cpu in range(n):
-            cpuinfo.append(f"processor\t: {cpu}\nBogoMIPS\t: 38.40\n"
-                           "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp "
-                           "asimdhp cpuid asimdrdm lrcpc dcpop asimddp\nCPU architecture: 8\n")
-        files["/proc/cpuinfo"] = ("\n".join(cpuinfo) + f"\nHardware\t: xfc virtual device "
-                                  f"({self.soc.marketing_name}, emulated)\n").encode()
+        files["/proc/cpuinfo"] = self.cpuinfo().encode()
         files["/proc/version"] = b"Linux version 5.4.0-xfc-virtual (emulated by qemu-aarch64)\n"
         if self.with_opencl:
             files["/vendor/lib64/libOpenCL.so"] = b"\x7fELF (fake vendor OpenCL library)\n"
@@ -389,6 +434,7 @@ class ShellSession:
         self.status = 0
         self.current: _FakeProcess | None = None
         self.cancelled = threading.Event()
+        self.affinity: set[int] | None = None     # CPUs allowed by an enclosing taskset
 
     # -- entry ----------------------------------------------------------------------------------
     def run_line(self, line: str) -> int:
@@ -693,13 +739,17 @@ class ShellSession:
         except ValueError:
             self.err(f"taskset: bad mask '{mask_s}'\n".encode())
             return 1
-        cpus = {c for c in range(self.system.soc.cpu_count) if mask >> c & 1}
+        cpus = {c for c in self.system.cpu_core if mask >> c & 1}
         if not cpus:
             self.err(b"taskset: sched_setaffinity: Invalid argument\n")
             return 1
         with self.system.lock:
             self.system.taskset_log.append((mask_s, list(rest)))
-        return self.run_argv(rest, env)
+        outer, self.affinity = self.affinity, cpus
+        try:
+            return self.run_argv(rest, env)
+        finally:
+            self.affinity = outer
 
     def cmd_timeout(self, args, env):
         sig = "TERM"
@@ -807,7 +857,7 @@ class ShellSession:
                 proc.killed.wait()
                 self.err(b"Killed\n")
                 return 137
-            cmd = [self.system.qemu, "-cpu", self.system.soc.qemu_cpu, str(hp), *args]
+            cmd = [self.system.qemu, "-cpu", self.system.qemu_cpu(self.affinity), str(hp), *args]
             child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
             try:
                 proc.popen = subprocess.Popen(cmd, cwd=str(hp.parent), env=child_env,
@@ -1254,20 +1304,44 @@ class _Connection:
 # --------------------------------------------------------------------------------------------
 
 
+def claim_home(path: str | os.PathLike | None) -> tuple[Path, bool]:
+    """(home directory, created now). A new temporary directory when path is None; else path
+    is created (its parent must exist) or must already carry this device's marker: the device
+    never writes into, or deletes, a directory it did not create."""
+    if path is None:
+        home = Path(tempfile.mkdtemp(prefix="xfc-vdev-"))
+    else:
+        home = Path(path)
+        if home.exists() or home.is_symlink():
+            if not home.is_dir() or home.is_symlink() or not (home / HOME_MARKER).is_file():
+                raise ValueError(f"{home} exists and was not created by the xfc virtual device (no "
+                                 f"{HOME_MARKER} file in it); give a path that does not exist yet")
+            return home, False
+        try:
+            home.mkdir()
+        except OSError as exc:
+            raise ValueError(f"cannot create the sandbox directory {home}: {exc.strerror}") from None
+    (home / HOME_MARKER).write_text("created by the xfc virtual device; /data/local/tmp is in "
+                                    "data-local-tmp/\n")
+    return home, True
+
+
 class VirtualDevice:
     """A TCP server speaking the device side of ADB. Use start()/stop() or a `with` block."""
 
     def __init__(self, port: int = 0, soc: str = "snapdragon-865", faults: Faults | None = None,
                  sandbox: str | os.PathLike | None = None, with_opencl: bool = False,
                  qemu: str = "qemu-aarch64", verbose: bool = False):
-        if soc not in SOCS:
-            raise ValueError(f"unknown SoC '{soc}'; known: {', '.join(sorted(SOCS))}")
+        socs = {hw.name: hw for hw in shipped_socs() if hw.android is not None}
+        if soc not in socs:
+            raise ValueError(f"unknown SoC '{soc}'; known: {', '.join(sorted(socs))}")
         self.requested_port = port
         self.faults = faults or Faults()
-        self._own_sandbox = sandbox is None
-        self.sandbox = Path(sandbox) if sandbox else Path(tempfile.mkdtemp(prefix="xfc-vdev-"))
-        self.sandbox.mkdir(parents=True, exist_ok=True)
-        self.system = FakeSystem(SOCS[soc], self.sandbox, self.faults, f"xfc-virtual-{soc}",
+        # home: a directory this device created (marked); /data/local/tmp lives inside it.
+        self.home, self._created_home = claim_home(sandbox)
+        self.sandbox = self.home / "data-local-tmp"
+        self.sandbox.mkdir(exist_ok=True)
+        self.system = FakeSystem(socs[soc], self.sandbox, self.faults, f"xfc-virtual-{soc}",
                                  with_opencl=with_opencl, qemu=qemu)
         self.verbose = verbose
         self._listener: socket.socket | None = None
@@ -1337,8 +1411,8 @@ class VirtualDevice:
         self.drop_connections()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        if self._own_sandbox:
-            shutil.rmtree(self.sandbox, ignore_errors=True)
+        if self._created_home:   # only what it created; a reused (marked) home keeps its files
+            shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> "VirtualDevice":
         return self.start()
@@ -1362,9 +1436,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m android_runner.virtual_device",
         description="A virtual ADB device (emulated with qemu-aarch64; not a phone).")
     ap.add_argument("--port", type=int, default=5599, help="TCP port on 127.0.0.1 (0 = any)")
-    ap.add_argument("--soc", default="snapdragon-865", choices=sorted(SOCS))
-    ap.add_argument("--sandbox", help="host directory backing /data/local/tmp "
-                                      "(default: a new temporary directory)")
+    ap.add_argument("--soc", default="snapdragon-865", choices=soc_names())
+    ap.add_argument("--sandbox", help="a new host directory for the device's files (it is created, "
+                                      "marked, and /data/local/tmp is its data-local-tmp/; an "
+                                      "existing one must carry the marker); default: a temporary "
+                                      "directory removed on exit")
     ap.add_argument("--with-opencl", action="store_true",
                     help="pretend /vendor/lib64/libOpenCL.so exists")
     ap.add_argument("--qemu", default="qemu-aarch64", help="the qemu-user binary to run ELFs")
@@ -1388,8 +1464,12 @@ def main(argv: list[str] | None = None) -> int:
                     hang=args.hang, abi=args.abi, storage_full=args.storage_full,
                     unauthorized=args.unauthorized, offline=args.offline,
                     throttle=args.throttle)
-    dev = VirtualDevice(args.port, args.soc, faults, sandbox=args.sandbox,
-                        with_opencl=args.with_opencl, qemu=args.qemu, verbose=args.verbose)
+    try:
+        dev = VirtualDevice(args.port, args.soc, faults, sandbox=args.sandbox,
+                            with_opencl=args.with_opencl, qemu=args.qemu, verbose=args.verbose)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     dev.start()
     print(f"xfc virtual device ({args.soc}; emulated by qemu-aarch64, not a phone) "
           f"listening on 127.0.0.1:{dev.port}", flush=True)

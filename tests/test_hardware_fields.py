@@ -46,7 +46,7 @@ ACCEPTED = {
                             ("uncertain", "deleted"), ("notes", "deleted")},
     "gpu/mali-g710.yaml": {("fp16_flop_per_clock_per_cu", "null"), ("max_waves_per_cu", "null"),
                            ("uncertain", "deleted"), ("notes", "deleted")},
-    "cpu/cortex-x3.yaml": {("uncertain", "deleted"), ("notes", "deleted")},
+    "cpu/cortex-x3.yaml": {("uncertain", "deleted"), ("notes", "deleted"), ("cpuinfo", "deleted")},
     # (gpu: null is valid too, but this file's `uncertain` then names a missing gpu.clock_mhz)
     "soc/snapdragon-8-gen-2.yaml": {("l3_kib", "null"), ("slc_kib", "null"), ("uncertain", "deleted"),
                                     ("notes", "deleted")},

@@ -15,7 +15,7 @@ from xfc.runners import WHERE_QEMU, WHERE_VIRTUAL, get_runner, hexmask, make_spe
 from xfc.runners.adb import AdbRunner, parse_getprop
 from xfc.runners.base import parse_report
 from xfc.runners.qemu import QemuRunner
-from xfc.runners.socs import SOCS, match_soc
+from xfc.runners.identity import identity_from, match_identity, shipped_socs
 
 HAVE_ARM = shutil.which("qemu-aarch64") is not None and shutil.which("aarch64-linux-gnu-gcc")
 needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="no qemu-aarch64 / aarch64 gcc")
@@ -68,12 +68,12 @@ def test_parse_report_rejects_garbage():
 def test_parse_getprop_and_soc_match():
     props = parse_getprop("[ro.board.platform]: [kona]\n[ro.soc.model]: [SM8250]\n[x]: []\n")
     assert props == {"ro.board.platform": "kona", "ro.soc.model": "SM8250", "x": ""}
-    assert match_soc(props["ro.board.platform"], props["ro.soc.model"]) == "snapdragon-865"
-    assert match_soc("taro", None) == "snapdragon-8-gen-1"
-    assert match_soc("unknownplatform", "") is None
-    for soc in SOCS.values():   # topology sanity: cpu ids 0..n-1 exactly once
+    assert match_identity(identity_from("s", props, "")).name == "snapdragon-865"
+    assert match_identity(identity_from("s", {"ro.board.platform": "taro"}, "")).name == "snapdragon-8-gen-1"
+    assert match_identity(identity_from("s", {"ro.board.platform": "unknownplatform"}, "")).name is None
+    for soc in shipped_socs():   # topology sanity: cpu ids 0..n-1 exactly once
         ids = sorted(i for c in soc.clusters for i in c.cpu_ids)
-        assert ids == list(range(soc.cpu_count))
+        assert ids == list(range(sum(c.count for c in soc.clusters)))
 
 
 def test_get_runner_kinds():

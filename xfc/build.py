@@ -28,6 +28,7 @@ from .codegen_cpu import RenderedKernel
 from .errors import ToolchainError, VerificationError
 from .guards import GuardedBuffer
 from .ops import check_output
+from .sigill import illegal_instruction_message, is_illegal_instruction
 
 HOST_CC = "gcc"
 ARM_CC = "aarch64-linux-gnu-gcc"
@@ -92,19 +93,25 @@ def _write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
-def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None,
+         check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     try:
-        proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None)
+        proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None,
+                         env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
     except OSError as exc:
         raise ToolchainError(f"{what} could not start '{argv[0]}': {exc}") from None
-    if proc.returncode != 0:
-        first = next((ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln.lower()),
-                     (proc.stderr or proc.stdout or "").strip().splitlines()[:1] or [""])
-        first = first if isinstance(first, str) else first[0]
-        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
+    if check and proc.returncode != 0:
+        raise _failure(proc, what)
     return proc
+
+
+def _failure(proc: subprocess.CompletedProcess, what: str) -> ToolchainError:
+    first = next((ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln.lower()),
+                 (proc.stderr or proc.stdout or "").strip().splitlines()[:1] or [""])
+    first = first if isinstance(first, str) else first[0]
+    return ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
 
 
 def _digest(*parts: str) -> str:
@@ -356,10 +363,12 @@ HARNESS_EXIT_GUARD = 5
 
 def run_harness(argv_prefix: Sequence[str], binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray,
                 bias: np.ndarray, *, what: str, repeats: int = 1, warmup: int = 0, timeout: float = RUN_TIMEOUT_S,
-                prepacked: bool = False, env: Optional[dict] = None) -> tuple[np.ndarray, list[float]]:
+                prepacked: bool = False, env: Optional[dict] = None,
+                march: str = "", cpu_text: str = "") -> tuple[np.ndarray, list[float]]:
     """Run a harness program (templates/cpu/harness.c.j2, with main) as argv_prefix + [binary, ...]
     on raw input files in a temporary directory; returns (output, seconds per timed call).
-    A guard violation (exit 5) becomes a one-line VerificationError; other failures ToolchainError."""
+    A guard violation (exit 5) becomes a one-line VerificationError; an illegal instruction a one-line
+    ToolchainError naming march and the CPU (cpu_text); other failures ToolchainError."""
     binary = Path(binary).resolve()
     arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in (in0, in1, bias)]
     for arr, shape, name in zip(arrays, spec.input_shapes, ("in0", "in1", "bias")):
@@ -373,20 +382,14 @@ def run_harness(argv_prefix: Sequence[str], binary: str | os.PathLike, spec, in0
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
         argv = [*argv_prefix, str(binary), *map(str, paths), str(out_path), str(times_path),
                 str(int(warmup)), str(max(1, int(repeats)))] + (["prepacked"] if prepacked else [])
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  env=None if env is None else {**os.environ, **env})
-        except subprocess.TimeoutExpired:
-            raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
-        except OSError as exc:
-            raise ToolchainError(f"{what} could not start '{argv[0]}': {exc}") from None
+        proc = _run(argv, what, timeout, check=False, env=env)
         if proc.returncode == HARNESS_EXIT_GUARD:
             line = next((ln for ln in proc.stderr.splitlines() if "guard violation" in ln), proc.stderr.strip())
             raise VerificationError(f"{what}: {line.replace('xfc harness: ', '').strip()[:300]}")
+        if is_illegal_instruction(proc.returncode, proc.stderr):   # never only the emulator's own text
+            raise ToolchainError(f"{what}: " + illegal_instruction_message(march, cpu_text))
         if proc.returncode != 0:
-            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-            first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
-            raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
+            raise _failure(proc, what)
         out = np.fromfile(out_path, dtype=np.float32)
         expected = int(np.prod(spec.output_shape))
         if out.size != expected:
@@ -397,7 +400,8 @@ def run_harness(argv_prefix: Sequence[str], binary: str | os.PathLike, spec, in0
 
 def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, bias: np.ndarray,
              qemu_cpu: str = "max", repeats: int = 1, warmup: int = 0,
-             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False) -> tuple[np.ndarray, Measurement]:
+             timeout: float = RUN_TIMEOUT_S, prepacked: bool = False,
+             march: str = "") -> tuple[np.ndarray, Measurement]:
     """Run an aarch64 harness binary under qemu-aarch64 -cpu qemu_cpu; returns (output, timing).
     prepacked=True makes the harness pack the weights once and run the pre-packed entry point.
     The harness pre-fills the output with NaN and checks guard zones (VerificationError)."""
@@ -407,6 +411,7 @@ def run_qemu(binary: str | os.PathLike, spec, in0: np.ndarray, in1: np.ndarray, 
         raise ToolchainError(f"qemu-aarch64 has no CPU model '{qemu_cpu}' (available: {', '.join(qemu_cpu_models())})")
     out, samples = run_harness([QEMU, "-cpu", qemu_cpu], binary, spec, in0, in1, bias,
                                what=f"qemu-aarch64 run of {Path(binary).name}", repeats=repeats, warmup=warmup,
-                               timeout=timeout, prepacked=prepacked)
+                               timeout=timeout, prepacked=prepacked, march=march,
+                               cpu_text=f"emulated CPU: qemu-aarch64 -cpu {qemu_cpu}")
     where = f"qemu-aarch64 -cpu {qemu_cpu} (emulated: not phone timing)"
     return out, Measurement.from_samples(samples, spec.flops, where)

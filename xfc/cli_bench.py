@@ -2,42 +2,109 @@
 
 The measurement always says where it was taken: a phone over ADB, the virtual ADB device
 (emulated), or local qemu-aarch64 (emulated). Emulated timings say nothing about phone speed.
+
+With a device, its identity (SoC properties, /proc/cpuinfo CPU parts and Features, ABI) is read
+before anything is built: without --hw the matching shipped description is used; a --hw whose
+ISA features the device lacks is refused (exit 2) instead of dying of SIGILL on the phone.
+Ctrl-C or SIGTERM during a run kills the harness on the device and removes its files there.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from .errors import OperatorError, VerificationError
 from .ops import check_output, make_inputs
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every `finally` (device cleanup) runs."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """Map SIGTERM to _Terminated while benchmarking, unless the CLI already handles SIGTERM."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
 
 def cmd_bench(args) -> int:
+    try:
+        with _sigterm_raises():
+            return _bench(args)
+    except _Terminated:
+        print("xfc: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+
+
+def _device_and_description(args, say):
+    """(hardware description, runner or None, identity or None, match or None), before building."""
+    from .hardware import load
+    from .runners import get_runner
+    from .runners.identity import match_identity, pick_description
+
+    if args.device == "qemu":
+        if not args.hw:
+            raise OperatorError("--hw is required with --device qemu (there is no device to identify)")
+        return load(args.hw), None, None, None
+    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
+    identity = runner.read_identity()
+    match = match_identity(identity)
+    if args.hw:
+        return load(args.hw), runner, identity, match
+    hw, match = pick_description(identity, match)
+    say(f"device {identity.serial} is a {hw.marketing_name} (matched by {match.how} '{match.value}'): "
+        f"using hardware description {hw.name}")
+    return hw, runner, identity, match
+
+
+def _bench(args) -> int:
     from .build import build_arm
     from .cli_synth import spec_from_args, synthesize_timed
     from .codegen_cpu import render_cpu_kernel
-    from .hardware import load
     from .runners import RunSpec, get_runner
+    from .runners.identity import check_description
 
-    hw = load(args.hw)
-    if hw.target_arch != "aarch64":
-        raise OperatorError(f"xfc bench runs ARM kernels on a device or QEMU; {hw.name} is {hw.target_arch} "
-                            f"(use 'xfc synth ... --hw host --bench' to time host kernels)")
     if args.repeat < 1:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     spec = spec_from_args(args)
     say = (lambda msg: None) if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    hw, runner, identity, match = _device_and_description(args, say)
+    if hw.target_arch != "aarch64":
+        raise OperatorError(f"xfc bench runs ARM kernels on a device or QEMU; {hw.name} is {hw.target_arch} "
+                            f"(use 'xfc synth ... --hw host --bench' to time host kernels)")
+    if identity is not None:
+        target = hw.cluster(args.cluster)
+        if args.skip_device_check:
+            say(f"--skip-device-check: not checking that {identity.serial} can run {hw.name} kernels")
+        else:
+            for note in check_description(identity, hw, target, match):
+                say(f"note: {note}")
     result, synth_s = synthesize_timed(spec, hw, args.cluster, args.threads)
     cluster = result.cluster
     say(f"synthesized in {synth_s * 1e3:.1f} ms for the {cluster.role} cluster ({cluster.count}x {cluster.core.name})")
     rendered = render_cpu_kernel(result.plan)
-    if args.device == "qemu":
+    if runner is None:
         runner = get_runner("qemu", qemu_cpu=result.plan.qemu_cpu or "max")
-    else:
-        runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
     with tempfile.TemporaryDirectory(prefix="xfc-bench-") as tmp:
         start = time.perf_counter()
         binary = build_arm(rendered, Path(tmp))
@@ -47,7 +114,7 @@ def cmd_bench(args) -> int:
         run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=args.repeat, warmup=args.warmup,
                                      timeout_s=args.timeout, output_shape=spec.output_shape,
                                      cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
-                                     protocol="times-file"))
+                                     protocol="times-file", march=result.plan.gcc_march))
     verdict = check_output(spec, run.output, a, b, bias)
     ok, max_err, ratio = verdict
     gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
@@ -57,6 +124,11 @@ def cmd_bench(args) -> int:
         "build_seconds": build_s, "verified": bool(ok), "max_abs_error": max_err, "error_to_bound_ratio": ratio,
         "gflops": gflops, "predicted_gflops": result.estimate.predicted_gflops,
         "prediction_note": "static cost model, not a measurement", "measurement": run.to_dict(),
+        "device_identity": None if identity is None else {
+            "serial": identity.serial, "soc_model": identity.soc_model,
+            "board_platform": identity.board_platform, "abi": identity.abi,
+            "cpus": identity.cpu_summary(), "matches": match.name if match else None,
+            "matched_by": match.how if match else None, "hw_given": bool(args.hw)},
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -87,8 +159,14 @@ def register(sub) -> None:
                        "to the chosen cluster on a device over ADB (or under qemu-aarch64), verify against numpy, "
                        "and print a timing table. QEMU and the virtual device give emulated timings only.")
     add_operator_arguments(p)
+    hw = p._option_string_actions["--hw"]   # bench only: a device can name its own description
+    hw.required = False
+    hw.help += "; with a device, default: the shipped description that matches it"
     p.add_argument("--device", required=True, metavar="SERIAL|qemu",
                    help="an adb serial (see 'xfc devices'), 'adb' for the only device, or 'qemu'")
+    p.add_argument("--skip-device-check", action="store_true",
+                   help="run even if the device lacks CPU features the --hw description needs "
+                   "(the kernel then dies of SIGILL: 'illegal instruction ...')")
     p.add_argument("--repeat", type=int, default=10, help="timed runs after warm-up (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is considered hung")

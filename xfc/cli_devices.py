@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from .errors import DeviceError
 
@@ -14,13 +13,6 @@ HINT = ("No device. Connect a phone with USB debugging enabled (Settings > Devel
         "or start the virtual device:\n"
         "  python -m android_runner.virtual_device --port 5599 --soc snapdragon-865 &\n"
         "  adb connect 127.0.0.1:5599")
-
-
-def _description_exists(name: str | None) -> bool:
-    if not name:
-        return False
-    root = Path(__file__).resolve().parent.parent / "hardware_descriptions" / "soc"
-    return (root / f"{name}.yaml").is_file()
 
 
 def cmd_devices(args) -> int:
@@ -32,8 +24,8 @@ def cmd_devices(args) -> int:
         rows = device_rows(host, port, start_server=not args.no_start_server)
     except DeviceError as exc:
         rows, error = [], str(exc)
-    for r in rows:
-        r["description"] = r["hardware"] if _description_exists(r["hardware"]) else None
+    for r in rows:   # matched by xfc.runners.identity, the same code `xfc bench` uses
+        r["description"] = r["hardware"]
     if args.json:
         print(json.dumps({"adb_server": f"{host}:{port}", "error": error, "devices": rows},
                          indent=2))
@@ -45,13 +37,14 @@ def cmd_devices(args) -> int:
         if r["soc"] and r["board_platform"]:
             soc = f"{r['soc']} ({r['board_platform']})"
         if r["description"]:
-            hw = r["description"] + (" (virtual device: emulated)" if r["virtual"] else "")
-        elif r["hardware"]:
-            hw = f"{r['hardware']} (no description shipped)"
+            hw = (f"{r['description']} (by {r['matched_by']})"
+                  + (" (virtual device: emulated)" if r["virtual"] else ""))
+        elif r.get("candidates"):
+            hw = f"one of {', '.join(r['candidates'])} (same CPUs): pass --hw"
         elif r["state"] != "device":
             hw = "-"
         else:
-            hw = "unknown SoC: write hardware_descriptions/soc/<name>.yaml"
+            hw = "unknown SoC: pass --hw, or write hardware_descriptions/soc/<name>.yaml"
         table.append([r["serial"], r["state"], r["model"] or "-", r["abi"] or "-", soc, hw])
     widths = [max([len(h)] + [len(row[i]) for row in table]) for i, h in enumerate(header)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())

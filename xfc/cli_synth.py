@@ -78,9 +78,9 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                         per_call = kernel.time(a, b, bias, repeats=repeat, warmup=3)
                 else:
                     say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
-                    out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
+                    out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
                                              repeats=repeat if bench else 1, warmup=1 if bench else 0)
-                    out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu,
+                    out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
                                                   repeats=repeat if bench else 1, warmup=1 if bench else 0,
                                                   prepacked=True)
                     if not bench:

@@ -74,6 +74,7 @@ class CpuCore:
     l1d: CacheLevel
     l2: CacheLevel
     typical_max_clock_ghz: float
+    cpuinfo_id: Optional[tuple[int, int]] = None   # (CPU implementer, CPU part) in /proc/cpuinfo
 
     @property
     def fp32_lanes(self) -> int:
@@ -103,6 +104,7 @@ class CpuCluster:
     clock_ghz: float
     cpu_ids: tuple[int, ...]
     l2: CacheLevel               # the core's L2, with this SoC's size override applied
+    cpuinfo_ids: tuple[tuple[int, int], ...] = ()  # (implementer, part) pairs its CPUs may report
 
     @property
     def peak_gflops_per_core(self) -> float:
@@ -159,6 +161,14 @@ class MemoryDescription:
 
 
 @dataclass(frozen=True)
+class AndroidIds:
+    """What identifies a SoC on Android (compared case-insensitively)."""
+    soc_models: tuple[str, ...]          # ro.soc.model (Android 12+)
+    board_platforms: tuple[str, ...]     # ro.board.platform, ro.hardware or ro.chipname
+    soc_manufacturer: str = ""           # ro.soc.manufacturer (the virtual device reports it)
+
+
+@dataclass(frozen=True)
 class HardwareDescription:
     name: str
     kind: str                         # 'soc' | 'cpu_core' | 'gpu' | 'host'
@@ -173,6 +183,7 @@ class HardwareDescription:
     uncertain: tuple[str, ...]        # field paths to check on a device, prefixed by file name
     source_path: str                  # the file it was loaded from ('' for host detection)
     notes: str = ""
+    android: Optional["AndroidIds"] = None   # how an Android phone with this SoC names it
 
     def cluster(self, role: Optional[str] = None) -> CpuCluster:
         """The cluster to synthesize for: the named role, or the default 'big' one.
@@ -483,6 +494,15 @@ def _list_of(check: Checker, non_empty: bool = False) -> Checker:
     return inner
 
 
+def _int_below(limit: int) -> Checker:
+    """MIDR implementer / part numbers: 1 .. limit-1 (0 is reserved, never a real implementer or part)."""
+    def inner(ctx, path, v):
+        if not _is_int(v) or not 0 < v < limit:
+            raise ctx.fail(path, f"must be an integer from 0x1 to {limit - 1:#x}, got {_shown(v)}")
+        return v
+    return inner
+
+
 @_accepting("a power of two")
 def _power_of_two(ctx, path, v):
     if not _is_int(v) or v <= 0 or v & (v - 1):
@@ -536,6 +556,9 @@ _COMMON = {
     "notes": (OPT, _any_string),
 }
 
+# /proc/cpuinfo "CPU implementer" (8 bits) and "CPU part" (12 bits), written 0x41 / 0xd0d.
+_CPUINFO_ID = {"implementer": (REQ, _int_below(0x100)), "part": (REQ, _int_below(0x1000))}
+
 SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
     "cpu_core": {
         **_COMMON,
@@ -560,6 +583,7 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
         "l2": (REQ, _mapping({**_cache_schema("l2"),
                               "shared_by_cores": (REQ, _plausible("cpu_core.l2.shared_by_cores"))})),
         "typical_max_clock_ghz": (REQ, _plausible("cpu_core.typical_max_clock_ghz")),
+        "cpuinfo": (OPT, _mapping(_CPUINFO_ID)),
     },
     "gpu": {
         **_COMMON,
@@ -598,7 +622,13 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
             "max_clock_ghz": (REQ, _plausible("soc.clusters[].max_clock_ghz")),
             "cpu_ids": (REQ, _list_of(_plausible("soc.clusters[].cpu_ids[]"), non_empty=True)),
             "l2_kib": (OPT, _plausible("soc.clusters[].l2_kib")),
+            "cpuinfo": (OPT, _list_of(_mapping(_CPUINFO_ID), non_empty=True)),
         }), non_empty=True)),
+        "android": (OPT, _mapping({
+            "soc_model": (REQ, _list_of(_string, non_empty=True)),
+            "board_platform": (REQ, _list_of(_string, non_empty=True)),
+            "soc_manufacturer": (OPT, _string),
+        })),
         "l3_kib": (REQ, _optional(_plausible("soc.l3_kib"))),
         "slc_kib": (REQ, _optional(_plausible("soc.slc_kib"))),
         "gpu": (REQ, _optional(_mapping({
@@ -712,7 +742,11 @@ def _core(d: dict) -> CpuCore:
         fma_per_cycle=d["fma_per_cycle"], fma_latency_cycles=d["fma_latency_cycles"],
         load_rules=LoadRules(**lr), l1d=_cache(d["l1d"]),
         l2=_cache(d["l2"], shared_by=d["l2"]["shared_by_cores"]),
-        typical_max_clock_ghz=d["typical_max_clock_ghz"])
+        typical_max_clock_ghz=d["typical_max_clock_ghz"], cpuinfo_id=_cpuinfo_id(d["cpuinfo"]))
+
+
+def _cpuinfo_id(d: Optional[dict]) -> Optional[tuple[int, int]]:
+    return None if d is None else (d["implementer"], d["part"])
 
 
 def _gpu(d: dict, compute_units: Optional[int] = None, clock_mhz: Optional[float] = None) -> GpuDescription:
@@ -789,8 +823,10 @@ def _load_path(path: Path, stack: tuple[Path, ...] = ()) -> HardwareDescription:
     for c, core_d in zip(d["clusters"], core_ds):
         core = _core(core_d)
         l2 = _cache(core_d["l2"], shared_by=core_d["l2"]["shared_by_cores"], size_kib_override=c.get("l2_kib"))
+        # A SoC vendor may report its own ids for a licensed core (e.g. Kryo): the cluster lists them.
+        ids = tuple(_cpuinfo_id(x) for x in c["cpuinfo"] or ()) + ((core.cpuinfo_id,) if core.cpuinfo_id else ())
         clusters.append(CpuCluster(role=c["role"], core=core, count=c["count"], clock_ghz=c["max_clock_ghz"],
-                                   cpu_ids=tuple(c["cpu_ids"]), l2=l2))
+                                   cpu_ids=tuple(c["cpu_ids"]), l2=l2, cpuinfo_ids=tuple(dict.fromkeys(ids))))
         uncertain += [u for u in _tagged(core.name, core_d["uncertain"]) if u not in uncertain]
     clusters.sort(key=lambda cl: -cl.peak_gflops_per_core)
     gpu = None
@@ -802,7 +838,9 @@ def _load_path(path: Path, stack: tuple[Path, ...] = ()) -> HardwareDescription:
         l3_bytes=int(d["l3_kib"] * 1024) if d["l3_kib"] else None,
         slc_bytes=int(d["slc_kib"] * 1024) if d["slc_kib"] else None,
         memory=MemoryDescription(**d["memory"]), target_arch="aarch64", sources=tuple(sources),
-        uncertain=tuple(uncertain), source_path=where, notes=d.get("notes") or "")
+        uncertain=tuple(uncertain), source_path=where, notes=d.get("notes") or "",
+        android=AndroidIds(tuple(d["android"]["soc_model"]), tuple(d["android"]["board_platform"]),
+                           d["android"]["soc_manufacturer"] or "") if d["android"] else None)
 
 
 def validate_file(path: str | os.PathLike) -> HardwareDescription:

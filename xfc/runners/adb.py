@@ -22,7 +22,9 @@ import numpy as np
 from xfc.errors import DeviceError
 from xfc.runners.base import (WHERE_VIRTUAL, RunContext, Runner, harness_args, hexmask,
                               load_output, parse_report, report_from_times, where_adb)
-from xfc.runners.socs import match_soc
+from xfc.runners.identity import (DeviceIdentity, cpu_features_text, identity_from, match_identity,
+                                  parse_getprop)
+from xfc.sigill import illegal_instruction_message, is_illegal_instruction
 
 log = logging.getLogger(__name__)
 
@@ -122,17 +124,6 @@ def list_states(client) -> list[tuple[str, str]]:
                           f"{client.host}:{client.port}: {exc}") from None
 
 
-def parse_getprop(text: str) -> dict[str, str]:
-    props = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("[") or "]: [" not in line:
-            continue
-        key, _, value = line.partition("]: [")
-        props[key[1:]] = value[:-1] if value.endswith("]") else value
-    return props
-
-
 def _state_problem(serial: str, state: str) -> str:
     if state == "unauthorized":
         return (f"device {serial} is unauthorized: unlock it and accept the 'Allow USB "
@@ -211,6 +202,7 @@ class AdbRunner(Runner):
         self._device = None
         self.serial: str | None = None
         self.props: dict[str, str] = {}
+        self.identity: DeviceIdentity | None = None
         self._zones: list[str] | None = None
         self._zone_types: dict[str, str] = {}
 
@@ -229,6 +221,15 @@ class AdbRunner(Runner):
                 raise DeviceError(f"device {self.serial} reports ABI '{abi or 'unknown'}'; "
                                   f"xfc harnesses need {REQUIRED_ABI} (a 64-bit ARM phone)")
         return self
+
+    def read_identity(self) -> DeviceIdentity:
+        """Properties and /proc/cpuinfo of the device (connecting first); cached."""
+        self.connect()
+        if self.identity is None:
+            res = self._shell(["cat", "/proc/cpuinfo"], what="read /proc/cpuinfo", check=False)
+            text = res.stdout if res.returncode == 0 else ""
+            self.identity = identity_from(self.serial or "", self.props, text)
+        return self.identity
 
     @property
     def virtual(self) -> bool:
@@ -254,7 +255,7 @@ class AdbRunner(Runner):
             "soc_model": p.get("ro.soc.model", ""),
             "sdk": p.get("ro.build.version.sdk", ""),
             "fingerprint": p.get("ro.build.fingerprint", ""),
-            "hardware": match_soc(p.get("ro.board.platform"), p.get("ro.soc.model")),
+            "hardware": match_identity(ident).name if (ident := self._identity_for_error()) else None,
             "virtual": self.virtual,
             "cpu_ids": list(self.cpu_ids) if self.cpu_ids else None,
         }
@@ -474,8 +475,16 @@ class AdbRunner(Runner):
         return ctx
 
     def upload(self, ctx: RunContext) -> None:
-        ctx.uploaded.append(ctx.remote_dir)   # before mkdir: a half-done mkdir is cleaned too
-        self._shell(["mkdir", "-p", ctx.remote_dir], what=f"create {ctx.remote_dir}")
+        self._shell(["mkdir", "-p", REMOTE_ROOT], what=f"create {REMOTE_ROOT}")
+        # The run directory must be new (plain mkdir): xfc never writes into, or removes, a
+        # directory it did not create. Recorded before mkdir so an interrupted mkdir is cleaned
+        # too; forgotten again when mkdir says it could not create it.
+        ctx.uploaded.append(ctx.remote_dir)
+        try:
+            self._shell(["mkdir", ctx.remote_dir], what=f"create {ctx.remote_dir}")
+        except DeviceError:
+            ctx.uploaded.remove(ctx.remote_dir)
+            raise
         self.push_file(Path(ctx.spec.harness), f"{ctx.remote_dir}/harness", 0o755)
         for p in ctx.input_files:
             self.push_file(p, f"{ctx.remote_dir}/{p.name}", 0o644)
@@ -508,6 +517,17 @@ class AdbRunner(Runner):
                               f"{spec.timeout_s:g} s (hung?); "
                               + ("killed it on the device" if killed else
                                  "no process was left to kill")) from None
+        except BaseException:
+            # Ctrl-C, SIGTERM or a lost link: the harness may still run on the device. Kill it
+            # there before cleanup removes its directory (best effort; the error still wins).
+            try:
+                self._kill_harness(d)
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        if res.returncode != 0 and is_illegal_instruction(res.returncode, res.stderr + res.stdout):
+            raise DeviceError(f"harness failed on {self.where}: " + illegal_instruction_message(
+                spec.march, cpu_features_text(self._identity_for_error(), cpu_ids)))
         if res.returncode != 0:
             msg = (res.stderr.strip() or res.stdout.strip()).splitlines()
             raise DeviceError(f"harness failed on {self.where} (exit {res.returncode})"
@@ -523,6 +543,12 @@ class AdbRunner(Runner):
         ctx.extra["telemetry"] = {"throttled": throttled, "freq_before": fb, "freq_after": fa,
                                   "temps_before": tb, "temps_after": ta}
         return ctx.report
+
+    def _identity_for_error(self) -> DeviceIdentity | None:
+        try:
+            return self.read_identity()
+        except DeviceError:
+            return None
 
     def _kill_harness(self, remote_dir: str) -> bool:
         """Kill any process still running the harness of this run (by its unique path)."""
@@ -594,13 +620,14 @@ def device_rows(host: str | None = None, port: int | None = None,
             try:
                 dev = client.device(serial=serial)
                 props = parse_getprop(dev.shell2(["getprop"], timeout=15, v2=True).stdout)
-                row.update(model=props.get("ro.product.model", ""),
-                           abi=props.get("ro.product.cpu.abi", ""),
-                           soc=props.get("ro.soc.model", ""),
-                           board_platform=props.get("ro.board.platform", ""),
-                           hardware=match_soc(props.get("ro.board.platform"),
-                                              props.get("ro.soc.model")),
-                           virtual=props.get("ro.xfc.virtual_device") == "1")
+                cpuinfo = dev.shell2(["cat", "/proc/cpuinfo"], timeout=15, v2=True)
+                ident = identity_from(serial, props,
+                                      cpuinfo.stdout if cpuinfo.returncode == 0 else "")
+                match = match_identity(ident)
+                row.update(model=ident.model, abi=ident.abi, soc=ident.soc_model,
+                           board_platform=ident.board_platform, hardware=match.name,
+                           matched_by=match.how, candidates=list(match.candidates),
+                           cpus=ident.cpu_summary(), virtual=ident.virtual)
             except Exception as exc:  # noqa: BLE001 - keep listing the others
                 row["error"] = f"{type(exc).__name__}: {exc}"[:200]
         rows.append(row)

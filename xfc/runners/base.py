@@ -65,6 +65,7 @@ class RunSpec:
     env: tuple[tuple[str, str], ...] = ()    # extra environment for the harness
     label: str = ""
     protocol: str = "json"                   # "json" or "times-file" (see module docstring)
+    march: str = ""                          # the -march it was built with (for SIGILL messages)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:

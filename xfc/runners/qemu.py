@@ -12,6 +12,7 @@ from xfc import procs
 from xfc.errors import DeviceError, ToolchainError
 from xfc.runners.base import (WHERE_QEMU, RunContext, Runner, harness_args, load_output,
                               parse_report, report_from_times)
+from xfc.sigill import illegal_instruction_message, is_illegal_instruction
 
 
 class QemuRunner(Runner):
@@ -54,11 +55,12 @@ class QemuRunner(Runner):
         except subprocess.TimeoutExpired:
             raise DeviceError(f"harness timed out after {spec.timeout_s:g} s under "
                               f"qemu-aarch64 -cpu {self.cpu}; it was killed") from None
+        if is_illegal_instruction(proc.returncode, proc.stderr):
+            raise DeviceError(f"harness failed under qemu-aarch64 -cpu {self.cpu}: "
+                              + illegal_instruction_message(
+                                  spec.march, f"emulated CPU: qemu-aarch64 -cpu {self.cpu}"))
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
-            if proc.returncode == -4 or "Illegal instruction" in proc.stderr:
-                detail = (f"illegal instruction: the kernel uses an instruction "
-                          f"'-cpu {self.cpu}' lacks. {detail}")
             raise DeviceError(f"harness failed under qemu-aarch64 -cpu {self.cpu} "
                               f"(exit {proc.returncode}): {detail}")
         if spec.protocol == "times-file":
