@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup clean
+.PHONY: setup demo test bench bench-setup clean tiledb
 
 setup:
 	@scripts/setup.sh
@@ -18,6 +18,14 @@ bench-setup:
 
 bench: bench-setup
 	@$(VENV_PY) benchmarks/bench_cpu.py
+
+# The shipped tile databases (tile_db/README.md): static rows for every shipped SoC and core.
+# Row timestamps are the time of the last commit that touched the inputs, so a rebuild of the
+# same inputs gives byte-identical tile_db/*.jsonl exports.
+TILEDB_INPUTS := hardware_descriptions xfc/hardware.py xfc/synth_cpu.py xfc/tiledb
+tiledb: setup
+	@epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- $(TILEDB_INPUTS) 2>/dev/null)}; \
+		SOURCE_DATE_EPOCH=$${epoch:-0} $(VENV_PY) -m xfc.tiledb.shipped
 
 clean:
 	rm -rf xfc-out .pytest_cache
