@@ -500,6 +500,13 @@ def test_cli_build_show_stats_verify_gc(tmp_path):
     assert_one_line_error(run_xfc("tiledb", "calibrate", "--hw", "host"), "not yet available")
 
 
+@pytest.mark.parametrize("sub", ["", "build", "show", "stats", "export", "import", "merge", "verify", "gc",
+                                 "calibrate"])
+def test_help_on_every_tiledb_command(sub):
+    proc = run_xfc("tiledb", *([sub] if sub else []), "--help")
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+
+
 def test_default_database_is_the_per_user_cache(tmp_path):
     proc = run_xfc("tiledb", "build", "--hw", "cortex-a53", "--tiles", "4x4", "--quiet",
                    env_extra={"XDG_CACHE_HOME": str(tmp_path), "XFC_CACHE_DIR": ""})

@@ -62,6 +62,8 @@ def cmd_build(args) -> int:
     for op in ops:
         if op not in OP_CHOICES:
             raise XfcError(f"--ops: unknown operator class {op!r} (available: {', '.join(OP_CHOICES)})")
+    if args.jobs < 1:
+        raise XfcError(f"--jobs must be >= 1, got {args.jobs}")
     tiles = parse_tiles(args.tiles) if args.tiles else None
     path = _db_path(args)
     evaluators = _evaluators(args.evaluators, hw, path)
@@ -142,8 +144,8 @@ def cmd_stats(args) -> int:
         from .schema import user_version
         version, db_id = user_version(db.conn), db.db_id
     size = path.stat().st_size
-    measured = sorted({lab for fp, src, _, _ in by if RANKS[source_kind(src)] == RANKS["host"]
-                       for lab in labels.get(fp, [fp[:12]])})
+    measured = sorted({lab for fp, src, n, emulated in by if RANKS[source_kind(src)] == RANKS["host"]
+                       and n > (emulated or 0) for lab in labels.get(fp, [fp[:12]])})
     if args.json:
         print(json.dumps({"path": str(path), "schema_version": version, "db_id": db_id, "bytes": size,
                           "counts": counts, "measured_hardware": measured,
