@@ -20,9 +20,11 @@ bench: bench-setup
 	@$(VENV_PY) benchmarks/bench_cpu.py
 
 # The shipped tile databases (tile_db/README.md): static rows for every shipped SoC and core.
-# Row timestamps are the time of the last commit that touched the inputs, so a rebuild of the
-# same inputs gives byte-identical tile_db/*.jsonl exports.
-TILEDB_INPUTS := hardware_descriptions xfc/hardware.py xfc/synth_cpu.py xfc/ir.py xfc/ops.py xfc/workloads.py xfc/tiledb
+# Row timestamps are the time of the last commit that touched the inputs (the files that decide
+# the rows' contents), so a rebuild of the same inputs gives byte-identical tile_db/*.jsonl.
+TILEDB_INPUTS := hardware_descriptions xfc/__init__.py xfc/hardware.py xfc/synth_cpu.py xfc/ir.py xfc/ops.py \
+	xfc/workloads.py $(addprefix xfc/tiledb/,schema.py records.py fingerprint.py evaluators.py operators.py \
+	build.py exchange.py)
 tiledb: setup
 	@epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- $(TILEDB_INPUTS) 2>/dev/null)}; \
 		SOURCE_DATE_EPOCH=$${epoch:-0} $(VENV_PY) -m xfc.tiledb.shipped
