@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup sanitize clean
+.PHONY: setup demo test bench bench-setup sanitize clean tiledb
 
 setup:
 	@scripts/setup.sh
@@ -22,6 +22,16 @@ bench: bench-setup
 # Host kernels under ASan + UBSan on edge-case shapes, every host ISA (not in CI; see scripts/sanitize.py).
 sanitize: setup
 	@$(VENV_PY) scripts/sanitize.py
+
+# The shipped tile databases (tile_db/README.md): static rows for every shipped SoC and core.
+# Row timestamps are the time of the last commit that touched the inputs (the files that decide
+# the rows' contents), so a rebuild of the same inputs gives byte-identical tile_db/*.jsonl.
+TILEDB_INPUTS := hardware_descriptions xfc/__init__.py xfc/hardware.py xfc/synth_cpu.py xfc/ir.py xfc/ops.py \
+	xfc/workloads.py $(addprefix xfc/tiledb/,schema.py records.py fingerprint.py evaluators.py operators.py \
+	build.py exchange.py)
+tiledb: setup
+	@epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- $(TILEDB_INPUTS) 2>/dev/null)}; \
+		SOURCE_DATE_EPOCH=$${epoch:-0} $(VENV_PY) -m xfc.tiledb.shipped
 
 clean:
 	rm -rf xfc-out .pytest_cache

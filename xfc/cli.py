@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_bench, cli_synth
     cli_synth.register(sub)
     cli_bench.register(sub)
+    from .tiledb import cli as cli_tiledb  # the tile database (docs/tile-db.md)
+    cli_tiledb.register(sub)
     try:
         from . import cli_devices
     except ImportError:

@@ -1,0 +1,73 @@
+"""Where tile databases live. Pure: the environment is passed in by the caller (the CLI).
+
+  shipped   <repository>/tile_db/<description name>.sqlite   built by `make tiledb` (computed rows only)
+  per-user  $XFC_CACHE_DIR/tile-db.sqlite, else $XDG_CACHE_HOME/xfc/tile-db.sqlite,
+            else ~/.cache/xfc/tile-db.sqlite                    host measurements, probe results
+
+`--tile-db auto` (see resolve) picks the shipped file for shipped, unedited hardware and the
+per-user database for `--hw host` and user descriptions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ..hardware import SHIPPED_ROOT, HardwareDescription
+
+SHIPPED_DB_ROOT = SHIPPED_ROOT.parent / "tile_db"
+USER_DB_NAME = "tile-db.sqlite"
+
+
+def user_cache_dir(environ: Mapping[str, str]) -> Path:
+    if environ.get("XFC_CACHE_DIR"):
+        return Path(environ["XFC_CACHE_DIR"])
+    if environ.get("XDG_CACHE_HOME"):
+        return Path(environ["XDG_CACHE_HOME"]) / "xfc"
+    home = environ.get("HOME")
+    return (Path(home) if home else Path.home()) / ".cache" / "xfc"
+
+
+def user_db_path(environ: Mapping[str, str]) -> Path:
+    return user_cache_dir(environ) / USER_DB_NAME
+
+
+def shipped_db_path(name: str) -> Path:
+    return SHIPPED_DB_ROOT / f"{name}.sqlite"
+
+
+def is_shipped_location(path: Path) -> bool:
+    """True for paths inside the repository's tile_db/ (host measurements never go there)."""
+    try:
+        Path(path).resolve().relative_to(SHIPPED_DB_ROOT.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def is_shipped_hardware(hw: HardwareDescription) -> bool:
+    if hw.kind == "host" or not hw.source_path:
+        return False
+    path = Path(hw.source_path)
+    try:
+        path.resolve().relative_to(SHIPPED_ROOT.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def resolve(choice: str, hw: HardwareDescription, environ: Mapping[str, str]) -> Optional[Path]:
+    """The database a `--tile-db PATH|auto|off` choice means for hw (None: off).
+
+    auto: the shipped database of this description when it is shipped and its file exists,
+    else the per-user database. A shipped description that was edited keeps its name but gets a
+    new fingerprint, so its shipped rows stop matching (the evaluator says so).
+    """
+    if choice == "off":
+        return None
+    if choice != "auto":
+        return Path(choice)
+    if is_shipped_hardware(hw):
+        shipped = shipped_db_path(Path(hw.source_path).stem)
+        if shipped.exists():
+            return shipped
+    return user_db_path(environ)

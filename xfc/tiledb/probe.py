@@ -1,0 +1,320 @@
+"""The host probe: vector FMA throughput per width, FMA latency and the running clock, measured.
+
+Why: the host description otherwise assumes two full-width FMAs per cycle, which is wrong on
+cores that split wide FMAs (Zen 1/2 at 256 bit, Zen 4 at 512 bit) or have one FMA port.
+
+How (x86-64, one small C program built with the host gcc, well under a second):
+  clock       a chain of dependent integer adds (`add r64, r64`: one cycle on every x86-64 core),
+              so cycles need neither rdtsc (a reference clock) nor privileges;
+  throughput  for each width the CPU supports (128, 256, 512 bit) a loop of independent FMA
+              chains (12 for 128/256-bit, 16 for 512-bit: more than latency x ports on current
+              cores), FMA instructions per second / clock = FMAs per cycle;
+  latency     one dependent FMA chain, clock / (FMAs per second).
+Each figure is the best of a few ~3 ms runs (the most the core sustains; contention only slows).
+
+The result is cached in the per-user tile database (table `calibration`, subject
+'cpu:<key>', source 'host'), keyed by the CPU model, its flags and a hash of the machine id, and
+re-measured on request. It is the first measured input of the calibration the tile database
+stores: one table, one mechanism.
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+from .. import __version__
+from ..errors import ToolchainError, XfcError
+from . import hostcc
+from .locations import user_db_path
+from .records import CalibrationRow, canonical_json
+from .store import TileDb, TileDbError, store_row, utc_now
+
+REPEATS = 5
+CHAINS = {128: 12, 256: 12, 512: 16}
+ITERS = {"add": 120_000, "fma128": 1_000_000, "fma256": 1_000_000, "fma512": 750_000, "lat": 1_500_000}
+ADDS_PER_ITER = 100
+WIDTH_FLAGS = {128: ("fma",), 256: ("avx", "fma"), 512: ("avx512f",)}
+FACT_NAMES = ("clock_ghz", "fma_latency_cycles")
+
+
+def _fma_function(bits: int) -> str:
+    chains = CHAINS[bits]
+    vt, suffix = {128: ("__m128", "_mm"), 256: ("__m256", "_mm256"), 512: ("__m512", "_mm512")}[bits]
+    target = "avx512f" if bits == 512 else "avx2,fma"
+    decl = ", ".join(f"a{i} = {suffix}_set1_ps(1.0f + {i}e-3f)" for i in range(chains))
+    body = " ".join(f"a{i} = {suffix}_fmadd_ps(a{i}, m, d);" for i in range(chains))
+    low = {128: "", 256: "_mm256_castps256_ps128", 512: "_mm512_castps512_ps128"}[bits]
+    total = " + ".join(f"_mm_cvtss_f32({low}(a{i}))" for i in range(chains))
+    return f"""
+__attribute__((target("{target}"), noinline)) static void fma{bits}(long iters)
+{{
+    {vt} {decl};
+    const {vt} m = {suffix}_set1_ps(0.9999999f), d = {suffix}_set1_ps(1e-7f);
+    for (long i = 0; i < iters; i++) {{ {body} }}
+    sink = {total};
+}}
+"""
+
+
+def probe_source() -> str:
+    """The probe program: argv = repeats, then test names; prints 'name ops seconds' lines."""
+    funcs = "".join(_fma_function(bits) for bits in (128, 256, 512))
+    return f"""#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile float sink;
+static volatile unsigned long isink;
+static double now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }}
+
+/* {ADDS_PER_ITER} dependent integer adds per iteration: one cycle each. */
+__attribute__((noinline)) static void addchain(long iters)
+{{
+    unsigned long x = 0, y = 1;
+    for (long i = 0; i < iters; i++)
+        __asm__ volatile(".rept {ADDS_PER_ITER}\\n\\taddq %1, %0\\n\\t.endr" : "+r"(x) : "r"(y));
+    isink = x;
+}}
+
+/* One dependent FMA chain: one FMA latency per iteration. */
+__attribute__((target("avx2,fma"), noinline)) static void fmalat(long iters)
+{{
+    __m128 a = _mm_set1_ps(1.0f);
+    const __m128 m = _mm_set1_ps(0.9999999f), d = _mm_set1_ps(1e-7f);
+    for (long i = 0; i < iters; i++) a = _mm_fmadd_ps(a, m, d);
+    sink = _mm_cvtss_f32(a);
+}}
+{funcs}
+int main(int argc, char **argv)
+{{
+    if (argc < 3) return 2;
+    const int repeats = atoi(argv[1]);
+    for (int r = 0; r < repeats; r++)
+        for (int t = 2; t < argc; t++) {{
+            const char *name = argv[t];
+            long iters, ops;
+            double t0 = now();
+            if (!strcmp(name, "add")) {{ iters = {ITERS["add"]}; addchain(iters); ops = iters * {ADDS_PER_ITER}; }}
+            else if (!strcmp(name, "lat")) {{ iters = {ITERS["lat"]}; fmalat(iters); ops = iters; }}
+            else if (!strcmp(name, "fma128")) {{ iters = {ITERS["fma128"]}; fma128(iters); ops = iters * {CHAINS[128]}; }}
+            else if (!strcmp(name, "fma256")) {{ iters = {ITERS["fma256"]}; fma256(iters); ops = iters * {CHAINS[256]}; }}
+            else if (!strcmp(name, "fma512")) {{ iters = {ITERS["fma512"]}; fma512(iters); ops = iters * {CHAINS[512]}; }}
+            else return 2;
+            printf("%s %ld %.9e\\n", name, ops, now() - t0);
+        }}
+    return 0;
+}}
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity of the CPU (the cache key).
+# ---------------------------------------------------------------------------------------------
+
+def parse_cpu(cpuinfo_text: str) -> dict:
+    """The first processor block of /proc/cpuinfo: model, vendor, family/model/stepping, flags."""
+    info: dict = {}
+    for line in cpuinfo_text.splitlines():
+        if not line.strip():
+            if info:
+                break
+            continue
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return {"model_name": info.get("model name", "unknown"), "vendor": info.get("vendor_id", ""),
+            "family": info.get("cpu family", ""), "model": info.get("model", ""),
+            "stepping": info.get("stepping", ""), "flags": sorted(set(info.get("flags", "").split()))}
+
+
+def cpu_key(cpu: dict, machine_id: str) -> str:
+    """Hash of the CPU's identity and flags plus a hash of the machine id (never stored raw)."""
+    machine = hashlib.sha256(machine_id.encode()).hexdigest()
+    return hashlib.sha256(canonical_json({**cpu, "machine": machine}).encode()).hexdigest()[:32]
+
+
+def widths_for(flags) -> tuple[int, ...]:
+    return tuple(bits for bits, needed in sorted(WIDTH_FLAGS.items()) if all(f in flags for f in needed))
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring.
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HostProbe:
+    cpu_key: str
+    cpu_model: str
+    clock_ghz: float
+    fma_per_cycle: tuple[tuple[int, float], ...]    # (vector bits, vector FMA instructions per cycle)
+    fma_latency_cycles: float
+    method: str
+    repeats: int
+    spread: float                                   # worst (max - min) / median over the figures
+    measured_at: str
+    cached: bool = False
+
+    def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
+        return dict(self.fma_per_cycle).get(vector_bits)
+
+    def nominal_fma_per_cycle(self, vector_bits: int) -> Optional[float]:
+        """The measured rate rounded to the nearest half (a port count, split FMAs count 0.5)."""
+        rate = self.fma_per_cycle_at(vector_bits)
+        return None if rate is None else max(0.5, round(rate * 2) / 2)
+
+
+def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float], float, int, float]:
+    """(clock GHz, {bits: FMAs per cycle}, FMA latency in cycles, repeats, spread) from the output."""
+    times: dict[str, list[float]] = {}
+    ops: dict[str, int] = {}
+    for line in lines.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            raise ToolchainError(f"host probe: unexpected output line {line[:80]!r}")
+        name, count, seconds = parts[0], int(parts[1]), float(parts[2])
+        if not seconds > 0:
+            raise ToolchainError(f"host probe: {name} took no measurable time")
+        times.setdefault(name, []).append(seconds)
+        ops[name] = count
+    needed = ["add", "lat"] + [f"fma{b}" for b in widths]
+    if any(n not in times for n in needed):
+        raise ToolchainError(f"host probe: missing results (got {', '.join(sorted(times))})")
+    rate = {n: ops[n] / min(ts) for n, ts in times.items()}
+    clock_hz = rate["add"]
+    fma = {b: rate[f"fma{b}"] / clock_hz for b in widths}
+    latency = clock_hz / rate["lat"]
+    spread = max((max(ts) - min(ts)) / statistics.median(ts) for ts in times.values())
+    return clock_hz / 1e9, fma, latency, min(len(ts) for ts in times.values()), spread
+
+
+def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float], float, int, float, dict, str]:
+    """Build and run the probe: (clock GHz, FMAs/cycle by width, latency, repeats, spread,
+    conditions, compiler). ToolchainError when it cannot run here."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise ToolchainError(f"host probe: x86-64 only (this machine is {platform.machine()})")
+    widths = widths_for(flags)
+    if not widths:
+        raise ToolchainError("host probe: this CPU has no FMA instructions (no 'fma' flag); nothing to measure")
+    with tempfile.TemporaryDirectory(prefix="xfc-probe-") as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(probe_source())
+        exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2"], "host probe compile")
+        before = hostcc.snapshot()
+        out = hostcc.run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
+                         hostcc.RUN_TIMEOUT_S)
+        after = hostcc.snapshot()
+    clock, fma, latency, reps, spread = analyse(out, widths)
+    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version()
+
+
+METHOD = ("independent FMA chains per width ({chains}); clock from a dependent integer-add chain "
+          "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms")
+
+
+def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> list[CalibrationRow]:
+    subject = f"cpu:{probe.cpu_key}"
+    common = dict(subject=subject, method=probe.method, source="host", origin=origin, repeats=probe.repeats,
+                  spread=probe.spread, conditions=canonical_json(conditions), compiler=compiler,
+                  xfc_version=__version__, created_at=probe.measured_at)
+    rows = [CalibrationRow(name="clock_ghz", value=probe.clock_ghz, unit="GHz", **common),
+            CalibrationRow(name="fma_latency_cycles", value=probe.fma_latency_cycles, unit="cycles", **common)]
+    rows += [CalibrationRow(name=f"fma_per_cycle@{bits}", value=rate, unit="FMA instructions per cycle", **common)
+             for bits, rate in probe.fma_per_cycle]
+    return rows
+
+
+def _from_rows(rows: list[CalibrationRow], key: str, model: str, widths: tuple[int, ...]) -> Optional[HostProbe]:
+    latest: dict[str, CalibrationRow] = {}
+    for row in rows:
+        if row.name not in latest or row.created_at > latest[row.name].created_at:
+            latest[row.name] = row
+    names = list(FACT_NAMES) + [f"fma_per_cycle@{b}" for b in widths]
+    if any(n not in latest for n in names):
+        return None
+    any_row = latest["clock_ghz"]
+    return HostProbe(cpu_key=key, cpu_model=model, clock_ghz=latest["clock_ghz"].value,
+                     fma_per_cycle=tuple((b, latest[f"fma_per_cycle@{b}"].value) for b in widths),
+                     fma_latency_cycles=latest["fma_latency_cycles"].value, method=any_row.method,
+                     repeats=any_row.repeats, spread=any_row.spread or 0.0, measured_at=any_row.created_at,
+                     cached=True)
+
+
+def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: Optional[Path] = None,
+               warn: Callable[[str], None] = lambda message: None, cpuinfo_text: Optional[str] = None,
+               machine_id: Optional[str] = None) -> HostProbe:
+    """The host's measured FMA figures: from the per-user cache, or measured now (and cached).
+
+    Raises ToolchainError when the probe cannot run (no gcc, not x86-64, no FMA). A cache that
+    cannot be opened or written costs a warning, not the measurement.
+    """
+    cpu = parse_cpu(cpuinfo_text if cpuinfo_text is not None else _read_text("/proc/cpuinfo"))
+    if machine_id is None:
+        machine_id = (_read_text("/etc/machine-id") or _read_text("/var/lib/dbus/machine-id")).strip() \
+            or platform.node()
+    key = cpu_key(cpu, machine_id)
+    widths = widths_for(cpu["flags"])
+    path = db_path or user_db_path(environ)
+    db: Optional[TileDb] = None
+    try:
+        db = TileDb.open(path)
+    except TileDbError as exc:
+        warn(f"warning: {exc}; the host probe result is not cached")
+    try:
+        if db is not None and not remeasure:
+            cached = _from_rows(db.rows("calibration", "subject = ? AND source = 'host'", (f"cpu:{key}",)),
+                                key, cpu["model_name"], widths)
+            if cached is not None:
+                return cached
+        clock, fma, latency, repeats, spread, conditions, compiler = measure_host(cpu["flags"])
+        chains = ", ".join(f"{CHAINS[b]} x {b}-bit" for b in sorted(fma))
+        probe = HostProbe(cpu_key=key, cpu_model=cpu["model_name"], clock_ghz=round(clock, 4),
+                          fma_per_cycle=tuple((b, round(fma[b], 4)) for b in sorted(fma)),
+                          fma_latency_cycles=round(latency, 3), method=METHOD.format(chains=chains, repeats=repeats),
+                          repeats=repeats, spread=round(spread, 4), measured_at=utc_now())
+        if db is not None:
+            conditions = {**conditions, "cpu_model": cpu["model_name"]}
+            rows = _rows(probe, db.origin_for("host"), conditions, compiler)
+            try:
+                db.transact(lambda conn: [store_row(conn, "calibration", row, replace=True) for row in rows],
+                            "cache the host probe")
+            except TileDbError as exc:
+                warn(f"warning: {exc}; the host probe result is not cached")
+        return probe
+    finally:
+        if db is not None:
+            db.close()
+
+
+def host_probe_or_none(environ: Mapping[str, str], *, remeasure: bool = False,
+                       warn: Callable[[str], None] = lambda message: None) -> Optional[HostProbe]:
+    """host_probe, or None after one warning line when it cannot run (for host detection, which
+    then keeps its assumptions and marks them as such)."""
+    try:
+        return host_probe(environ, remeasure=remeasure, warn=warn)
+    except XfcError as exc:
+        warn(f"warning: {exc}; host FMA figures stay assumed")
+        return None
+
+
+def host_overrides(probe: HostProbe, vector_bits: int) -> dict:
+    """Fields of the host CpuCore/CpuCluster the probe replaces, for a core of vector_bits:
+    {'fma_per_cycle', 'fma_latency_cycles', 'clock_ghz'} (measured values, the FMA rate rounded
+    to the nearest half so contention noise does not leak into the description)."""
+    out = {"clock_ghz": round(probe.clock_ghz, 3), "fma_latency_cycles": max(1, round(probe.fma_latency_cycles))}
+    nominal = probe.nominal_fma_per_cycle(vector_bits)
+    if nominal is not None:
+        out["fma_per_cycle"] = nominal
+    return out
