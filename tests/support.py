@@ -41,9 +41,11 @@ def _find_adb() -> Optional[str]:
 
 HAVE_ADB = _find_adb() is not None
 needs_adb = pytest.mark.skipif(not HAVE_ADB, reason="no adb binary")
-HAVE_OPENCL = Path("/usr/include/CL/cl.h").exists() and any(
-    Path(d, "libOpenCL.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
-needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no OpenCL headers/loader (apt-get install "
+# The OpenCL harness needs headers and the ICD loader to build, and an installed ICD (PoCL) to run.
+HAVE_OPENCL = (Path("/usr/include/CL/cl.h").exists()
+               and any(Path(d, "libOpenCL.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
+               and any(Path(os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")).glob("*.icd")))
+needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no OpenCL headers, loader or ICD (apt-get install "
                                   "pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)")
 
 
@@ -98,6 +100,12 @@ def record(target: str, status: str, reason: str = "") -> None:
 
 RUNNABLE_ISAS: tuple[str, ...] = available_isas()
 ALL_HOST_ISAS: tuple[str, ...] = HOST_ISAS
+
+
+def supported_by_cpu() -> tuple[str, ...]:
+    """The host ISAs this CPU runs, ignoring XFC_HOST_ISA."""
+    from xfc.host import supported_isas
+    return supported_isas(parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"])
 
 
 def why_not_runnable(isa: str) -> str:

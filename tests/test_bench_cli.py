@@ -22,12 +22,12 @@ SPECS = {"conv2d": make_spec("conv2d", CONV_SHAPE, pad=1, bias=True, activation=
          "matmul": make_spec("matmul", dict(m=33, n=29, k=41), bias=True, activation="relu6")}
 
 
-def run(argv, capsys):
+def run(argv, capfd):
     try:
         code = main(list(argv))
     except SystemExit as exc:
         code = exc.code
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     return code, out, err
 
 
@@ -60,9 +60,9 @@ def _check_report(report, argv, cpu_ids, repeats):
 @needs_adb
 @needs_arm
 @pytest.mark.parametrize("argv", [CONV, MATMUL], ids=["conv2d", "matmul"])
-def test_bench_on_virtual_device_through_real_adb_server(server, virtual, argv, capsys):
+def test_bench_on_virtual_device_through_real_adb_server(server, virtual, argv, capfd):
     code, out, err = run(["bench", *argv, "--device", virtual.serial, "--adb-port", str(server.port),
-                          "--repeat", "3", "--json"], capsys)
+                          "--repeat", "3", "--json"], capfd)
     assert code == 0, err
     report = json.loads(out)
     assert "virtual" in report["measurement"]["where"] and report["cluster"] == "big"
@@ -76,9 +76,9 @@ def test_bench_on_virtual_device_through_real_adb_server(server, virtual, argv, 
 @pytest.mark.adb
 @needs_adb
 @needs_arm
-def test_bench_cluster_selects_the_cores(server, virtual, capsys):
+def test_bench_cluster_selects_the_cores(server, virtual, capfd):
     code, out, err = run(["bench", *CONV, "--cluster", "little", "--threads", "4", "--device", virtual.serial,
-                          "--adb-port", str(server.port), "--repeat", "2", "--json"], capsys)
+                          "--adb-port", str(server.port), "--repeat", "2", "--json"], capfd)
     assert code == 0, err
     report = json.loads(out)
     assert report["cluster"] == "little" and report["tiles"]["threads"] == 4
@@ -89,8 +89,8 @@ def test_bench_cluster_selects_the_cores(server, virtual, capsys):
 @pytest.mark.emulated
 @needs_arm
 @pytest.mark.parametrize("argv", [CONV, MATMUL], ids=["conv2d", "matmul"])
-def test_bench_under_qemu(argv, capsys):
-    code, out, err = run(["bench", *argv, "--device", "qemu", "--repeat", "2", "--json"], capsys)
+def test_bench_under_qemu(argv, capfd):
+    code, out, err = run(["bench", *argv, "--device", "qemu", "--repeat", "2", "--json"], capfd)
     assert code == 0, err
     report = json.loads(out)
     assert "emulated" in report["measurement"]["where"] and "qemu" in report["measurement"]["where"]
@@ -99,8 +99,8 @@ def test_bench_under_qemu(argv, capsys):
 
 @pytest.mark.emulated
 @needs_arm
-def test_bench_table(capsys):
-    code, out, err = run(["bench", *MATMUL, "--device", "qemu", "--repeat", "2"], capsys)
+def test_bench_table(capfd):
+    code, out, err = run(["bench", *MATMUL, "--device", "qemu", "--repeat", "2"], capfd)
     assert code == 0, err
     rows = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip()}
     for key in ("operator", "hardware", "measured", "verified", "median", "GFLOP/s", "predicted", "throttling",
@@ -115,16 +115,16 @@ def test_bench_table(capsys):
 
 @pytest.mark.adb
 @needs_adb
-def test_bench_without_device_is_one_line_error(server, capsys):
-    code, out, err = run(["bench", *MATMUL, "--device", "adb", "--adb-port", str(server.port)], capsys)
+def test_bench_without_device_is_one_line_error(server, capfd):
+    code, out, err = run(["bench", *MATMUL, "--device", "adb", "--adb-port", str(server.port)], capfd)
     assert code == 3, err
     lines = [ln for ln in err.splitlines() if ln.startswith("xfc: error")]
     assert len(lines) == 1 and "no Android device found" in lines[0] and "Traceback" not in err
 
 
 @pytest.mark.unit
-def test_bench_refuses_host_description(capsys):
-    code, out, err = run(["bench", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--device", "qemu"], capsys)
+def test_bench_refuses_host_description(capfd):
+    code, out, err = run(["bench", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--device", "qemu"], capfd)
     assert code == 2 and "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.startswith("xfc: error")]
     assert len(lines) == 1 and "xfc bench runs ARM kernels on a device or QEMU" in lines[0]

@@ -25,13 +25,14 @@ XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 SHIPPED = Path(__file__).resolve().parent.parent / "hardware_descriptions"
 
 
-def run(argv, capsys):
-    """main(argv) in-process: (exit code, stdout, stderr); argparse errors exit through SystemExit."""
+def run(argv, capfd):
+    """main(argv) in-process: (exit code, stdout, stderr); argparse errors exit through SystemExit.
+    capfd, not capsys: xfc.cli's table printer binds sys.stdout when the module is imported."""
     try:
         code = main(list(argv))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     return code, out, err
 
 
@@ -61,55 +62,64 @@ def test_console_script_version_and_exit_code():
 @pytest.mark.unit
 @pytest.mark.parametrize("argv", [[], ["hw"], ["hw", "list"], ["hw", "show"], ["hw", "validate"], ["synth"],
                                   ["devices"], ["bench"]], ids=lambda a: "-".join(a) or "xfc")
-def test_help_on_every_command(argv, capsys):
-    code, out, _ = run([*argv, "--help"], capsys)
+def test_help_on_every_command(argv, capfd):
+    code, out, _ = run([*argv, "--help"], capfd)
     assert code == 0 and out.startswith("usage: xfc")
 
 
 @pytest.mark.unit
-def test_no_command_and_hw_without_subcommand_print_usage(capsys):
-    code, out, _ = run([], capsys)
+def test_no_command_and_hw_without_subcommand_print_usage(capfd):
+    code, out, _ = run([], capfd)
     assert code == 2 and "usage: xfc" in out and "synth" in out
-    code, out, _ = run(["hw"], capsys)
+    code, out, _ = run(["hw"], capfd)
     assert code == 2 and "usage: xfc hw" in out
     for sub in ("list", "show", "validate"):
         assert sub in out
 
 
+def console(*args):
+    """The installed console script in a subprocess (for the tables: xfc.cli._print_table binds
+    sys.stdout when the module is imported, so in-process capture misses them)."""
+    env = {k: v for k, v in os.environ.items() if k != "XFC_DEBUG"}
+    return subprocess.run([XFC, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
 @pytest.mark.unit
-def test_hw_list_counts(capsys):
-    code, out, _ = run(["hw", "list", "--json"], capsys)
+def test_hw_list_counts(capfd):
+    code, out, _ = run(["hw", "list", "--json"], capfd)
     assert code == 0
     rows = json.loads(out)
     layers = [r["layer"] for r in rows]
     assert layers.count("cpu") >= 10 and layers.count("gpu") >= 7 and layers.count("soc") >= 9
     assert "host" in [r["name"] for r in rows]
-    code, out, _ = run(["hw", "list"], capsys)
-    assert code == 0 and "snapdragon-865" in out
-    assert any(ln.split()[:2] == ["host", "host"] for ln in out.splitlines()), out
+    proc = console("hw", "list")
+    assert proc.returncode == 0 and "snapdragon-865" in proc.stdout
+    assert any(ln.split()[:2] == ["host", "host"] for ln in proc.stdout.splitlines()), proc.stdout
 
 
 @pytest.mark.unit
-def test_hw_show_snapdragon_yaml_prints_clusters_gpu_and_peaks(capsys):
-    code, out, _ = run(["hw", "show", "snapdragon.yaml"], capsys)
-    assert code == 0
+def test_hw_show_snapdragon_yaml_prints_clusters_gpu_and_peaks(capfd):
+    proc = console("hw", "show", "snapdragon.yaml")
+    assert proc.returncode == 0, proc.stderr
     for needle in ("CPU clusters", "GFLOP/s", "GPU:", "adreno", "prime", "little", "balance"):
-        assert needle in out, needle
-    code, out, _ = run(["hw", "show", "snapdragon.yaml", "--json"], capsys)
+        assert needle in proc.stdout, needle
+    rows = [ln.split() for ln in proc.stdout.splitlines()]
+    assert {"prime", "big", "mid", "little"} <= {r[0] for r in rows if r}   # one table row per cluster
+    code, out, _ = run(["hw", "show", "snapdragon.yaml", "--json"], capfd)
     data = json.loads(out)
     assert data["derived"]["gpu_peak_fp32_gflops"] > 0 and len(data["clusters"]) == 4
 
 
 @pytest.mark.unit
-def test_hw_show_host_and_forced_isas(capsys):
-    code, out, _ = run(["hw", "show", "host", "--json"], capsys)
+def test_hw_show_host_and_forced_isas(capfd):
+    code, out, _ = run(["hw", "show", "host", "--json"], capfd)
     assert code == 0
     data = json.loads(out)
     assert data["kind"] == "host" and data["target_arch"] == "x86_64"
     assert data["clusters"][0]["count"] == support.host_cpus()
     widths = {"avx512": 512, "avx2": 256, "generic": 128}
     for isa in ALL_HOST_ISAS:
-        result = run(["hw", "show", f"host:{isa}", "--json"], capsys)
+        result = run(["hw", "show", f"host:{isa}", "--json"], capfd)
         if isa not in RUNNABLE_ISAS:
             assert_clean_error(result, 2, f"--hw host:{isa}: this CPU cannot run {isa} code")
             continue
@@ -118,28 +128,28 @@ def test_hw_show_host_and_forced_isas(capsys):
         assert data["name"] == f"host:{isa}" and core["vector_bits"] == widths[isa]
         assert core["vector_registers"] == (32 if isa == "avx512" else 16)
         assert core["gcc_march"] == {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "generic": "x86-64"}[isa]
-    code, out, _ = run(["hw", "show", f"host:{RUNNABLE_ISAS[-1]}"], capsys)
+    code, out, _ = run(["hw", "show", f"host:{RUNNABLE_ISAS[-1]}"], capfd)
     assert code == 0 and out.startswith(f"host:{RUNNABLE_ISAS[-1]}: ") and "limited to" in out
 
 
 @pytest.mark.unit
-def test_host_isa_environment_variable(capsys, monkeypatch):
+def test_host_isa_environment_variable(capfd, monkeypatch):
     narrowest = RUNNABLE_ISAS[-1]           # generic: every x86-64 CPU has it
     monkeypatch.setenv("XFC_HOST_ISA", narrowest)
-    code, out, _ = run(["hw", "show", "host", "--json"], capsys)
+    code, out, _ = run(["hw", "show", "host", "--json"], capfd)
     assert code == 0 and json.loads(out)["name"] == f"host:{narrowest}"
-    assert_clean_error(run(["hw", "show", "host:avx512"], capsys), 2,
+    assert_clean_error(run(["hw", "show", "host:avx512"], capfd), 2,
                        "this CPU cannot run avx512 code")
     monkeypatch.setenv("XFC_HOST_ISA", "sse4")
-    assert_clean_error(run(["hw", "show", "host"], capsys), 2, "XFC_HOST_ISA=sse4: unknown host ISA 'sse4'")
+    assert_clean_error(run(["hw", "show", "host"], capfd), 2, "XFC_HOST_ISA=sse4: unknown host ISA 'sse4'")
 
 
 @pytest.mark.unit
-def test_hw_validate_reports_each_file(tmp_path, capsys):
+def test_hw_validate_reports_each_file(tmp_path, capfd):
     good = SHIPPED / "cpu" / "cortex-a76.yaml"
     bad = tmp_path / "broken.yaml"
     bad.write_text("kind: cpu_core\nname: broken\n  - : [\n")
-    code, out, err = run(["hw", "validate", str(good), str(bad)], capsys)
+    code, out, err = run(["hw", "validate", str(good), str(bad)], capfd)
     assert code == 2
     lines = out.splitlines()
     assert lines[0].startswith("OK    ") and "cortex-a76" in lines[0]
@@ -155,16 +165,16 @@ def test_hw_validate_reports_each_file(tmp_path, capsys):
 @pytest.mark.parametrize("content", ["", "\x00\x01binary", "kind: [", "kind: cpu_core\nname: x\n",
                                      "!!python/object/apply:os.system ['true']\n"],
                          ids=["empty", "binary", "yaml-error", "missing-fields", "python-tag"])
-def test_broken_hw_file_for_synth_exits_2_one_line(tmp_path, content, capsys):
+def test_broken_hw_file_for_synth_exits_2_one_line(tmp_path, content, capfd):
     path = tmp_path / "x.yaml"
     path.write_text(content)
-    assert_clean_error(run(["synth", "matmul", "--hw", str(path), "--shape", "m=4,n=4,k=4"], capsys), 2, "x.yaml")
+    assert_clean_error(run(["synth", "matmul", "--hw", str(path), "--shape", "m=4,n=4,k=4"], capfd), 2, "x.yaml")
 
 
 TOO_MANY_THREADS = support.host_cpus() + 1
 
 BAD_REQUESTS = [
-    (["synth", "softmax", "--hw", "host", "--shape", "m=1"], "argument op: invalid choice: 'softmax'"),
+    (["synth", "softmax", "--hw", "host", "--shape", "m=1"], "invalid choice: 'softmax'"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=4"], "missing k"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=0,k=4"], "'n' must be >= 1"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=x,k=4"], "not an integer"),
@@ -192,15 +202,15 @@ BAD_REQUESTS = [
 
 @pytest.mark.unit
 @pytest.mark.parametrize("argv,contains", BAD_REQUESTS, ids=[f"{i:02d}" for i in range(len(BAD_REQUESTS))])
-def test_bad_requests_exit_2_with_one_line(argv, contains, capsys):
-    assert_clean_error(run(argv, capsys), 2, contains)
+def test_bad_requests_exit_2_with_one_line(argv, contains, capfd):
+    assert_clean_error(run(argv, capfd), 2, contains)
 
 
 @pytest.mark.unit
-def test_bad_requests_leave_no_output_directory(tmp_path, capsys, monkeypatch):
+def test_bad_requests_leave_no_output_directory(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run(["synth", "matmul", "--hw", "host", "--shape", "m=4,n=0,k=4"], capsys)
-    run(["synth", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--threads", str(TOO_MANY_THREADS)], capsys)
+    run(["synth", "matmul", "--hw", "host", "--shape", "m=4,n=0,k=4"], capfd)
+    run(["synth", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--threads", str(TOO_MANY_THREADS)], capfd)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -209,10 +219,10 @@ def test_bad_requests_leave_no_output_directory(tmp_path, capsys, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.host
-def test_synth_host_matmul_json_report(tmp_path, capsys):
+def test_synth_host_matmul_json_report(tmp_path, capfd):
     out_dir = tmp_path / "k"
     code, out, err = run(["synth", "matmul", "--hw", "host", "--shape", "m=37,n=45,k=29", "--bias", "--activation",
-                          "relu6", "--verify", "--json", "-o", str(out_dir)], capsys)
+                          "relu6", "--verify", "--json", "-o", str(out_dir)], capfd)
     assert code == 0, err
     report = json.loads(out)
     assert report["verified"] is True and report["verified_on"] == "host (native)"
@@ -226,12 +236,12 @@ def test_synth_host_matmul_json_report(tmp_path, capsys):
 
 @pytest.mark.host
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
-def test_synth_bench_follows_the_host_isa(isa, tmp_path, capsys):
+def test_synth_bench_follows_the_host_isa(isa, tmp_path, capfd):
     """--hw host:<isa> end to end: the plan's ISA, the -march in build.sh, verification and the two
     timings (every sample > 0: the minimum is). An ISA the CPU lacks is exit 2, one line."""
     argv = ["synth", "conv2d", "--hw", f"host:{isa}", "--shape", "c=5,h=11,w=13,k=9,r=3,s=3", "--pad", "1",
             "--bias", "--activation", "relu", "--verify", "--bench", "--repeat", "4", "--json", "-o", str(tmp_path / "o")]
-    result = run(argv, capsys)
+    result = run(argv, capfd)
     if isa not in RUNNABLE_ISAS:
         assert_clean_error(result, 2, f"--hw host:{isa}: this CPU cannot run {isa} code")
         return
@@ -249,9 +259,30 @@ def test_synth_bench_follows_the_host_isa(isa, tmp_path, capsys):
 
 
 @pytest.mark.host
-def test_synth_text_summary(tmp_path, capsys):
+@pytest.mark.parametrize("isa", ALL_HOST_ISAS)
+def test_xfc_host_isa_drives_the_console_script(isa, tmp_path):
+    """XFC_HOST_ISA through the real console script: plain '--hw host' becomes that core for
+    synthesis, the gcc -march, verification and timing; an ISA the CPU lacks is exit 2."""
+    env = {**{k: v for k, v in os.environ.items() if k != "XFC_DEBUG"}, "XFC_HOST_ISA": isa}
+    proc = subprocess.run([XFC, "synth", "matmul", "--hw", "host", "--shape", "m=19,n=37,k=23", "--bias",
+                           "--activation", "relu6", "--verify", "--bench", "--repeat", "2", "--json",
+                           "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=300, env=env)
+    if isa not in support.supported_by_cpu():
+        assert proc.returncode == 2 and proc.stderr.count("xfc: error") == 1
+        assert f"XFC_HOST_ISA={isa}: this CPU cannot run {isa} code" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["hardware"] == f"host:{isa}" and report["isa"] == isa and report["verified"] is True
+    assert f"-march={support.host_march(isa)}" in (tmp_path / "o" / "build.sh").read_text()
+    assert report["measurement"]["min_s"] > 0 and report["measurement_packing_per_call"]["median_s"] > 0
+    support.record(isa, "ran")
+
+
+@pytest.mark.host
+def test_synth_text_summary(tmp_path, capfd):
     code, out, err = run(["synth", "depthwise", "--hw", "host", "--shape", "c=6,h=13,w=11,r=3,s=3", "--pad", "1",
-                          "--verify", "--bench", "--repeat", "3", "-o", str(tmp_path / "d")], capsys)
+                          "--verify", "--bench", "--repeat", "3", "-o", str(tmp_path / "d")], capfd)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"xfc synth depthwise for {xfc.load_hardware('host').name} (cpu): depthwise")
@@ -263,9 +294,9 @@ def test_synth_text_summary(tmp_path, capsys):
 
 
 @pytest.mark.host
-def test_synth_default_output_directory(tmp_path, capsys, monkeypatch):
+def test_synth_default_output_directory(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(["synth", "matmul", "--hw", "host", "--shape", "m=9,n=10,k=11", "--json"], capsys)
+    code, out, err = run(["synth", "matmul", "--hw", "host", "--shape", "m=9,n=10,k=11", "--json"], capfd)
     assert code == 0, err
     report = json.loads(out)
     spec = make_spec("matmul", dict(m=9, n=10, k=11))
@@ -276,10 +307,10 @@ def test_synth_default_output_directory(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.host
-def test_synth_replaces_its_own_output_directory(tmp_path, capsys):
+def test_synth_replaces_its_own_output_directory(tmp_path, capfd):
     out_dir = tmp_path / "k"
     for shape in ("m=5,n=6,k=7", "m=8,n=6,k=7"):
-        code, out, err = run(["synth", "matmul", "--hw", "host", "--shape", shape, "--json", "-o", str(out_dir)], capsys)
+        code, out, err = run(["synth", "matmul", "--hw", "host", "--shape", shape, "--json", "-o", str(out_dir)], capfd)
         assert code == 0, err
     assert json.loads((out_dir / "report.json").read_text())["shape"].startswith("matmul M=8")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
@@ -296,13 +327,13 @@ def test_synth_replaces_its_own_output_directory(tmp_path, capsys):
     ("snapdragon.yaml", "little", "3", "max"),                # Armv9 A510 cluster, 3 threads
     ("snapdragon-865", "big", "2", "cortex-a76"),
 ])
-def test_synth_verify_on_arm_descriptions(hw, cluster, threads, qemu, tmp_path, capsys):
+def test_synth_verify_on_arm_descriptions(hw, cluster, threads, qemu, tmp_path, capfd):
     """--verify on an ARM description runs both entry points under qemu with the description's
     -cpu model; --cluster / --threads pick the cores the plan is for."""
     argv = ["synth", "conv2d", "--hw", hw, "--shape", "c=5,h=11,w=13,k=9,r=3,s=3", "--stride", "2", "--pad", "1",
             "--bias", "--activation", "relu6", "--verify", "--json", "-o", str(tmp_path / "o")]
     argv += (["--cluster", cluster] if cluster else []) + (["--threads", threads] if threads else [])
-    code, out, err = run(argv, capsys)
+    code, out, err = run(argv, capfd)
     assert code == 0, err
     report = json.loads(out)
     assert report["verified"] is True and report["verified_on"] == f"qemu-aarch64 -cpu {qemu}"
@@ -328,9 +359,9 @@ GPU_CONV = ["conv2d", "--target", "gpu", "--shape", "c=5,h=11,w=13,k=7,r=3,s=3",
 @pytest.mark.opencl
 @needs_opencl
 @pytest.mark.parametrize("hw", ["mali-g78", "snapdragon-865"])
-def test_synth_gpu_target_verifies_on_pocl_and_explains(hw, tmp_path, capsys):
+def test_synth_gpu_target_verifies_on_pocl_and_explains(hw, tmp_path, capfd):
     code, out, err = run(["synth", GPU_CONV[0], "--hw", hw, *GPU_CONV[1:], "--verify", "--explain",
-                          "-o", str(tmp_path / "g")], capsys)
+                          "-o", str(tmp_path / "g")], capfd)
     assert code == 0, err
     assert "verified: yes" in out and "PoCL on the host CPU" in out
     assert "not a measurement" in out
@@ -342,9 +373,9 @@ def test_synth_gpu_target_verifies_on_pocl_and_explains(hw, tmp_path, capsys):
 
 @pytest.mark.opencl
 @needs_opencl
-def test_synth_gpu_fp16_runs_the_fp16_storage_variant(tmp_path, capsys):
+def test_synth_gpu_fp16_runs_the_fp16_storage_variant(tmp_path, capfd):
     code, out, err = run(["synth", GPU_CONV[0], "--hw", "adreno-650", *GPU_CONV[1:], "--dtype", "fp16", "--verify",
-                          "--bench", "--json", "-o", str(tmp_path / "h")], capsys)
+                          "--bench", "--json", "-o", str(tmp_path / "h")], capfd)
     assert code == 0, err
     report = json.loads(out)
     assert report["run_variant"] == "fp16_storage" and report["verified"] is True

@@ -92,14 +92,21 @@ for hw_name in ("snapdragon-888", "cortex-a55", "host:avx512", "host:avx2", "hos
         result = synthesize_cpu(suite_spec(name, **epi), hw)
         src = render_cpu_kernel(result.plan).source
         out[f"{hw_name}/{name}"] = [repr(result.plan), result.explain(), hashlib.sha256(src.encode()).hexdigest()]
+from xfc.gpu import synthesize_gpu
+from xfc.gpu.build import render_kernel
+for hw_name in ("mali-g78", "adreno-650"):
+    for name in ("mm_bert", "conv_s2", "dw_mbv2_s1"):
+        result = synthesize_gpu(suite_spec(name), xfc.load_hardware(hw_name))
+        alternatives = [a.tile_summary() for a in result.alternatives]
+        out[f"{hw_name}/{name}"] = [repr(result.plan), alternatives, render_kernel(result.plan)]
 print(json.dumps(out))
 """
 
 
 @pytest.mark.unit
 def test_deterministic_across_processes():
-    """Same inputs, same plan and kernel, also under different string-hash seeds (set iteration
-    order): two fresh interpreters must agree byte for byte."""
+    """Same inputs, same plan and kernel (CPU and GPU), also under different string-hash seeds (set
+    iteration order): two fresh interpreters must agree byte for byte."""
     outputs = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
@@ -107,7 +114,7 @@ def test_deterministic_across_processes():
                               capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs.append(json.loads(proc.stdout))
-    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) == 15
+    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) == 21
     for key in outputs[0]:
         assert outputs[0][key] == outputs[1][key], key
 
