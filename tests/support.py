@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -148,8 +149,10 @@ def compile_only(rendered, out_dir: Path) -> Path:
     kernel_c.write_text(rendered.source)
     harness_c.write_text(rendered.harness_source)
     library = out_dir / f"lib{rendered.function_name}.compile-only.so"
-    proc = subprocess.run(host_compile_command(rendered, kernel_c, harness_c, library), cwd=out_dir,
-                          capture_output=True, text=True, timeout=180)
+    command = host_compile_command(rendered, kernel_c, harness_c, library)
+    (out_dir / "build.sh").write_text("#!/bin/sh\n# compile only (this CPU cannot run the kernel)\nset -e\n"
+                                      'cd "$(dirname "$0")"\n' + shlex.join(command) + "\n")
+    proc = subprocess.run(command, cwd=out_dir, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{rendered.function_name} ({rendered.isa}) does not compile:\n{proc.stderr[-2000:]}"
     return library
 

@@ -263,14 +263,24 @@ def test_synth_bench_follows_the_host_isa(isa, tmp_path, capfd):
 def test_xfc_host_isa_drives_the_console_script(isa, tmp_path):
     """XFC_HOST_ISA through the real console script: plain '--hw host' becomes that core for
     synthesis, the gcc -march, verification and timing; an ISA the CPU lacks is exit 2."""
-    env = {**{k: v for k, v in os.environ.items() if k != "XFC_DEBUG"}, "XFC_HOST_ISA": isa}
-    proc = subprocess.run([XFC, "synth", "matmul", "--hw", "host", "--shape", "m=19,n=37,k=23", "--bias",
-                           "--activation", "relu6", "--verify", "--bench", "--repeat", "2", "--json",
-                           "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=300, env=env)
-    if isa not in support.supported_by_cpu():
-        assert proc.returncode == 2 and proc.stderr.count("xfc: error") == 1
-        assert f"XFC_HOST_ISA={isa}: this CPU cannot run {isa} code" in proc.stderr
+    env = {k: v for k, v in os.environ.items() if k != "XFC_DEBUG"}
+    argv = [XFC, "synth", "matmul", "--hw", "host", "--shape", "m=19,n=37,k=23", "--bias", "--activation", "relu6",
+            "--verify", "--bench", "--repeat", "2", "--json", "-o", str(tmp_path / "o")]
+    cap = support.host_isa_cap()
+    if isa not in RUNNABLE_ISAS:
+        if cap is not None and isa in support.supported_by_cpu():
+            # this run poses as a smaller machine (XFC_HOST_ISA=cap): asking for more is refused
+            argv[argv.index("host")] = f"host:{isa}"
+            expected = f"--hw host:{isa}: this CPU cannot run {isa} code (XFC_HOST_ISA={cap} limits the host to {cap}"
+        else:
+            env["XFC_HOST_ISA"] = isa
+            expected = f"XFC_HOST_ISA={isa}: this CPU cannot run {isa} code"
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 2 and proc.stderr.count("xfc: error") == 1, proc.stderr
+        assert expected in proc.stderr and not (tmp_path / "o").exists()
         return
+    env["XFC_HOST_ISA"] = isa
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["hardware"] == f"host:{isa}" and report["isa"] == isa and report["verified"] is True
