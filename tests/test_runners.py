@@ -206,7 +206,7 @@ def test_adb_runner_flags_throttling(device, harness):
     (Faults(storage_full=True), "storage is full"),
     (Faults(hang=True), "did not finish within 2 s .*killed it on the device"),
 ], ids=["drop-on-run", "drop-during-push", "storage-full", "hang"])
-@pytest.mark.unit
+@pytest.mark.adb
 def test_adb_runner_faults_leave_nothing_behind(device, harness, faults, match):
     d = device(faults=faults)
     # Only the hang relies on the timeout; the other faults get a generous one, so a slow machine
