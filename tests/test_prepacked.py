@@ -1,6 +1,6 @@
 """Pre-packed weights: <fn>_prepack / <fn>_packed must compute exactly what <fn> computes.
 
-For every host ISA (avx512 / avx2 / generic where available), matmul and conv2d plans with
+For every host ISA (avx512 / avx2 / generic: compiled everywhere, run where the CPU allows), matmul and conv2d plans with
 A read in place (a_pack='direct') and packed into MR-row panels (a_pack='packed'), 1 and 2
 threads, small tiles (KC=16, MC = 2 MR, NC = 2 NR) so that M, N and K all end in ragged tails and
 the five-loop nest runs several blocks and KC slices: run_packed(in0, prepack(in1), bias) is
@@ -9,19 +9,21 @@ call (same micro-kernels, same summation order; only where the weights are read 
 The 1- and 2-thread builds must agree bitwise too (a thread split never changes a tile's shape).
 
 NEON plans are cross-compiled and run under qemu-aarch64 with the harness's 'prepacked' argument.
-Tests that need a missing tool or ISA are skipped with the reason.
+Tests that need a missing tool are skipped with the reason; kernels of an ISA the CPU lacks are
+compiled only, and the end-of-run coverage report says so.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import support
+from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_plan, mm, needs_arm,
+                     why_not_runnable)
 from xfc.build import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import VerificationError
-from xfc.ops import check_output, make_inputs
-
-from test_cpu_codegen import HOST_ISAS, conv, dw, mm, needs_arm
+from xfc.ops import make_inputs
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +57,27 @@ GEMM_CASES = [
 ]
 
 
+def _build(plan, build_dir):
+    """The loaded kernel, or None after compiling it only (this CPU cannot run the plan's ISA)."""
+    rendered = render_cpu_kernel(plan)
+    if plan.isa not in RUNNABLE_ISAS:
+        support.compile_only(rendered, build_dir)
+        support.record(plan.isa, "compiled", why_not_runnable(plan.isa))
+        return None
+    support.record(plan.isa, "ran")
+    return build_host(rendered, build_dir)
+
+
 def _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis, **tiles):
     tiles = {**TILES[isa], **tiles}
-    plan = hand_plan(spec, isa, threads, a_pack=a_pack, parallel_axis=axis if threads > 1 else None,
+    plan = host_plan(spec, isa, threads, a_pack=a_pack, parallel_axis=axis if threads > 1 else None,
                      function_name=f"pp_{tag}_{isa}_{a_pack}_t{threads}", **tiles)
     assert plan.gemm.a_pack == a_pack
-    return build_host(render_cpu_kernel(plan), build_dir)
+    return _build(plan, build_dir)
 
 
 def _assert_ok(spec, out, a, b, bias, what):
-    ok, max_err, ratio = check_output(spec, out, a, b, bias)
-    assert ok, f"{what}: {spec.describe()}: err {max_err:.3g} ratio {ratio:.3g}"
+    support.assert_verified(spec, out, a, b, bias, what)
 
 
 def _check_prepacked(kernel, spec, seeds=(11, 12)):
@@ -94,18 +106,21 @@ def _check_prepacked(kernel, spec, seeds=(11, 12)):
 # generic goes through the same local-tile tail path as avx2 (4 lanes instead of 8): a subset
 # keeps the compile count (~0.7 s each) within budget.
 GENERIC_SUBSET = {"mm_b2_ragged", "mm_tiny", "conv_s2_asym", "conv_pointwise_b2", "conv_ow1"}
-HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in GEMM_CASES for isa in HOST_ISAS
+HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in GEMM_CASES for isa in ALL_HOST_ISAS
               if isa != "generic" or case[0] in GENERIC_SUBSET]
 
 
+@pytest.mark.host
 @pytest.mark.parametrize("a_pack", ["direct", "packed"])
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
 def test_gemm_prepacked_host(tag, spec, axis, isa, a_pack, build_dir):
     outs = []
     for threads in (1, 2):
         kernel = _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis)
-        outs.append(_check_prepacked(kernel, spec))
-    assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
+        if kernel is not None:
+            outs.append(_check_prepacked(kernel, spec))
+    if outs:
+        assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
 
 
 def _unpack_panels(packed, rows, cols, kc, width):
@@ -125,10 +140,11 @@ def _unpack_panels(packed, rows, cols, kc, width):
     return out
 
 
-def test_packed_layout(build_dir):
+@pytest.mark.host
+@pytest.mark.parametrize("isa", RUNNABLE_ISAS)
+def test_packed_layout(isa, build_dir):
     """What prepack returns: B as NR-column panels per KC slice (matmul, per batch item), filters as
     MR-row panels (conv, a_pack='packed'), or a plain copy of the filters (conv, a_pack='direct')."""
-    isa = HOST_ISAS[0]
     t = TILES[isa]
     cases = dict((tag, spec) for tag, spec, _ in GEMM_CASES)
     spec = cases["mm_b2_ragged"]
@@ -147,17 +163,21 @@ def test_packed_layout(build_dir):
     assert np.array_equal(copied, b.ravel())
 
 
-@pytest.mark.parametrize("isa", HOST_ISAS)
+@pytest.mark.host
+@pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 def test_depthwise_prepacked_host(isa, build_dir):
     spec = dw(6, 13, 19, 3, 3, n=2, stride=2, pad=(1, 0, 1, 1), bias=True, act="relu6")
-    kernel = build_host(render_cpu_kernel(hand_plan(spec, isa, 2, function_name=f"pp_dw_{isa}_t2")), build_dir)
+    kernel = _build(host_plan(spec, isa, 2, function_name=f"pp_dw_{isa}_t2"), build_dir)
+    if kernel is None:
+        return
     _, b, _ = make_inputs(spec, seed=21)
     assert np.array_equal(kernel.prepack(b), b.ravel()), "depthwise pre-packing is a plain copy"
     _check_prepacked(kernel, spec, seeds=(21, 22))
 
 
+@pytest.mark.host
 def test_wrong_packed_size_is_one_line_error(build_dir):
-    isa = HOST_ISAS[0]
+    isa = RUNNABLE_ISAS[0]
     spec = dict((c[0], c[1]) for c in GEMM_CASES)["conv_s1_b2"]
     kernel = _host_kernel(build_dir, "errors", spec, isa, "packed", 1, None)
     a, b, bias = make_inputs(spec)
@@ -175,15 +195,18 @@ def test_wrong_packed_size_is_one_line_error(build_dir):
     _assert_ok(spec, kernel.run_packed(a, packed, bias), a, b, bias, "after errors")
 
 
+@pytest.mark.host
 def test_time_prepacked(build_dir):
-    isa = HOST_ISAS[0]
+    isa = RUNNABLE_ISAS[0]
     spec = GEMM_CASES[0][1]  # mm_b2_ragged
     kernel = _host_kernel(build_dir, "timing", spec, isa, "direct", 2, "n")
     a, b, bias = make_inputs(spec)
     m = kernel.time(a, b, bias, repeats=3, warmup=1, prepacked=True)
     assert isinstance(m, Measurement) and len(m.samples_s) == 3 and "pre-packed" in m.where
-    assert m.min_s <= m.median_s <= m.max_s and m.gflops > 0
-    assert kernel.time(a, b, bias, repeats=2, warmup=0).where == "host"
+    assert_samples_positive(m.samples_s)
+    per_call = kernel.time(a, b, bias, repeats=2, warmup=0)
+    assert per_call.where == "host" and len(per_call.samples_s) == 2
+    assert_samples_positive(per_call.samples_s)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,12 +214,15 @@ def test_time_prepacked(build_dir):
 # toward zero made the last valid staged column 0 instead of -1)
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.host
+@pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("a_pack", ["direct", "packed"])
-def test_conv_narrow_input_stride2(a_pack, build_dir):
+def test_conv_narrow_input_stride2(a_pack, isa, build_dir):
     # W=1, stride 2, pad right 1: tap s=1 reads padded column 1 (phase 1), which must be zero
     spec = conv(3, 9, 1, 5, 3, 2, stride=2, pad=(1, 0, 1, 1), bias=True)
-    kernel = _host_kernel(build_dir, "narrow_w", spec, HOST_ISAS[0], a_pack, 1, None)
-    _check_prepacked(kernel, spec)
+    kernel = _host_kernel(build_dir, "narrow_w", spec, isa, a_pack, 1, None)
+    if kernel is not None:
+        _check_prepacked(kernel, spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +239,7 @@ NEON_CASES = [
 ]
 
 
+@pytest.mark.emulated
 @needs_arm
 @pytest.mark.parametrize("tag,spec,a_pack,threads", NEON_CASES, ids=[c[0] for c in NEON_CASES])
 def test_neon_prepacked_qemu(tag, spec, a_pack, threads, build_dir):
@@ -225,9 +252,11 @@ def test_neon_prepacked_qemu(tag, spec, a_pack, threads, build_dir):
     packed_out, meas = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, repeats=2, prepacked=True)
     _assert_ok(spec, packed_out, a, b, bias, f"neon {tag} prepacked")
     assert "emulated" in meas.where and len(meas.samples_s) == 2
+    assert_samples_positive(meas.samples_s)
     out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
     _assert_ok(spec, out, a, b, bias, f"neon {tag}")
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
+    support.record("neon (qemu)", "ran")
 
 
 
@@ -255,20 +284,25 @@ DIRECT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("isa", HOST_ISAS)
+@pytest.mark.host
+@pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES + DIRECT_CASES,
                          ids=[c[0] for c in TRANSPOSED_CASES + DIRECT_CASES])
 def test_transposed_conv_host(tag, spec, axis, isa, build_dir):
     outs = []
     for threads in (1, 2):
-        plan = hand_plan(spec, isa, threads, transposed=True, parallel_axis=axis if threads > 1 else None,
+        plan = host_plan(spec, isa, threads, transposed=True, parallel_axis=axis if threads > 1 else None,
                          function_name=f"pp_{tag}_{isa}_t{threads}", **TILES[isa])
         assert plan.lowering == "implicit_gemm_t"
         assert plan.gemm.a_pack == ("im2col_direct" if spec.out_w % plan.gemm.mr == 0 else "packed")
-        outs.append(_check_prepacked(build_host(render_cpu_kernel(plan), build_dir), spec))
-    assert np.array_equal(outs[0], outs[1]), f"{tag}: 1- and 2-thread results differ"
+        kernel = _build(plan, build_dir)
+        if kernel is not None:
+            outs.append(_check_prepacked(kernel, spec))
+    if outs:
+        assert np.array_equal(outs[0], outs[1]), f"{tag}: 1- and 2-thread results differ"
 
 
+@pytest.mark.emulated
 @needs_arm
 @pytest.mark.parametrize("tag,spec", [
     ("t_neon_s2", conv(5, 9, 13, 10, 3, 3, n=2, stride=2, pad=(1, 1, 0, 1), bias=True, act="relu")),
@@ -284,10 +318,12 @@ def test_transposed_conv_neon_qemu(tag, spec, build_dir):
     _assert_ok(spec, out, a, b, bias, f"neon {tag}")
     packed_out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True)
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
+    support.record("neon (qemu)", "ran")
 
 
 
 
+@pytest.mark.emulated
 @needs_arm
 def test_transposed_conv_im2col_direct_neon_qemu(build_dir):
     cpu = "cortex-a76" if "cortex-a76" in qemu_cpu_models() else "max"
@@ -301,3 +337,4 @@ def test_transposed_conv_im2col_direct_neon_qemu(build_dir):
     _assert_ok(spec, out, a, b, bias, "neon im2col_direct")
     packed_out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True)
     assert np.array_equal(out, packed_out)
+    support.record("neon (qemu)", "ran")

@@ -1,54 +1,73 @@
-"""The bottom-up CPU synthesizer: constraints hold, choices follow the hardware, it is fast and
-deterministic, and what it synthesizes is correct (host natively, ARM under qemu-aarch64)."""
+"""The bottom-up CPU synthesizer: constraints hold, choices follow the hardware, it is deterministic
+across processes, the compiled micro-kernel keeps its tile in registers, and what it synthesizes is
+correct (every host ISA compiled everywhere and run where the CPU allows; ARM under qemu-aarch64).
+"""
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import support
 import xfc
-from xfc.build import build_arm, build_host, run_qemu
+from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
+from xfc.build import build_arm, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
-from xfc.ops import check_output, make_inputs, make_spec
+from xfc.ops import make_inputs, make_spec
+from xfc.synth_cpu import MicroTileScore, StaticEvaluator, synthesize_cpu
 from xfc.workloads import SUITE, suite_spec
-from xfc.synth_cpu import StaticEvaluator, MicroTile, MicroTileScore, synthesize_cpu
+
+HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
 
 
-@pytest.fixture(scope="module")
-def host():
-    return xfc.load_hardware("host")
+def hardware(name: str):
+    """A shipped description, or 'host:<isa>' as the fixed recorded host (machine-independent)."""
+    if name.startswith("host:"):
+        return recorded_host(name.partition(":")[2])
+    return xfc.load_hardware(name)
 
 
 # ---------------------------------------------------------------------------------------------
-# Synthesis itself.
+# Synthesis itself (pure: no compiler)
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("hw_name", ["host", "snapdragon.yaml", "cortex-a55", "cortex-x1", "exynos-2100"])
-def test_every_suite_workload_synthesizes_in_under_a_second(hw_name):
-    hw = xfc.load_hardware(hw_name)
-    for name in SUITE:
-        start = time.perf_counter()
-        result = synthesize_cpu(suite_spec(name), hw)
-        elapsed = time.perf_counter() - start
-        assert elapsed < 1.0, (name, elapsed)
-        assert result.estimate.predicted_s > 0 and result.estimate.bound in ("compute", "L2", "L3", "DRAM")
+# Synthesis is meant to take milliseconds; the limit only catches a search that blew up (a
+# tight wall-clock limit would flake on a loaded CI runner). Speed claims live in benchmarks/.
+SYNTHESIS_LIMIT_S = 10.0
 
 
-@pytest.mark.parametrize("hw_name", ["host", "cortex-a55", "cortex-a76", "cortex-x1"])
-def test_register_and_cache_constraints_hold(hw_name):
-    hw = xfc.load_hardware(hw_name)
+@pytest.mark.unit
+@pytest.mark.parametrize("hw_name", [*HOST_HWS, "snapdragon.yaml", "cortex-a55", "cortex-x1", "exynos-2100"])
+@pytest.mark.parametrize("name", list(SUITE))
+def test_every_suite_workload_synthesizes(hw_name, name):
+    hw = hardware(hw_name)
+    start = time.perf_counter()
+    result = synthesize_cpu(suite_spec(name), hw)
+    elapsed = time.perf_counter() - start
+    assert elapsed < SYNTHESIS_LIMIT_S, (name, elapsed)
+    assert result.estimate.predicted_s > 0 and result.estimate.bound in ("compute", "L2", "L3", "DRAM")
+    assert result.plan.isa == hw.cluster().core.isa_family
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("hw_name", [*HOST_HWS, "cortex-a55", "cortex-a76", "cortex-x1"])
+def test_cache_constraints_hold(hw_name):
+    """Blocking fits the caches it was sized for. (Register fit is checked on the compiled code by
+    test_compiled_k_loop_keeps_the_tile_in_registers, not by re-running the synthesizer's count.)"""
+    hw = hardware(hw_name)
     core = hw.cluster().core
     for name in SUITE:
         plan = synthesize_cpu(suite_spec(name), hw).plan
         if plan.gemm is None:
             continue
         g = plan.gemm
-        lanes = plan.vector_lanes
-        assert g.nr % lanes == 0
-        tile = MicroTile(mr=g.mr, nr_vectors=g.nr // lanes, lanes=lanes,
-                         a_load_bits=g.a_load_bits if plan.isa == "neon" else 32)
-        assert tile.registers(plan.isa) <= core.vector_registers
+        assert g.nr % plan.vector_lanes == 0
         panels_bytes = (g.mr + g.nr) * g.kc * 4
         # Micro-panels live in L1, except deep slices streamed from L2: pre-packed matmul B reused
         # by many row tiles, and the transposed conv (its tile is stored once, after the whole K).
@@ -58,31 +77,67 @@ def test_register_and_cache_constraints_hold(hw_name):
         assert g.mc % g.mr == 0 and g.nc % g.nr == 0
 
 
-def test_deterministic():
-    hw = xfc.load_hardware("snapdragon-888")
-    spec = suite_spec("conv_r18_l1", bias=True, activation="relu")
-    first = synthesize_cpu(spec, hw)
-    assert synthesize_cpu(spec, hw) == first
-    assert render_cpu_kernel(first.plan).source == render_cpu_kernel(synthesize_cpu(spec, hw).plan).source
+_DETERMINISM_SCRIPT = r"""
+import hashlib, json, sys
+import xfc
+from xfc.codegen_cpu import render_cpu_kernel
+from xfc.synth_cpu import synthesize_cpu
+from xfc.workloads import suite_spec
+sys.path.insert(0, sys.argv[1])
+from support import recorded_host
+out = {}
+for hw_name in ("snapdragon-888", "cortex-a55", "host:avx512", "host:avx2", "host:generic"):
+    hw = recorded_host(hw_name[5:]) if hw_name.startswith("host:") else xfc.load_hardware(hw_name)
+    for name, epi in (("conv_r18_l1", dict(bias=True, activation="relu")), ("mm_bert", {}), ("dw_mbv2_s2", {})):
+        result = synthesize_cpu(suite_spec(name, **epi), hw)
+        src = render_cpu_kernel(result.plan).source
+        out[f"{hw_name}/{name}"] = [repr(result.plan), result.explain(), hashlib.sha256(src.encode()).hexdigest()]
+from xfc.gpu import synthesize_gpu
+from xfc.gpu.build import render_kernel
+for hw_name in ("mali-g78", "adreno-650"):
+    for name in ("mm_bert", "conv_s2", "dw_mbv2_s1"):
+        result = synthesize_gpu(suite_spec(name), xfc.load_hardware(hw_name))
+        alternatives = [a.tile_summary() for a in result.alternatives]
+        out[f"{hw_name}/{name}"] = [repr(result.plan), alternatives, render_kernel(result.plan)]
+print(json.dumps(out))
+"""
 
 
+@pytest.mark.unit
+def test_deterministic_across_processes():
+    """Same inputs, same plan and kernel (CPU and GPU), also under different string-hash seeds (set
+    iteration order): two fresh interpreters must agree byte for byte."""
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", _DETERMINISM_SCRIPT, str(Path(__file__).parent)],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outputs.append(json.loads(proc.stdout))
+    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) == 21
+    for key in outputs[0]:
+        assert outputs[0][key] == outputs[1][key], key
+
+
+@pytest.mark.unit
 def test_choices_follow_the_hardware():
     """A55 (in-order, 32 KiB L1, small L2), A76, X1 (4 FMA pipes, 1 MiB L2) and the host differ."""
     spec = suite_spec("mm_512")
     chosen = {}
-    for name in ("cortex-a55", "cortex-a76", "cortex-x1", "host"):
-        g = synthesize_cpu(spec, xfc.load_hardware(name), threads=1).plan.gemm
+    for name in ("cortex-a55", "cortex-a76", "cortex-x1", *HOST_HWS):
+        g = synthesize_cpu(spec, hardware(name), threads=1).plan.gemm
         chosen[name] = (g.mr, g.nr, g.kc, g.mc, g.nc, g.a_load_bits)
-    assert len(set(chosen.values())) == 4, chosen
+    assert len({chosen[n] for n in ("cortex-a55", "cortex-a76", "cortex-x1", "host:avx512")}) == 4, chosen
     # The in-order A55 cannot pair 128-bit loads with FMAs: it feeds A through 64-bit loads.
     assert chosen["cortex-a55"][5] == 64 and chosen["cortex-a76"][5] == 128
-    # The host's register tile is whole vectors of the host's own width (16 lanes with AVX-512,
-    # 8 with AVX2, 4 for generic code): it follows the detected description, not one machine.
-    host_core = xfc.load_hardware("host").clusters[0].core
-    lanes = host_core.fp32_lanes if host_core.isa_family != "generic" else 4
-    assert chosen["host"][1] % lanes == 0
+    # The host's register tile is whole vectors of the (possibly forced) host's width.
+    for isa, lanes in (("avx512", 16), ("avx2", 8), ("generic", 4)):
+        assert chosen[f"host:{isa}"][1] % lanes == 0, (isa, chosen[f"host:{isa}"])
+    # A narrower core with half the registers cannot hold the AVX-512 tile's accumulators.
+    assert chosen["host:avx2"][0] * chosen["host:avx2"][1] < chosen["host:avx512"][0] * chosen["host:avx512"][1]
 
 
+@pytest.mark.unit
 def test_explain_names_the_deciding_constraints():
     hw = xfc.load_hardware("cortex-a55")
     text = synthesize_cpu(suite_spec("mm_1024"), hw).explain()
@@ -91,6 +146,7 @@ def test_explain_names_the_deciding_constraints():
         assert needle in text, needle
 
 
+@pytest.mark.unit
 def test_evaluator_can_be_replaced_by_measurements():
     """A measured tile table (the tile database) replaces the static estimate of a micro-tile."""
     hw = xfc.load_hardware("cortex-a76")
@@ -105,20 +161,85 @@ def test_evaluator_can_be_replaced_by_measurements():
     assert result.micro_tile_source == "tile_db:test"
 
 
+@pytest.mark.unit
 def test_bad_thread_and_cluster_requests():
     hw = xfc.load_hardware("snapdragon-865")
-    with pytest.raises(xfc.errors.OperatorError, match="exceeds"):
+    with pytest.raises(xfc.errors.OperatorError, match="exceeds the 1 cores of snapdragon-865's prime cluster"):
         synthesize_cpu(suite_spec("mm_512"), hw, cluster="prime", threads=2)
     with pytest.raises(xfc.errors.OperatorError, match="positive"):
         synthesize_cpu(suite_spec("mm_512"), hw, threads=0)
 
 
 # ---------------------------------------------------------------------------------------------
-# Correctness of synthesized kernels: host (native) and ARM (qemu-aarch64).
+# The compiled micro-kernel: its k loop holds the register tile without spilling
 # ---------------------------------------------------------------------------------------------
 
-def random_specs(count, seed, max_flops):
-    """Random shapes: 1s, primes, sizes just above tile multiples, strides, paddings, epilogues."""
+ASM_HWS = [*HOST_HWS, "cortex-a53", "cortex-a55", "cortex-a76", "cortex-x3", "cortex-a715"]
+
+
+def _asm_cases():
+    """Distinct synthesized micro-tiles (per -march) over the suite, single-threaded."""
+    cases, seen = [], set()
+    for hw_name in ASM_HWS:
+        hw = hardware(hw_name)
+        for name in SUITE:
+            plan = synthesize_cpu(suite_spec(name), hw, threads=1).plan
+            if plan.gemm is None:
+                continue
+            g = plan.gemm
+            key = (plan.gcc_march, plan.isa, g.mr, g.nr, g.k_unroll, g.a_load_bits if plan.isa == "neon" else 0)
+            if key not in seen:
+                seen.add(key)
+                marks = [pytest.mark.emulated, needs_arm] if plan.isa == "neon" else [pytest.mark.host]
+                cases.append(pytest.param(hw_name, name, marks=marks, id=f"{hw_name}-{g.mr}x{g.nr}-{name}"))
+    return cases
+
+
+# Tiles whose compiled k loop (gcc 12.2, Debian 12: the toolchain scripts/setup.sh installs) keeps
+# vectors on the stack although the synthesizer counts them as fitting the register file: the
+# register model in synth_cpu.py (MicroTile.registers) leaves no room for the B vectors gcc loads
+# one k step ahead when it unrolls, nor for the product temporary generic x86-64 needs without FMA.
+# A known bug, kept visible here: when a tile stops spilling the test fails and asks to update this.
+KNOWN_SPILLS = {
+    ("host:avx512", 9, 48), ("host:avx512", 6, 64), ("host:avx512", 13, 32), ("host:avx512", 14, 32),
+    ("host:generic", 4, 12),
+    ("cortex-a53", 16, 4), ("cortex-a55", 16, 4),
+    ("cortex-a76", 13, 8), ("cortex-a76", 6, 16), ("cortex-a76", 8, 12),
+    ("cortex-x3", 13, 8), ("cortex-x3", 8, 12), ("cortex-a715", 6, 16),
+}
+
+
+@pytest.mark.parametrize("hw_name,workload", _asm_cases())
+def test_compiled_k_loop_keeps_the_tile_in_registers(hw_name, workload, tmp_path):
+    """Read the assembly gcc makes of the synthesized kernel: the innermost loop with the most FMAs
+    is the unrolled k loop with exactly k_unroll x MR x (NR / lanes) FMAs into at least MR x
+    (NR / lanes) distinct accumulator registers, no more vector registers than the core has, and
+    no vector loads or stores to the stack (spills)."""
+    hw = hardware(hw_name)
+    plan = synthesize_cpu(suite_spec(workload), hw, threads=1).plan
+    g, arm = plan.gemm, plan.isa == "neon"
+    asm = support.compile_to_asm(render_cpu_kernel(plan), tmp_path, arm)
+    loop = support.hot_loop(asm, arm)
+    accumulators = g.mr * (g.nr // plan.vector_lanes)
+    assert support.fma_count(loop, arm) == g.k_unroll * accumulators, "\n".join(loop[:40])
+    assert len(support.fma_accumulators(loop, arm)) >= accumulators
+    assert len(support.vector_registers_used(loop, arm)) <= hw.cluster().core.vector_registers
+    spills = support.stack_vector_accesses(loop, arm)
+    known = (hw_name, g.mr, g.nr) in KNOWN_SPILLS
+    if known and spills:
+        pytest.xfail(f"known: {len(spills)} vector stack accesses in the k loop of {g.mr}x{g.nr} "
+                     f"(synth_cpu register model undercounts), e.g. {spills[0]}")
+    assert not known, f"{hw_name} {g.mr}x{g.nr} no longer spills: remove it from KNOWN_SPILLS"
+    assert not spills, f"{hw_name} {g.mr}x{g.nr}: vector spills in the k loop: {spills[:4]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Correctness of synthesized kernels on the host: every ISA compiled, run where the CPU allows
+# ---------------------------------------------------------------------------------------------
+
+def random_specs(count, seed, max_flops, min_epilogue_outputs=64):
+    """Random shapes: 1s, primes, sizes just above tile multiples, strides, paddings, epilogues.
+    ReLU/ReLU6 only on outputs large enough to cross their clamps (checked on every run)."""
     rng = random.Random(seed)
     edge = [1, 2, 3, 5, 7, 13, 17, 31, 33, 47, 65, 97, 129]
     specs = []
@@ -142,45 +263,80 @@ def random_specs(count, seed, max_flops):
                 spec = make_spec(op, shape, stride=stride, pad=pads, dilation=dilation, **epi)
             except xfc.errors.OperatorError:
                 continue
+        n_out = 1
+        for extent in spec.output_shape:
+            n_out *= extent
+        if epi["activation"] != "none" and n_out < min_epilogue_outputs:
+            continue
         if spec.flops <= max_flops:
             specs.append(spec)
     return specs
 
 
-def _verify_host(spec, hw, tmp_path, threads):
-    result = synthesize_cpu(spec, hw, threads=threads)
-    kernel = build_host(render_cpu_kernel(result.plan), tmp_path)
-    a, b, bias = make_inputs(spec, seed=1)
-    ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
-    assert ok, (spec.describe(), result.plan.header_lines, max_err, ratio)
-
-
 HOST_RANDOM = random_specs(200, seed=20261122, max_flops=40_000_000)
+# Each random shape goes to one ISA (rotating) with 1, 2, 3, 5 or 8 threads: every ISA gets ~67
+# shapes for the compile cost of 200. Plans with more threads than this machine has CPUs come from
+# the host description widened to 8 cores; OpenMP runs them oversubscribed.
+RANDOM_THREADS = (1, 2, 3, 5, 8)
 
 
-@pytest.mark.parametrize("index", range(0, len(HOST_RANDOM), 10))
-def test_random_shapes_verify_on_host(index, host, tmp_path):
-    for i, spec in enumerate(HOST_RANDOM[index:index + 10]):
-        _verify_host(spec, host, tmp_path / str(i), threads=1 + (i % 2))
+@pytest.mark.host
+@pytest.mark.parametrize("index", range(len(HOST_RANDOM)),
+                         ids=[f"{i:03d}-{ALL_HOST_ISAS[i % 3]}-{s.key()}" for i, s in enumerate(HOST_RANDOM)])
+def test_random_shapes_on_host(index, tmp_path):
+    spec, isa = HOST_RANDOM[index], ALL_HOST_ISAS[index % 3]
+    threads = RANDOM_THREADS[(index // 3) % len(RANDOM_THREADS)]
+    hw = with_cores(host_description(isa), max(8, host_description(isa).cluster().count))
+    plan = synthesize_cpu(spec, hw, threads=threads).plan
+    assert plan.isa == isa
+    run_host_plan(plan, tmp_path, seed=1, what=f"{isa} threads={threads} {plan.header_lines}")
 
 
+@pytest.mark.host
+@pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("name", list(SUITE))
-def test_suite_workloads_verify_on_host(name, host, tmp_path):
-    _verify_host(suite_spec(name, bias=True, activation="relu"), host, tmp_path, threads=None)
+def test_suite_workloads_on_host(name, isa, tmp_path):
+    plan = synthesize_cpu(suite_spec(name, bias=True, activation="relu"), host_description(isa)).plan
+    run_host_plan(plan, tmp_path, what=f"{isa} {plan.header_lines}")
 
+
+# ---------------------------------------------------------------------------------------------
+# ARM under qemu-aarch64 (every shipped description: test_shipped_descriptions.py)
+# ---------------------------------------------------------------------------------------------
 
 QEMU_RANDOM = random_specs(30, seed=7, max_flops=8_000_000)
+QEMU_CORES = ("cortex-a55", "cortex-x1")
+# One mid-size shape per lowering: K spans several KC slices and M several MC blocks, so the
+# blocking loops run more than once with ragged ends (the full suite sizes cost ~4 GFLOP of
+# emulation per core for the same loops).
+QEMU_BLOCKING = [
+    make_spec("matmul", dict(m=150, n=70, k=700), bias=True, activation="relu6"),
+    make_spec("conv2d", dict(c=72, h=13, w=11, k=40, r=3, s=3), pad=1, bias=True, activation="relu6"),
+    make_spec("conv2d", dict(c=3, h=45, w=47, k=24, r=7, s=7), stride=2, pad=3, bias=True, activation="relu"),
+    make_spec("depthwise", dict(c=40, h=29, w=31, r=3, s=3), stride=2, pad=1, bias=True, activation="relu6"),
+]
 
 
-@pytest.mark.parametrize("hw_name", ["cortex-a55", "cortex-x1"])
-@pytest.mark.parametrize("group", ["suite", "random"])
-def test_verify_under_qemu(hw_name, group, tmp_path):
-    hw = xfc.load_hardware(hw_name)
-    specs = [suite_spec(n, bias=True, activation="relu6") for n in SUITE] if group == "suite" else QEMU_RANDOM
-    for i, spec in enumerate(specs):
-        result = synthesize_cpu(spec, hw)
-        binary = build_arm(render_cpu_kernel(result.plan), tmp_path / str(i))
-        a, b, bias = make_inputs(spec, seed=2)
-        out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu)
-        ok, max_err, ratio = check_output(spec, out, a, b, bias)
-        assert ok, (hw_name, spec.describe(), result.plan.header_lines, max_err, ratio)
+def _verify_qemu(spec, hw_name, tmp_path, seed):
+    result = synthesize_cpu(spec, xfc.load_hardware(hw_name))
+    binary = build_arm(render_cpu_kernel(result.plan), tmp_path)
+    a, b, bias = make_inputs(spec, seed=seed)
+    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu)
+    support.assert_verified(spec, out, a, b, bias, f"{hw_name} {result.plan.header_lines}")
+    support.record("neon (qemu)", "ran")
+
+
+@pytest.mark.emulated
+@needs_arm
+@pytest.mark.parametrize("hw_name", QEMU_CORES)
+@pytest.mark.parametrize("spec", QEMU_BLOCKING, ids=lambda s: s.key())
+def test_blocking_under_qemu(spec, hw_name, tmp_path):
+    _verify_qemu(spec, hw_name, tmp_path, seed=2)
+
+
+@pytest.mark.emulated
+@needs_arm
+@pytest.mark.parametrize("index", range(len(QEMU_RANDOM)),
+                         ids=[f"{i:02d}-{QEMU_CORES[i % 2]}-{s.key()}" for i, s in enumerate(QEMU_RANDOM)])
+def test_random_shapes_under_qemu(index, tmp_path):
+    _verify_qemu(QEMU_RANDOM[index], QEMU_CORES[index % 2], tmp_path, seed=2)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import socket
 import struct
 import subprocess
@@ -12,15 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from android_runner.testbed import AdbServer, build_standin, find_adb
+from android_runner.testbed import build_standin
 from android_runner.virtual_device import (A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, HEADER,
                                            Faults, VirtualDevice, pack_message, tokenize)
-
-HAVE_ADB = find_adb() is not None
-HAVE_QEMU = shutil.which("qemu-aarch64") is not None
-HAVE_CC = shutil.which("aarch64-linux-gnu-gcc") is not None
-needs_adb = pytest.mark.skipif(not HAVE_ADB, reason="no adb binary")
-needs_arm = pytest.mark.skipif(not (HAVE_QEMU and HAVE_CC), reason="no qemu-aarch64 / aarch64 gcc")
+from support import needs_adb, needs_arm
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,6 +74,7 @@ def vdev():
         yield dev
 
 
+@pytest.mark.unit
 def test_cnxn_banner(vdev):
     host = RawHost(vdev.port)
     cmd, version, maxdata, banner = host.handshake()
@@ -93,6 +88,7 @@ def test_cnxn_banner(vdev):
     host.close()
 
 
+@pytest.mark.unit
 def test_shell_v2_packets(vdev):
     host = RawHost(vdev.port)
     host.handshake()
@@ -111,6 +107,7 @@ def test_shell_v2_packets(vdev):
     host.close()
 
 
+@pytest.mark.unit
 def test_unknown_service_is_refused(vdev):
     host = RawHost(vdev.port)
     host.handshake()
@@ -120,6 +117,7 @@ def test_unknown_service_is_refused(vdev):
     host.close()
 
 
+@pytest.mark.unit
 def test_sync_send_recv_raw(vdev):
     host = RawHost(vdev.port)
     host.handshake()
@@ -149,6 +147,7 @@ def test_sync_send_recv_raw(vdev):
     ("echo 'a;b' \"c d\" e\\ f", [["echo", "a;b", "c d", "e f"]]),
     ("true && echo x || echo y; echo z", [["true"], ["echo", "x"], ["echo", "y"], ["echo", "z"]]),
 ])
+@pytest.mark.unit
 def test_tokenize(line, expected):
     toks, cur, segs = tokenize(line), [], []
     for t in toks:
@@ -163,27 +162,22 @@ def test_tokenize(line, expected):
 
 @pytest.mark.parametrize("arg", ["plain", "with space", "semi;colon", "it's", "$HOME", "a&&b",
                                  "back\\slash", 'dq"x', "", "*"])
+@pytest.mark.unit
 def test_tokenize_roundtrips_shlex_quote(arg):
     assert tokenize("echo " + shlex.quote(arg)) == ["echo", arg]
 
 
 # --------------------------------------------------------------------------------------------
-# through the real adb server
+# through the real adb server (the `server` fixture of conftest.py)
 # --------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def adb_server():
-    if not HAVE_ADB:
-        pytest.skip("no adb binary")
-    with AdbServer() as srv:
-        yield srv
-
-
 @pytest.fixture
-def connected(adb_server, vdev):
-    assert adb_server.connect(vdev.serial) == "device"
-    yield adb_server, vdev
-    adb_server.disconnect(vdev.serial)
+def connected(server, vdev):
+    assert server.connect(vdev.serial) == "device"
+    try:
+        yield server, vdev
+    finally:
+        server.disconnect(vdev.serial)
 
 
 def _adb(server, serial, *args, timeout=30):
@@ -192,6 +186,7 @@ def _adb(server, serial, *args, timeout=30):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.adb
 @needs_adb
 def test_adb_cli_shell_and_exit_codes(connected):
     server, dev = connected
@@ -204,6 +199,7 @@ def test_adb_cli_shell_and_exit_codes(connected):
     assert "[ro.build.version.sdk]: [33]" in r.stdout
 
 
+@pytest.mark.adb
 @needs_adb
 def test_adb_cli_push_pull_ls(connected, tmp_path):
     server, dev = connected
@@ -223,6 +219,7 @@ def test_adb_cli_push_pull_ls(connected, tmp_path):
     assert dev.sandbox_files() == []
 
 
+@pytest.mark.adb
 @needs_adb
 def test_adbutils_quotes_list_arguments(connected):
     import adbutils
@@ -236,6 +233,7 @@ def test_adbutils_quotes_list_arguments(connected):
     assert dev.system.commands[-1] == " ".join(shlex.quote(a) for a in ["echo", *tricky])
 
 
+@pytest.mark.adb
 @needs_adb
 @needs_arm
 def test_elf_runs_under_qemu_with_taskset(connected, tmp_path):
@@ -259,18 +257,19 @@ def test_elf_runs_under_qemu_with_taskset(connected, tmp_path):
     assert r.returncode == 1 and "Invalid argument" in r.stderr
 
 
+@pytest.mark.adb
 @needs_adb
-def test_unauthorized_and_offline_states(adb_server):
+def test_unauthorized_and_offline_states(server):
     with VirtualDevice(faults=Faults(unauthorized=True)) as dev:
-        assert adb_server.connect(dev.serial, want_state="unauthorized") == "unauthorized"
-        adb_server.disconnect(dev.serial)
+        assert server.connect(dev.serial, want_state="unauthorized") == "unauthorized"
+        server.disconnect(dev.serial)
     with VirtualDevice(faults=Faults(offline=True)) as dev:
-        state = adb_server.connect(dev.serial, want_state="offline", timeout=8,
-                                  attempt_timeout=1)
-        adb_server.disconnect(dev.serial)
+        state = server.connect(dev.serial, want_state="offline", timeout=8, attempt_timeout=1)
+        server.disconnect(dev.serial)
         assert state == "offline"
 
 
+@pytest.mark.unit
 def test_cli_prints_how_to_connect():
     proc = subprocess.Popen([sys.executable, "-m", "android_runner.virtual_device", "--port", "0",
                              "--soc", "snapdragon-888"], stdout=subprocess.PIPE,

@@ -849,13 +849,17 @@ def validate_file(path: str | os.PathLike) -> HardwareDescription:
 
 
 def load(name_or_path: str) -> HardwareDescription:
-    """Resolve what a user typed after --hw: 'host', a path, a shipped file name, or a bare name."""
+    """Resolve what a user typed after --hw: 'host', 'host:<isa>' (avx512, avx2, generic: the host
+    seen as that smaller x86-64 core), a path, a shipped file name, or a bare name."""
     text = str(name_or_path).strip()
     if not text:
         raise HardwareError("--hw: empty hardware name")
-    if text == "host":
-        from .host import detect_host  # I/O lives in host.py
-        return detect_host()
+    if text == "host" or text.lower().startswith("host:"):
+        from .host import detect_host  # I/O (and the XFC_HOST_ISA variable) lives in host.py
+        isa = text.partition(":")[2].strip().lower() if ":" in text else None
+        if isa == "":
+            raise HardwareError(f"--hw {text}: name an ISA after 'host:' (avx512, avx2 or generic)")
+        return detect_host(isa)
     path = Path(text)
     if _is_file(path):
         return _load_path(path)

@@ -2,6 +2,16 @@
 
 Facts are read from /proc/cpuinfo (flags, model, clock) and sysfs (cache sizes, CPU count);
 the parsing is split from the reading so tests can feed recorded text.
+
+The host can be made to look like a smaller x86-64 core, so that an AVX-512 machine synthesizes,
+builds, verifies and times the AVX2 and generic paths end to end:
+  --hw host:avx2 / host:generic / host:avx512   one run, that ISA (it must be one the CPU has);
+  XFC_HOST_ISA=avx512|avx2|generic              the environment variable, read only here
+                                                (`host_isa_cap`): plain 'host' becomes that ISA
+                                                and wider ones count as absent.
+The smaller description is a real core of that class (AVX2: 256-bit, 16 registers, x86-64-v3;
+generic: 128-bit, 16 registers, plain x86-64) and is named 'host:<isa>'. Asking for an ISA the
+CPU (or the XFC_HOST_ISA cap) lacks is a HardwareError (exit 2).
 """
 from __future__ import annotations
 
@@ -20,6 +30,45 @@ SYSFS_CPU = Path("/sys/devices/system/cpu")
 ASSUMED_FMA_PER_CYCLE = 2
 # A single-socket server/VM memory roof used only for the bytes/FLOP balance; marked uncertain.
 ASSUMED_DRAM_GBPS = 25.0
+
+# The x86-64 code paths xfc generates, widest first, with what each needs from the CPU and the
+# core it describes: (cpuinfo flags, vector bits, vector registers, gcc -march).
+HOST_ISA_ENV = "XFC_HOST_ISA"
+HOST_ISAS = ("avx512", "avx2", "generic")
+_ISA_FACTS = {
+    "avx512": (("avx512f", "avx2", "fma"), 512, 32, "x86-64-v4"),
+    "avx2": (("avx2", "fma"), 256, 16, "x86-64-v3"),
+    "generic": ((), 128, 16, "x86-64"),
+}
+_LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "generic": "generic 128-bit x86-64 code"}
+
+
+def supported_isas(flags) -> tuple[str, ...]:
+    """The host ISAs a CPU with these /proc/cpuinfo flags runs, widest first (generic always)."""
+    flags = set(flags)
+    return tuple(isa for isa in HOST_ISAS if all(f in flags for f in _ISA_FACTS[isa][0]))
+
+
+def _check_isa_name(isa: str, where: str) -> str:
+    if isa not in HOST_ISAS:
+        raise HardwareError(f"{where}: unknown host ISA '{isa}' (expected one of: {', '.join(HOST_ISAS)})")
+    return isa
+
+
+def capped_isas(flags, cap: Optional[str] = None) -> tuple[str, ...]:
+    """supported_isas(flags), limited to `cap` and narrower ones (the XFC_HOST_ISA value)."""
+    isas = supported_isas(flags)
+    if cap is None:
+        return isas
+    _check_isa_name(cap, f"{HOST_ISA_ENV}={cap}")
+    if cap not in isas:
+        raise HardwareError(f"{HOST_ISA_ENV}={cap}: this CPU cannot run {cap} code "
+                            f"(its /proc/cpuinfo flags lack {_missing(flags, cap)}; it runs: {', '.join(isas)})")
+    return isas[isas.index(cap):]
+
+
+def _missing(flags, isa: str) -> str:
+    return " ".join(f for f in _ISA_FACTS[isa][0] if f not in set(flags))
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -77,18 +126,29 @@ def _count_cpus(cpu_list: str) -> int:
     return max(count, 1)
 
 
-def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str) -> HardwareDescription:
-    """Build the host description from parsed facts. Pure: same facts, same description."""
+def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: Optional[str] = None,
+                  cap: Optional[str] = None) -> HardwareDescription:
+    """Build the host description from parsed facts. Pure: same facts, same description.
+
+    isa: the code path asked for ('--hw host:avx2'); None means the widest one available.
+    cap: the XFC_HOST_ISA value (the widest ISA the host may claim); None means no cap.
+    """
     if machine not in ("x86_64", "AMD64"):
         raise HardwareError(f"--hw host: this machine is {machine}; host synthesis supports x86-64 only")
     flags = cpuinfo.get("flags", set())
-    features = [f for f, flag in (("avx2", "avx2"), ("fma", "fma"), ("avx512f", "avx512f")) if flag in flags]
-    if "avx512f" in features:
-        vector_bits, registers, march = 512, 32, "x86-64-v4"
-    elif "avx2" in features and "fma" in features:
-        vector_bits, registers, march = 256, 16, "x86-64-v3"
-    else:
-        vector_bits, registers, march = 128, 16, "x86-64"
+    available = capped_isas(flags, cap)
+    if isa is not None:
+        _check_isa_name(isa, f"--hw host:{isa}")
+        if isa not in available:
+            why = (f"{HOST_ISA_ENV}={cap} limits the host to {cap}" if isa in supported_isas(flags)
+                   else f"its /proc/cpuinfo flags lack {_missing(flags, isa)}")
+            raise HardwareError(f"--hw host:{isa}: this CPU cannot run {isa} code ({why}; "
+                                f"available: {', '.join('host:' + i for i in available)})")
+    chosen = isa or available[0]
+    needed, vector_bits, registers, march = _ISA_FACTS[chosen]
+    # Only the features of the chosen code path: the core's isa_family then picks that dialect.
+    features = [f for f in ("avx2", "fma", "avx512f") if f in needed]
+    forced = isa is not None or cap is not None
     try:
         clock_ghz = round(float(cpuinfo.get("cpu MHz", "0")) / 1000.0, 3)
     except ValueError:
@@ -115,17 +175,42 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str) -> Har
     cluster = CpuCluster(role="big", core=core, count=n_cpus, clock_ghz=clock_ghz,
                          cpu_ids=tuple(range(n_cpus)), l2=core.l2)
     model = cpuinfo.get("model name", "unknown x86-64 CPU")
+    how = f"--hw host:{isa}" if isa is not None else f"{HOST_ISA_ENV}={cap}"
+    marketing = f"{model} ({n_cpus} CPUs)" + (f" limited to {_LABELS[chosen]} by {how}" if forced else "")
+    notes = "detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions"
+    if forced:
+        notes += (f"; made to look like a {chosen} core ({vector_bits}-bit, {registers} vector registers, "
+                  f"-march={march}) by {how}")
     return HardwareDescription(
-        name="host", kind="host", marketing_name=f"{model} ({n_cpus} CPUs)", clusters=(cluster,), gpu=None,
+        name=f"host:{chosen}" if forced else "host", kind="host", marketing_name=marketing,
+        clusters=(cluster,), gpu=None,
         l3_bytes=int(l3["size_kib"] * 1024) if l3 else None, slc_bytes=None,
         memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=ASSUMED_DRAM_GBPS, channels=1),
         target_arch="x86_64", sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache"),
         uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
-        notes="detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions")
+        notes=notes)
 
 
-def detect_host() -> HardwareDescription:
-    """Read this machine's facts (the only I/O) and describe it."""
+def host_isa_cap() -> Optional[str]:
+    """The XFC_HOST_ISA environment variable (None when unset or empty): the one place it is read."""
+    value = os.environ.get(HOST_ISA_ENV, "").strip().lower()
+    return value or None
+
+
+def _read_flags() -> set[str]:
+    try:
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"]
+    except OSError:
+        return set()
+
+
+def available_isas() -> tuple[str, ...]:
+    """The host ISAs this machine runs, widest first, after the XFC_HOST_ISA cap."""
+    return capped_isas(_read_flags(), host_isa_cap())
+
+
+def detect_host(isa: Optional[str] = None) -> HardwareDescription:
+    """Read this machine's facts (the only I/O) and describe it; isa as in describe_host."""
     try:
         cpuinfo_text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -134,4 +219,5 @@ def detect_host() -> HardwareDescription:
         n_cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         n_cpus = os.cpu_count() or 1
-    return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine())
+    return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine(),
+                         isa=isa, cap=host_isa_cap())

@@ -283,10 +283,31 @@ def make_spec(op: str, shape: dict[str, int], *, stride: str | tuple = "1", pad:
 # Inputs, numpy references and the verification tolerance.
 # ---------------------------------------------------------------------------------------------
 
+# Pre-activation spread (standard deviation) aimed for when a spec ends in ReLU6, so that its upper
+# clamp is crossed as often as its lower one (about one output in six above 6).
+RELU6_SPREAD = 6.0
+
+
+def input_scale(spec: OperatorSpec) -> float:
+    """Factor applied to both operands by make_inputs: 1, except for ReLU6 epilogues.
+
+    With operands uniform in [-1, 1) a dot product of length K has standard deviation sqrt(K)/3,
+    which stays below 6 up to K = 324: the ReLU6 clamp at 6 would almost never be exercised.
+    Scaling both operands by s with s^2 sqrt(K)/3 = RELU6_SPREAD lifts the spread to 6 (never
+    scaled down). The K-derived error bound is relative to sum |a_i b_i|, so it scales too.
+    """
+    if spec.epilogue.activation != "relu6":
+        return 1.0
+    return max(1.0, float(np.sqrt(3.0 * RELU6_SPREAD / np.sqrt(spec.reduction_size))))
+
+
 def make_inputs(spec: OperatorSpec, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Deterministic fp32 inputs in [-1, 1): (first operand, second operand, bias)."""
+    """Deterministic fp32 inputs: (first operand, second operand, bias), uniform in [-1, 1); for a
+    ReLU6 epilogue both operands are scaled by input_scale(spec) (same seed, same arrays)."""
     rng = np.random.default_rng(seed)
-    return tuple(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for shape in spec.input_shapes)
+    a, b, bias = (rng.uniform(-1.0, 1.0, size=shape) for shape in spec.input_shapes)
+    scale = input_scale(spec)
+    return (a * scale).astype(np.float32), (b * scale).astype(np.float32), bias.astype(np.float32)
 
 
 def _epilogue(out: np.ndarray, bias: np.ndarray, spec: OperatorSpec, bias_axis: int) -> np.ndarray:

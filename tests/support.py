@@ -1,0 +1,328 @@
+"""Helpers shared by the test files: spec builders, tool checks, host ISAs, coverage records,
+epilogue checks and the compiled-code inspection used instead of restating the cost model.
+
+Host ISAs: kernels of every x86-64 ISA (avx512, avx2, generic) are compiled on every machine
+(gcc emits AVX-512 code on any x86-64 CPU); they are run only where the host, as xfc sees it,
+runs that ISA (`xfc.host.available_isas`, which honours XFC_HOST_ISA). What was compiled, what ran
+and why something did not run is recorded on the test (`record`) and printed at the end of the
+run by conftest.py, so a smaller machine reports what it could not do instead of skipping.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pytest
+
+import xfc
+from xfc.build import ARM_CC, COMMON_FLAGS, HOST_CC, QEMU, build_host, host_compile_command
+from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.host import HOST_ISA_ENV, HOST_ISAS, available_isas, describe_host, host_isa_cap, parse_cpuinfo
+from xfc.ops import check_output, make_inputs, make_spec, reference
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------------------------
+
+HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
+needs_arm = pytest.mark.skipif(not HAVE_ARM, reason=f"{ARM_CC} or {QEMU} not installed")
+
+
+def _find_adb() -> Optional[str]:
+    from android_runner.testbed import find_adb
+    return find_adb()
+
+
+HAVE_ADB = _find_adb() is not None
+needs_adb = pytest.mark.skipif(not HAVE_ADB, reason="no adb binary")
+# The OpenCL harness needs headers and the ICD loader to build, and an installed ICD (PoCL) to run.
+HAVE_OPENCL = (Path("/usr/include/CL/cl.h").exists()
+               and any(Path(d, "libOpenCL.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
+               and any(Path(os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")).glob("*.icd")))
+needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no OpenCL headers, loader or ICD (apt-get install "
+                                  "pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)")
+
+
+def host_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec builders
+# ---------------------------------------------------------------------------------------------
+
+def mm(m, n, k, batch=1, bias=False, act="none"):
+    return make_spec("matmul", dict(m=m, n=n, k=k, batch=batch), bias=bias, activation=act)
+
+
+def conv(c, h, w, k, r, s, n=1, stride=1, pad=0, dilation=1, bias=False, act="none"):
+    return make_spec("conv2d", dict(n=n, c=c, h=h, w=w, k=k, r=r, s=s), stride=stride, pad=pad,
+                     dilation=dilation, bias=bias, activation=act)
+
+
+def dw(c, h, w, r, s, n=1, stride=1, pad=0, dilation=1, bias=False, act="none"):
+    return make_spec("depthwise", dict(n=n, c=c, h=h, w=w, r=r, s=s), stride=stride, pad=pad,
+                     dilation=dilation, bias=bias, activation=act)
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage records (printed by conftest.py's pytest_terminal_summary)
+# ---------------------------------------------------------------------------------------------
+
+COVERAGE_KEY = "xfc_coverage"
+_current_item = None
+
+
+def set_current_item(item) -> None:
+    global _current_item
+    _current_item = item
+
+
+def record(target: str, status: str, reason: str = "") -> None:
+    """Note on the running test that `target` (an ISA or 'neon (qemu)', ...) was 'compiled' only
+    (with the reason it did not run) or 'ran'. Travels to the xdist controller in user_properties."""
+    if _current_item is not None:
+        _current_item.user_properties.append((COVERAGE_KEY, (target, status, reason)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Host ISAs
+# ---------------------------------------------------------------------------------------------
+
+RUNNABLE_ISAS: tuple[str, ...] = available_isas()
+ALL_HOST_ISAS: tuple[str, ...] = HOST_ISAS
+
+
+def supported_by_cpu() -> tuple[str, ...]:
+    """The host ISAs this CPU runs, ignoring XFC_HOST_ISA."""
+    from xfc.host import supported_isas
+    return supported_isas(parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"])
+
+
+def why_not_runnable(isa: str) -> str:
+    cap = host_isa_cap()
+    if cap is not None and isa in HOST_ISAS[:HOST_ISAS.index(cap)]:
+        return f"host limited to {cap} by {HOST_ISA_ENV}"
+    return f"this CPU has no {isa}"
+
+
+@functools.lru_cache(maxsize=None)
+def host_description(isa: str):
+    """The host as an `isa` core: `--hw host:<isa>` where this machine runs it; otherwise the same
+    facts with that ISA's CPU flags added, for synthesis and compilation only (never run)."""
+    if isa in RUNNABLE_ISAS:
+        return xfc.load_hardware(f"host:{isa}")
+    info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    info["flags"] = set(info["flags"]) | {"avx512f", "avx2", "fma"}
+    from xfc.host import read_caches
+    return describe_host(info, read_caches(), host_cpus(), "x86_64", isa=isa)
+
+
+def host_march(isa: str) -> str:
+    return host_description(isa).cluster().core.gcc_march
+
+
+def host_plan(spec, isa: str, threads: int = 1, **overrides):
+    """hand_plan for an x86-64 ISA with that ISA's -march (not 'native': an AVX-512 kernel must
+    compile on an AVX2-only machine too)."""
+    overrides.setdefault("gcc_march", host_march(isa))
+    return hand_plan(spec, isa, threads, **overrides)
+
+
+def compile_only(rendered, out_dir: Path) -> Path:
+    """Compile kernel + harness into a shared object exactly as build_host does, without loading it
+    (loading is harmless, calling it is not on a CPU without the ISA)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernel_c = out_dir / f"{rendered.function_name}.c"
+    harness_c = out_dir / f"{rendered.function_name}_harness.c"
+    kernel_c.write_text(rendered.source)
+    harness_c.write_text(rendered.harness_source)
+    library = out_dir / f"lib{rendered.function_name}.compile-only.so"
+    command = host_compile_command(rendered, kernel_c, harness_c, library)
+    (out_dir / "build.sh").write_text("#!/bin/sh\n# compile only (this CPU cannot run the kernel)\nset -e\n"
+                                      'cd "$(dirname "$0")"\n' + shlex.join(command) + "\n")
+    proc = subprocess.run(command, cwd=out_dir, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"{rendered.function_name} ({rendered.isa}) does not compile:\n{proc.stderr[-2000:]}"
+    return library
+
+
+def run_host_plan(plan, build_dir: Path, seed: int = 0, what: str = ""):
+    """Build `plan`; where this host runs its ISA, run it and check it against numpy (and its
+    clamps); else compile it only. Returns (kernel or None, output or None)."""
+    rendered = render_cpu_kernel(plan)
+    if plan.isa not in RUNNABLE_ISAS:
+        compile_only(rendered, build_dir)
+        record(plan.isa, "compiled", why_not_runnable(plan.isa))
+        return None, None
+    kernel = build_host(rendered, build_dir)
+    a, b, bias = make_inputs(plan.spec, seed=seed)
+    out = kernel(a, b, bias)
+    assert_verified(plan.spec, out, a, b, bias, what or f"{plan.function_name} isa={plan.isa}")
+    record(plan.isa, "ran")
+    return kernel, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification with epilogues that bite
+# ---------------------------------------------------------------------------------------------
+
+def assert_clamps_exercised(spec, reference_output) -> None:
+    """Every ReLU/ReLU6 case must actually cross its clamps, or a kernel that forgets one passes:
+    ReLU needs outputs clamped to 0 and outputs above 0; ReLU6 also outputs clamped to 6 and
+    outputs strictly between 0 and 6 (make_inputs scales ReLU6 operands for that)."""
+    act = spec.epilogue.activation
+    if act == "none":
+        return
+    ref = np.asarray(reference_output, dtype=np.float64)
+    counts = {"at 0": int(np.count_nonzero(ref == 0.0)), "above 0": int(np.count_nonzero(ref > 0.0))}
+    if act == "relu6":
+        counts = {"at 0": counts["at 0"], "at 6": int(np.count_nonzero(ref == 6.0)),
+                  "between": int(np.count_nonzero((ref > 0.0) & (ref < 6.0)))}
+    missing = [k for k, v in counts.items() if v == 0]
+    assert not missing, f"{spec.describe()}: the {act} epilogue is not exercised ({counts} of {ref.size} outputs)"
+
+
+def assert_verified(spec, out, a, b, bias, what: str = "") -> None:
+    """check_output within the K-derived bound, and the epilogue clamps crossed."""
+    ok, max_err, ratio = check_output(spec, out, a, b, bias)
+    assert ok, f"{what}: {spec.describe()}: err {max_err:.3g} ratio {ratio:.3g}"
+    assert_clamps_exercised(spec, reference(spec, a, b, bias))
+
+
+def assert_clamps_for_seed(spec, seed: int = 0) -> None:
+    """assert_clamps_exercised for the inputs make_inputs(spec, seed) (kernels run elsewhere: CLI,
+    GPU harness, qemu through a runner)."""
+    if spec.epilogue.activation != "none":
+        assert_clamps_exercised(spec, reference(spec, *make_inputs(spec, seed)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing sanity without wall-clock thresholds
+# ---------------------------------------------------------------------------------------------
+
+def assert_samples_positive(samples) -> None:
+    samples = list(samples)
+    assert samples and all(s > 0 for s in samples), f"timing samples must all be > 0: {samples}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled micro-kernel: registers and spills read from the assembly
+# ---------------------------------------------------------------------------------------------
+
+_X86_FMA = re.compile(r"^\s*(?:vfmadd\d*ps|addps)\s+(.*)$")   # generic x86-64: mulps + addps
+_ARM_FMA = re.compile(r"^\s*fmla\s+(v\d+)\.4s,\s*(.*)$")
+_LABEL = re.compile(r"^(\.L\w+):")
+# Conditional branches only: gcc tests loops at the bottom, and an unconditional backward jump is
+# often just block layout.
+_JUMP = re.compile(r"^\s*(j(?!mp)\w+|b\.?(?:eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le)|cbnz|cbz|tbnz|tbz)"
+                   r"\s+(?:.*,\s*)?(\.L\w+)\s*$")
+_X86_STACK_VECTOR = re.compile(r"%[xyz]mm\d+.*\(%(rsp|rbp)\)|\(%(rsp|rbp)\).*%[xyz]mm\d+")
+_ARM_STACK_VECTOR = re.compile(r"^\s*(ldr|str|ldp|stp|ldur|stur)\s+[qd]\d+.*\[sp")
+
+
+def compile_to_asm(rendered, out_dir: Path, arm: bool) -> str:
+    """The kernel translation unit compiled with -S, with the flags the real build uses."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / f"{rendered.function_name}.c"
+    src.write_text(rendered.source)
+    asm = src.with_suffix(".s")
+    cc = ARM_CC if arm else HOST_CC
+    march = rendered.plan.gcc_march or ("armv8-a" if arm else "x86-64")
+    proc = subprocess.run([cc, *COMMON_FLAGS, f"-march={march}", "-S", "-o", str(asm), str(src)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return asm.read_text()
+
+
+def hot_loop(asm: str, arm: bool) -> list[str]:
+    """The unrolled k loop of the full register tile: of the innermost loops (a label and a
+    backward branch to it, with no such loop inside) the one with the most FMA instructions."""
+    lines = asm.splitlines()
+    fma = _ARM_FMA if arm else _X86_FMA
+    labels: dict[str, int] = {}
+    loops = []
+    for i, line in enumerate(lines):
+        m = _LABEL.match(line)
+        if m:
+            labels[m.group(1)] = i
+            continue
+        j = _JUMP.match(line)
+        if j and j.group(2) in labels:
+            start = labels[j.group(2)]
+            fmas = sum(1 for ln in lines[start:i + 1] if fma.match(ln))
+            if fmas:
+                loops.append((start, i, fmas))
+    innermost = [lp for lp in loops
+                 if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]
+    if not innermost:
+        return []
+    start, end, _ = max(innermost, key=lambda lp: (lp[2], -(lp[1] - lp[0])))
+    return lines[start:end + 1]
+
+
+def fma_count(loop: list[str], arm: bool) -> int:
+    fma = _ARM_FMA if arm else _X86_FMA
+    return sum(1 for ln in loop if fma.match(ln))
+
+
+def fma_accumulators(loop: list[str], arm: bool) -> set[str]:
+    """Destination registers of the FMAs in a loop (AT&T: last operand; AArch64: first)."""
+    regs = set()
+    for line in loop:
+        if arm:
+            m = _ARM_FMA.match(line)
+            if m:
+                regs.add(m.group(1))
+        else:
+            m = _X86_FMA.match(line)
+            if m:
+                regs.add(m.group(1).split(",")[-1].strip())
+    return regs
+
+
+def vector_registers_used(loop: list[str], arm: bool) -> set[str]:
+    pattern = re.compile(r"\bv(\d+)\.|\b[qs](\d+)\b" if arm else r"%[xyz]mm(\d+)")
+    return {next(g for g in m.groups() if g is not None) for ln in loop for m in pattern.finditer(ln)}
+
+
+def stack_vector_accesses(loop: list[str], arm: bool) -> list[str]:
+    """Vector loads/stores addressed off the stack inside the loop: register spills."""
+    pattern = _ARM_STACK_VECTOR if arm else _X86_STACK_VECTOR
+    return [ln.strip() for ln in loop if pattern.search(ln)]
+
+
+# ---------------------------------------------------------------------------------------------
+# A recorded x86-64 host: the same description on every machine (for tests whose expectations
+# must not depend on the caches or core count of the machine they run on)
+# ---------------------------------------------------------------------------------------------
+
+RECORDED_CPUINFO = ("processor\t: 0\nmodel name\t: recorded x86-64 test host\ncpu MHz\t\t: 3000.000\n"
+                    "flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw avx512dq avx512vl\n")
+RECORDED_CACHES = {"L1d": {"size_kib": 48, "line_bytes": 64, "ways": 12, "shared_by_cores": 1},
+                   "L2": {"size_kib": 1024, "line_bytes": 64, "ways": 16, "shared_by_cores": 1},
+                   "L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 8}}
+
+
+def recorded_host(isa: str, cpus: int = 8):
+    """A fixed 8-CPU x86-64 host described as an `isa` core (synthesis and compilation only)."""
+    return describe_host(parse_cpuinfo(RECORDED_CPUINFO), RECORDED_CACHES, cpus, "x86_64", isa=isa)
+
+
+def with_cores(hw, cores: int):
+    """hw with its first cluster widened to `cores` cores: synthesized plans with 3, 5, 8 threads
+    on a machine with fewer CPUs (OpenMP runs them oversubscribed; the numbers must not change)."""
+    import dataclasses
+    first = dataclasses.replace(hw.clusters[0], count=cores, cpu_ids=tuple(range(cores)))
+    return dataclasses.replace(hw, clusters=(first, *hw.clusters[1:]))
