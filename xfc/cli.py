@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_bench, cli_synth
     cli_synth.register(sub)
     cli_bench.register(sub)
+    from .model import cli as model_cli
+    model_cli.register(sub)
     try:
         from . import cli_devices
     except ImportError:
