@@ -54,10 +54,11 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
     if verify and hw.target_arch != "x86_64":
         raise OperatorError(f"--verify for {hw.name}: verifying a whole model with ARM kernels (qemu-aarch64 or a "
                             f"device) is not yet supported by 'xfc model'; use --hw host")
-    net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
-                                         progress=progress)
+    # The destination is checked first: a location xfc may not write is refused before any work.
     with OutputDir(Path(out_dir), what=f"xfc model {Path(path).name} for {hw.name} (cpu)", force=force) as staging, \
             tempfile.TemporaryDirectory(prefix="xfc-model-") as scratch:
+        net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
+                                             progress=progress)
         kernels = {}
         for i, (spec, syn) in enumerate(syntheses.items(), start=1):
             say(f"building kernel {i}/{len(syntheses)}: {names[spec]} ({spec.describe()})")
