@@ -36,7 +36,7 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
     specs = net.distinct_specs()
     names = kernel_names(specs)
     syntheses = {}
-    for i, spec in enumerate(specs, start=1):
+    for spec in specs:
         syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads)
     if specs:
         say(f"mapped {cov.nodes} nodes: {cov.layers} xfc layers, {len(specs)} distinct; synthesized in "
