@@ -54,9 +54,10 @@ class Builder:
         var = self.const((1.0 + 0.5 * np.abs(self.rand(c))).astype(np.float32), "bn_v")
         return self.node("BatchNormalization", [x, scale, shift, mean, var], name=name, epsilon=1e-5)
 
-    def relu6(self, x: str, name: str | None = None) -> str:
-        return self.node("Clip", [x, self.const(np.float32(0.0), "lo"), self.const(np.float32(6.0), "hi")],
-                         name=name)
+    def relu6(self, x: str, name: str | None = None, bounds: tuple[str, str] | None = None) -> str:
+        """Clip(0, 6); `bounds` reuses existing min/max constants (exporters often share them)."""
+        lo, hi = bounds or (self.const(np.float32(0.0), "lo"), self.const(np.float32(6.0), "hi"))
+        return self.node("Clip", [x, lo, hi], name=name)
 
     def model(self, inputs: dict, outputs: list[str], opset: int = OPSET) -> onnx.ModelProto:
         graph = helper.make_graph(
@@ -147,6 +148,9 @@ def mlp_net(seed: int = 2) -> onnx.ModelProto:
 def odd_net(seed: int = 3) -> onnx.ModelProto:
     """The cases that must not fuse or are not covered, and MatMul feeding variants.
 
+    Two Clip(0, 6) nodes share their min/max constants; the first (after an Add) is not fused,
+    the second is fused into c3.
+
     c1 (Conv) is also a graph output, so the Relu after it is not fused; c2 is read by a Relu and
     an Add, so neither fuses; a grouped conv (group 2) and a depthwise conv with channel
     multiplier 2 are not covered; MatMul with a constant 2-D B (batch dims fold into M), with a
@@ -158,9 +162,11 @@ def odd_net(seed: int = 3) -> onnx.ModelProto:
     c2 = b.conv(r1, 6, 6, k=1, pad=0, name="c2")
     a = b.node("Relu", [c2], name="r2")
     twice = b.node("Add", [c2, c2], name="twice")
+    shared = (b.const(np.float32(0.0), "lo"), b.const(np.float32(6.0), "hi"))
+    twice = b.relu6(twice, name="clip_twice", bounds=shared)      # not fused: follows an Add
     g = b.conv(a, 6, 6, group=2, name="grouped")
     mult = b.conv(twice, 6, 12, group=6, name="dw_mult2")
-    mult = b.conv(mult, 12, 6, k=1, pad=0, name="c3")
+    mult = b.relu6(b.conv(mult, 12, 6, k=1, pad=0, name="c3"), name="clip_c3", bounds=shared)  # fused
     s = b.node("Add", [g, mult], name="sum")
     flat = b.node("Reshape", [s, b.const(np.array([1, 6, 49], np.int64), "shape")], name="flat")
     t = b.node("MatMul", [flat, b.const(b.rand(49, 5, scale=0.2))], name="mm_fold")

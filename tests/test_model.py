@@ -176,6 +176,8 @@ def test_no_fusion_grouped_conv_and_matmul_feeds(tmp_path):
     assert "read by 2 nodes" in steps["r2"].reason
     assert "group 2" in steps["grouped"].reason and steps["grouped"].flops == 2 * 6 * 49 * 3 * 9
     assert "multiplier 2" in steps["dw_mult2"].reason
+    assert "does not come from a layer" in steps["clip_twice"].reason
+    assert steps["c3"].label == "Conv+Clip" and steps["c3"].spec.epilogue.activation == "relu6"
     fold, batch, dynamic = steps["mm_fold"], steps["mm_batch"], steps["mm_dynamic"]
     assert (fold.spec.batch, fold.spec.m, fold.spec.k, fold.spec.n) == (1, 6, 49, 5) and fold.weight is not None
     assert (batch.spec.batch, batch.spec.m) == (3, 6) and batch.feed.a_broadcast == (3, 6, 5)

@@ -142,9 +142,8 @@ def _check_layer(layer: Layer, out: np.ndarray, values, x: np.ndarray, weight: n
     for node in layer.onnx_nodes:
         for name in node.input:
             if name and name not in feeds:
-                value = values[name] if name in values else None
-                if value is not None:
-                    feeds[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+                value = values[name]
+                feeds[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
         results = run_node(node, feeds, opset)
         feeds.update(zip([n for n in node.output if n], results))
     expected = np.asarray(feeds[layer.output], np.float64)
@@ -221,7 +220,10 @@ def execute(net: MappedNetwork, kernels: Mapping, feeds: Mapping[str, np.ndarray
             for name, value, e in zip([n for n in node.output if n], outs, out_bounds):
                 values[name] = value
                 errors[name] = e
-        for n in [n for n, i in last.items() if i == index and n not in keep and n not in feeds]:
+        # Free intermediates after their last reader; constants stay (a layer's absorbed nodes,
+        # checked in _check_layer, may share them with nodes that ran before).
+        for n in [n for n, i in last.items() if i == index and n not in keep and n not in feeds
+                  and n not in loaded.constants]:
             values.pop(n, None)
             errors.pop(n, None)
     return values, errors, tuple(checks), tuple(sorted(no_rule))
