@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup sanitize clean tiledb
+.PHONY: setup demo test bench bench-setup model-bench sanitize clean tiledb
 
 setup:
 	@scripts/setup.sh
@@ -32,6 +32,12 @@ TILEDB_INPUTS := hardware_descriptions xfc/__init__.py xfc/hardware.py xfc/synth
 tiledb: setup
 	@epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- $(TILEDB_INPUTS) 2>/dev/null)}; \
 		SOURCE_DATE_EPOCH=$${epoch:-0} $(VENV_PY) -m xfc.tiledb.shipped
+
+# Not in CI: exports torchvision MobileNetV2 and ResNet-18 (random weights) at run time, runs
+# `xfc model --hw host --verify --json` and writes benchmarks/results/model_<arch>_host.json.
+# Needs torch + torchvision in .venv (the script names the pip command when they are missing).
+model-bench: setup
+	@$(VENV_PY) benchmarks/model_bench.py
 
 clean:
 	rm -rf xfc-out .pytest_cache

@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_bench.register(sub)
     from .tiledb import cli as cli_tiledb  # the tile database (docs/tile-db.md)
     cli_tiledb.register(sub)
+    from .model import cli as model_cli
+    model_cli.register(sub)
     try:
         from . import cli_devices
     except ImportError:

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""`make model-bench`: xfc model on real architectures (not run in CI).
+
+Exports torchvision's MobileNetV2 and ResNet-18 with random weights (weights=None, seeded: nothing
+is downloaded) to ONNX at run time, runs `xfc model NET.onnx --hw host --verify --json` on each
+and writes the report to benchmarks/results/model_<arch>_host.json (replaced only when xfc wrote
+the file before, see xfc/outputs.py). Needs torch and torchvision, which are not xfc dependencies:
+
+    x86_64:  .venv/bin/python -m pip install torch==2.14.1 torchvision==0.29.1
+    aarch64: .venv/bin/python -m pip install torch==2.9.1 torchvision==0.24.1
+
+Exit status: 0 when every model verified, 3 when torch/torchvision are missing, else the first
+failing `xfc model` status.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ARCHS = {"mobilenet_v2": "mobilenet_v2", "resnet18": "resnet18"}
+RUN_TIMEOUT_S = 3600
+
+
+def install_hint() -> str:
+    if platform.machine() == "aarch64":
+        return "pip install torch==2.9.1 torchvision==0.24.1"
+    return "pip install torch==2.14.1 torchvision==0.29.1"
+
+
+def export(arch: str, path: Path, size: int) -> None:
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(weights=None).eval()
+    example = torch.randn(1, 3, size, size)
+    kwargs = dict(opset_version=17, input_names=["input"], output_names=["logits"])
+    try:   # the TorchScript exporter: plain ONNX ops, no onnxscript needed
+        torch.onnx.export(model, (example,), str(path), dynamo=False, **kwargs)
+    except TypeError:   # torch without the dynamo switch
+        torch.onnx.export(model, (example,), str(path), **kwargs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(ARCHS), help="comma-separated: " + ", ".join(ARCHS))
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError as exc:
+        print(f"model-bench: {exc.name or 'torch'} is not installed; it is needed only to export the models: "
+              f"{Path(sys.executable).parent / 'python'} -m {install_hint()}", file=sys.stderr)
+        return 3
+    sys.path.insert(0, str(REPO))
+    from xfc.outputs import write_json_result
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:
+        for arch in [a.strip() for a in args.only.split(",") if a.strip()]:
+            if arch not in ARCHS:
+                print(f"model-bench: unknown architecture '{arch}' (known: {', '.join(ARCHS)})", file=sys.stderr)
+                return 2
+            path = Path(tmp) / f"{arch}.onnx"
+            print(f"[model-bench] exporting torchvision {arch} (random weights) to ONNX", file=sys.stderr)
+            export(ARCHS[arch], path, args.size)
+            argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", "host", "--verify", "--json",
+                    "-o", str(Path(tmp) / f"{arch}-out")]
+            print(f"[model-bench] {' '.join(argv[2:])}", file=sys.stderr)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
+            sys.stderr.write(proc.stderr)
+            if not proc.stdout.strip():
+                status = status or proc.returncode or 1
+                continue
+            report = json.loads(proc.stdout)
+            report["model"] = f"torchvision.models.{arch}(weights=None), seed 0, exported at run time (opset 17)"
+            report.pop("output_dir", None)
+            out = args.results / f"model_{arch}_host.json"
+            write_json_result(out, report, kind="model-bench")
+            v = report["verification"] or {}
+            print(f"{arch}: covered {report['flops']['covered_share'] * 100:.1f}% of "
+                  f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
+                  f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
+                  f"{'yes' if v.get('verified') else 'NO'} -> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+            if proc.returncode:
+                status = status or proc.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

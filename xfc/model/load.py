@@ -1,0 +1,218 @@
+"""Read an ONNX model, check it, fix its dynamic input shapes and infer every tensor's shape.
+
+Everything that can be wrong with the file itself is found here and reported as one line
+(OperatorError, exit status 2) naming the file and the input, node or field at fault: not ONNX
+or unreadable, rejected by the ONNX checker, an opset outside SUPPORTED_OPSETS, a dynamic input
+dimension that --input-shape did not fix, a bad --input-shape.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import OperatorError
+
+# Oldest default-domain opset whose operator semantics xfc maps (Conv/Gemm/BatchNormalization/
+# Clip as of opset 7), and the newest the installed onnx package knows (its checker, shape
+# inference and reference evaluator all stop there).
+MIN_OPSET = 7
+
+FLOAT_TYPES = (1,)   # onnx.TensorProto.FLOAT: the only element type xfc kernels take
+
+
+def max_opset() -> int:
+    import onnx.defs
+    return int(onnx.defs.onnx_opset_version())
+
+
+def _one_line(exc: BaseException, limit: int = 240) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A checked model with fixed input shapes and inferred tensor shapes."""
+
+    path: str
+    model: object                                   # onnx.ModelProto (shapes inferred)
+    opset: int                                      # default-domain opset
+    inputs: tuple[tuple[str, tuple[int, ...], int], ...]   # real inputs: (name, shape, elem_type)
+    outputs: tuple[str, ...]
+    constants: Mapping[str, np.ndarray]             # initializers and Constant node outputs
+    shapes: Mapping[str, Optional[tuple[int, ...]]] = field(default_factory=dict)  # None: not inferred
+    types: Mapping[str, int] = field(default_factory=dict)                         # onnx elem_type
+
+    def shape(self, name: str) -> Optional[tuple[int, ...]]:
+        if name in self.constants:
+            return tuple(self.constants[name].shape)
+        return self.shapes.get(name)
+
+
+def parse_input_shapes(items) -> dict[Optional[str], tuple[int, ...]]:
+    """['x=1x3x224x224', ...] -> {'x': (1, 3, 224, 224)}. A bare '1x3x224x224' applies to the
+    model's only dynamic input (key None)."""
+    shapes: dict[Optional[str], tuple[int, ...]] = {}
+    for item in items or ():
+        text = str(item).strip()
+        name, sep, dims = text.rpartition("=")
+        name = name.strip() if sep else None
+        if sep and not name:
+            raise OperatorError(f"--input-shape '{text}': the input name before '=' is empty")
+        parts = [p for p in re.split(r"[x,]", dims.strip().lower())]
+        try:
+            shape = tuple(int(p) for p in parts)
+        except ValueError:
+            raise OperatorError(f"--input-shape '{text}': dimensions must be positive integers joined by 'x' "
+                                f"(e.g. input=1x3x224x224)") from None
+        if not shape or any(d < 1 for d in shape):
+            raise OperatorError(f"--input-shape '{text}': dimensions must be positive integers joined by 'x'")
+        if name in shapes:
+            raise OperatorError(f"--input-shape for {'input ' + repr(name) if name else 'the input'} is given twice")
+        shapes[name] = shape
+    return shapes
+
+
+def _read(path: Path):
+    import onnx
+    from google.protobuf.message import DecodeError
+    if not path.exists():
+        raise OperatorError(f"{path}: no such file")
+    if not path.is_file():
+        raise OperatorError(f"{path}: not a file")
+    try:
+        model = onnx.load(str(path))
+    except DecodeError:
+        raise OperatorError(f"{path}: not an ONNX model (the file is not an ONNX protobuf)") from None
+    except OSError as exc:
+        raise OperatorError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
+    except Exception as exc:  # external data missing, truncated file, ...: never a traceback
+        raise OperatorError(f"{path}: cannot load the ONNX model: {_one_line(exc)}") from None
+    if not model.graph.node and not model.graph.output:
+        raise OperatorError(f"{path}: not an ONNX model (no graph in the file)")
+    return model
+
+
+def _opset(path: Path, model) -> int:
+    versions = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
+    if "ai.onnx" not in versions:
+        raise OperatorError(f"{path}: the model imports no default-domain (ai.onnx) opset")
+    version, top = int(versions["ai.onnx"]), max_opset()
+    if not MIN_OPSET <= version <= top:
+        raise OperatorError(f"{path}: opset {version} is outside the supported range {MIN_OPSET}..{top}")
+    return version
+
+
+def _dims(value_info) -> Optional[list]:
+    """Dimensions of a tensor value info: ints, or a dim_param string / None where dynamic."""
+    t = value_info.type
+    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return None
+    out = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            out.append(int(d.dim_value))
+        else:
+            out.append(d.dim_param or None)
+    return out
+
+
+def _fix_inputs(path: Path, model, requested: dict) -> list:
+    """Apply --input-shape to the real (non-initializer) inputs; every input must end up static."""
+    initializers = {t.name for t in model.graph.initializer}
+    real = [vi for vi in model.graph.input if vi.name not in initializers]
+    names = [vi.name for vi in real]
+    requested = dict(requested)
+    if None in requested:
+        dynamic = [vi.name for vi in real if _dims(vi) is None or any(not isinstance(d, int) for d in _dims(vi))]
+        if len(dynamic) != 1:
+            raise OperatorError(f"--input-shape {'x'.join(map(str, requested[None]))} without a name needs exactly "
+                                f"one dynamic input; {path} has {len(dynamic)} ({', '.join(dynamic) or 'none'}): "
+                                f"use NAME=DIMS")
+        requested[dynamic[0]] = requested.pop(None)
+    for name in requested:
+        if name not in names:
+            raise OperatorError(f"--input-shape: {path} has no input '{name}' (inputs: {', '.join(names) or 'none'})")
+    fixed = []
+    for vi in real:
+        if vi.type.WhichOneof("value") != "tensor_type":
+            raise OperatorError(f"{path}: input '{vi.name}' is not a tensor")
+        dims = _dims(vi)
+        if vi.name in requested:
+            want = requested[vi.name]
+            if dims is not None and len(dims) != len(want):
+                raise OperatorError(f"--input-shape {vi.name}={'x'.join(map(str, want))}: the model's input "
+                                    f"'{vi.name}' has rank {len(dims)}, not {len(want)}")
+            for i, (have, new) in enumerate(zip(dims or [], want)):
+                if isinstance(have, int) and have != new:
+                    raise OperatorError(f"--input-shape {vi.name}={'x'.join(map(str, want))}: dimension {i} of "
+                                        f"'{vi.name}' is fixed to {have} in the model")
+            shape = vi.type.tensor_type.shape
+            del shape.dim[:]
+            for d in want:
+                shape.dim.add().dim_value = d
+            dims = list(want)
+        elif dims is None or any(not isinstance(d, int) for d in dims):
+            shown = "unknown rank" if dims is None else "x".join(str(d) if d else "?" for d in dims)
+            example = "x".join(str(d) if isinstance(d, int) else "N" for d in (dims or ["N"]))
+            raise OperatorError(f"{path}: input '{vi.name}' has a dynamic shape ({shown}); fix it with "
+                                f"--input-shape {vi.name}={example}")
+        fixed.append((vi.name, tuple(dims), int(vi.type.tensor_type.elem_type)))
+    return fixed
+
+
+def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+    consts = {}
+    for t in model.graph.initializer:
+        try:
+            consts[t.name] = numpy_helper.to_array(t)
+        except Exception as exc:
+            raise OperatorError(f"{path}: initializer '{t.name}' cannot be read: {_one_line(exc)}") from None
+    constant_nodes = [n for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
+    if constant_nodes:
+        from .nodes import run_node
+        for node in constant_nodes:
+            try:
+                (value,) = run_node(node, {}, opset)
+            except Exception as exc:
+                raise OperatorError(f"{path}: Constant node '{node.name or node.output[0]}' cannot be "
+                                    f"evaluated: {_one_line(exc)}") from None
+            consts[node.output[0]] = np.asarray(value)
+    return consts
+
+
+def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
+    """Read, check and shape-infer `path`; input_shapes from parse_input_shapes."""
+    import onnx
+    from onnx import shape_inference
+    path = Path(path)
+    model = _read(path)
+    opset = _opset(path, model)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise OperatorError(f"{path}: the ONNX checker rejects the model: {_one_line(exc)}") from None
+    inputs = _fix_inputs(path, model, input_shapes or {})
+    try:
+        model = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        raise OperatorError(f"{path}: shape inference fails: {_one_line(exc)}") from None
+    shapes, types = {}, {}
+    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        dims = _dims(vi)
+        shapes[vi.name] = tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
+        if vi.type.WhichOneof("value") == "tensor_type":
+            types[vi.name] = int(vi.type.tensor_type.elem_type)
+    constants = _constants(path, model, opset)
+    for name, value in constants.items():
+        shapes[name] = tuple(value.shape)
+    for t in model.graph.initializer:
+        types[t.name] = int(t.data_type)
+    return LoadedModel(path=str(path), model=model, opset=opset, inputs=tuple(inputs),
+                       outputs=tuple(o.name for o in model.graph.output), constants=constants,
+                       shapes=shapes, types=types)

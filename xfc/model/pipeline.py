@@ -1,0 +1,95 @@
+"""load -> map -> synthesize each distinct layer -> build -> (verify) -> report, into one output directory.
+
+The output directory (xfc.outputs.OutputDir: new, empty or xfc's own; staged, committed whole)
+is flat: per distinct layer kernel `xfc_<kernel>.c`, its harness, `build_<kernel>.sh` and the
+built library (host) or static binary (ARM), then `report.json`. Kernels are built in a private
+scratch directory and copied in, so nothing half-built reaches the destination.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import OperatorError, VerificationError
+from ..outputs import OutputDir
+from . import backend
+from .coverage import coverage
+from .load import load_model
+from .mapping import map_network
+from .report import build_report
+
+
+def kernel_names(specs) -> dict:
+    """k01_conv2d, k02_depthwise, ... in order of first use."""
+    return {spec: f"k{i:02d}_{spec.name}" for i, spec in enumerate(specs, start=1)}
+
+
+def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress=None):
+    """Load, map and synthesize (pure apart from reading the file): (net, coverage, syntheses, names)."""
+    say = progress or (lambda msg: None)
+    loaded = load_model(path, input_shapes)
+    net = map_network(loaded)
+    cov = coverage(net)
+    specs = net.distinct_specs()
+    names = kernel_names(specs)
+    syntheses = {}
+    for spec in specs:
+        syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads)
+    if specs:
+        say(f"mapped {cov.nodes} nodes: {cov.layers} xfc layers, {len(specs)} distinct; synthesized in "
+            f"{sum(s.seconds for s in syntheses.values()) * 1e3:.1f} ms")
+    return net, cov, syntheses, names
+
+
+def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = None, threads: Optional[int] = None,
+              verify: bool = False, explain: bool = False, force: bool = False, seed: int = 0,
+              progress: Optional[Callable[[str], None]] = None) -> dict:
+    """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
+    False: see raise_if_unverified)."""
+    from .run import verify_network
+    say = progress or (lambda msg: None)
+    if verify and hw.target_arch != "x86_64":
+        raise OperatorError(f"--verify for {hw.name}: verifying a whole model with ARM kernels (qemu-aarch64 or a "
+                            f"device) is not yet supported by 'xfc model'; use --hw host")
+    # The destination is checked first: a location xfc may not write is refused before any work.
+    with OutputDir(Path(out_dir), what=f"xfc model {Path(path).name} for {hw.name} (cpu)", force=force) as staging, \
+            tempfile.TemporaryDirectory(prefix="xfc-model-") as scratch:
+        net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
+                                             progress=progress)
+        kernels = {}
+        for i, (spec, syn) in enumerate(syntheses.items(), start=1):
+            say(f"building kernel {i}/{len(syntheses)}: {names[spec]} ({spec.describe()})")
+            kernel = backend.build_layer_kernel(spec, hw, name=names[spec], work_dir=Path(scratch), cluster=cluster,
+                                                threads=threads, synthesis=syn)
+            for file in kernel.files:
+                shutil.copy2(file, staging.path / file.name)
+            kernels[spec] = kernel
+        verification = None
+        if verify:
+            say(f"verifying the network on the host ({len(net.layers)} xfc layers, {len(net.uncovered)} nodes "
+                f"through onnx.reference) against onnxruntime")
+            verification = verify_network(net, kernels, seed=seed, progress=progress)
+        report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
+                              verification=verification, explain=explain)
+        (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        staging.commit()
+    report["output_dir"] = str(out_dir)
+    return report
+
+
+def raise_if_unverified(report: dict) -> None:
+    """VerificationError (exit 4) when --verify ran and failed; one line."""
+    v = report.get("verification")
+    if v is None or v["verified"]:
+        return
+    bad = [c for c in v["outputs"] if not c["ok"]]
+    parts = [f"output '{c['name']}' differs from onnxruntime by {c['max_abs_error']:.3g} "
+             f"({c['error_to_bound_ratio']:.3g}x the {c['bound_kind']} bound)" for c in bad[:2]]
+    if v["layers_failed"]:
+        parts.append(f"layer{'s' if len(v['layers_failed']) > 1 else ''} {', '.join(v['layers_failed'][:3])} "
+                     f"outside the K-derived bound")
+    raise VerificationError(f"{report['model']} on {report['hardware']}: " + "; ".join(parts)
+                            + f"; outputs kept in {report['output_dir']}")
