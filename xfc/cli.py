@@ -166,9 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_hw_validate)
     hw.set_defaults(func=lambda a: (hw.print_help(), 2)[1])
 
-    from . import cli_bench, cli_synth
+    from . import cli_bench, cli_fuzz, cli_synth
     cli_synth.register(sub)
     cli_bench.register(sub)
+    cli_fuzz.register(sub)
     try:
         from . import cli_devices
     except ImportError:
