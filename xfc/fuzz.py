@@ -452,53 +452,75 @@ def _valid(case: FuzzCase) -> bool:
     return True
 
 
+def complexity(case: FuzzCase) -> int:
+    """What shrinking decreases: every size, stride, pad and dilation, plus one for each extra
+    (inputs seed, fp16, bias, activation). Every candidate is strictly below its parent."""
+    return (sum(v for _, v in case.dims) + case.batch + sum(case.stride) + sum(case.pad) + sum(case.dilation)
+            + (case.threads or 0) + case.bias + (case.activation != "none") + (case.seed != 0)
+            + (case.dtype != "fp32"))
+
+
+def _axis_geometry(case: FuzzCase, axis: int, *, window: Optional[int] = None, dilation: Optional[int] = None,
+                   pads: Optional[tuple[int, int]] = None) -> FuzzCase:
+    """case with one axis (0: rows, 1: columns) of the window changed; the input grows to the
+    smallest size the new window fits, if it has to."""
+    dims = dict(case.dims)
+    win_key, in_key = ("r", "h") if axis == 0 else ("s", "w")
+    if window is not None:
+        dims[win_key] = window
+    dil = list(case.dilation)
+    if dilation is not None:
+        dil[axis] = dilation
+    pad = list(case.pad)
+    if pads is not None:
+        pad[axis], pad[axis + 2] = pads
+    extent = dil[axis] * (dims[win_key] - 1) + 1
+    dims[in_key] = max(dims[in_key], _min_input(extent, pad[axis], pad[axis + 2]))
+    return replace(case, dims=tuple((k, dims[k]) for k, _ in case.dims), dilation=tuple(dil), pad=tuple(pad))
+
+
 def shrink_candidates(case: FuzzCase) -> Iterator[FuzzCase]:
-    """Valid cases that are each strictly simpler than case, in the order worth trying first:
-    inputs seed 0, plain fp32, no epilogue, one thread, batch 1, plain window geometry, then
-    every size toward 1 (window sizes last: they bound the pads)."""
-    def tweak(**changes):
-        cand = replace(case, **changes)
-        return cand if _valid(cand) else None
-
+    """Valid cases that are each strictly simpler than case (see complexity), in the order worth
+    trying first: inputs seed 0, plain fp32, no epilogue, one thread, batch 1, plain window
+    geometry, then every size toward 1 (window sizes last: they bound the pads). Window changes
+    that only fit together (a smaller dilation and smaller pads) are also tried together."""
     def with_dim(key, value):
-        return tweak(dims=tuple((k, value if k == key else v) for k, v in case.dims))
+        return replace(case, dims=tuple((k, value if k == key else v) for k, v in case.dims))
 
-    raw: list[Optional[FuzzCase]] = []
+    def swap(values, index, value):
+        return tuple(value if i == index else x for i, x in enumerate(values))
+
+    raw: list[FuzzCase] = []
     if case.seed != 0:
-        raw.append(tweak(seed=0))
+        raw.append(replace(case, seed=0))
     if case.dtype != "fp32":
-        raw.append(tweak(dtype="fp32"))
+        raw.append(replace(case, dtype="fp32"))
     if case.bias:
-        raw.append(tweak(bias=False))
+        raw.append(replace(case, bias=False))
     if case.activation != "none":
-        raw.append(tweak(activation="none"))
+        raw.append(replace(case, activation="none"))
     if case.threads is not None:
-        raw += [tweak(threads=v) for v in _smaller(case.threads)]
-    raw += [tweak(batch=v) for v in _smaller(case.batch)]
+        raw += [replace(case, threads=v) for v in _smaller(case.threads)]
+    raw += [replace(case, batch=v) for v in _smaller(case.batch)]
     if case.windowed:
         for axis in (0, 1):
-            for v in _smaller(case.stride[axis]):
-                raw.append(tweak(stride=tuple(v if i == axis else x for i, x in enumerate(case.stride))))
-            for v in _smaller(case.dilation[axis]):
-                raw.append(tweak(dilation=tuple(v if i == axis else x for i, x in enumerate(case.dilation))))
+            raw += [replace(case, stride=swap(case.stride, axis, v)) for v in _smaller(case.stride[axis])]
+            raw += [replace(case, dilation=swap(case.dilation, axis, v)) for v in _smaller(case.dilation[axis])]
+            raw += [_axis_geometry(case, axis, dilation=1, pads=(0, 0)), _axis_geometry(case, axis, pads=(0, 0))]
         for side in range(4):
-            for v in _smaller(case.pad[side], floor=0):
-                raw.append(tweak(pad=tuple(v if i == side else x for i, x in enumerate(case.pad))))
-    window = [k for k, _ in case.dims if k in ("r", "s")]
+            raw += [replace(case, pad=swap(case.pad, side, v)) for v in _smaller(case.pad[side], floor=0)]
+    window = ("r", "s")
     for key, value in [(k, v) for k, v in case.dims if k not in window] + \
                       [(k, v) for k, v in case.dims if k in window]:
         for v in _smaller(value):
             raw.append(with_dim(key, v))
-            if key in ("r", "s"):  # a smaller window may need smaller pads: drop them together
-                axis = 0 if key == "r" else 1
-                pads = list(case.pad)
-                pads[axis], pads[axis + 2] = 0, 0
-                cand = replace(case, dims=tuple((k, v if k == key else x) for k, x in case.dims), pad=tuple(pads))
-                if _valid(cand):
-                    raw.append(cand)
-    seen = {case}
+            if key in window:  # a smaller window may need smaller pads and dilation: drop them together
+                axis = window.index(key)
+                raw.append(_axis_geometry(case, axis, window=v, pads=(0, 0)))
+                raw.append(_axis_geometry(case, axis, window=v, dilation=1, pads=(0, 0)))
+    seen, limit = {case}, complexity(case)
     for cand in raw:
-        if cand is not None and cand not in seen:
+        if cand not in seen and complexity(cand) < limit and _valid(cand):
             seen.add(cand)
             yield cand
 
