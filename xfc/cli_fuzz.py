@@ -293,7 +293,7 @@ def load_case_file(path: str) -> FuzzCase:
         raise OperatorError(f"--replay {path}: not JSON (line {exc.lineno}: {exc.msg})") from None
     if isinstance(data, dict) and "case" in data:
         data = data["case"]
-    return FuzzCase.from_dict(data, where=path)
+    return FuzzCase.from_dict(data, where=f"--replay {path}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,21 +363,21 @@ def cmd_fuzz(args) -> int:
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     records: list[tuple[FuzzCase, CaseResult]] = []
-    failed: list[tuple[FuzzCase, CaseResult]] = []
+    failed: list[tuple[int, FuzzCase, CaseResult]] = []
     with _Scratch() as scratch, WorkerPool(jobs, scratch, timeout_s=args.timeout) as pool:
         deadline = t0 + args.time if args.time is not None else None
         cases = generate_cases(args.seed, pool_hw, targets, count=count)
-        for _, case, result in pool.run(cases, deadline=deadline,
-                                        on_tick=lambda: progress.update(len(records), len(failed))):
+        for index, case, result in pool.run(cases, deadline=deadline,
+                                            on_tick=lambda: progress.update(len(records), len(failed))):
             records.append((case, result))
             if result.failed:
-                failed.append((case, result))
+                failed.append((index, case, result))
                 progress.message(f"xfc fuzz: FAIL {result.status}: {case.describe()}\n    {result.detail}")
             progress.update(len(records), len(failed))
         progress.finish()
         failures = []
-        failed.sort(key=lambda cr: int(cr[0].label.rsplit("c", 1)[-1]) if cr[0].label else 0)
-        for i, (case, result) in enumerate(failed):
+        failed.sort(key=lambda item: item[0])
+        for i, (_, case, result) in enumerate(failed):
             if i < MAX_SHRUNK_FAILURES and args.shrink_attempts > 0:
                 small, small_result, info = _shrink_failure(pool, case, result, args.shrink_attempts, progress)
             else:
