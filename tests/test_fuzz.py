@@ -365,7 +365,7 @@ def test_pool_reports_a_dead_worker_as_a_crash_and_carries_on(tmp_path):
                 killed.append(w.task[1])
                 os.kill(w.proc.pid, signal.SIGKILL)
 
-    with WorkerPool(1, tmp_path, timeout_s=120) as pool:
+    with WorkerPool(1, tmp_path, timeout_s=120, base_env=dict(os.environ)) as pool:
         results = {i: r for i, _, r in pool.run(cases, on_tick=kill_first_busy_worker)}
     assert len(results) == 3 and killed
     crashed = [r for r in results.values() if r.status == "crash"]

@@ -262,7 +262,10 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 def save_case(save_dir: Path, case: FuzzCase, result: CaseResult, original: FuzzCase,
               original_result: CaseResult, shrink_info: dict, native_isa: str) -> tuple[Path, dict]:
     """Write the (shrunk) failing case as JSON under save_dir, never replacing another file."""
-    save_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        save_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OperatorError(f"--save-dir {save_dir}: cannot create it ({exc.strerror})") from None
     stem = f"{case.label or 'case'}-{result.status}"
     path = save_dir / f"{stem}.json"
     n = 2
@@ -353,8 +356,8 @@ def cmd_fuzz(args) -> int:
     if args.timeout <= 0:
         raise OperatorError(f"--timeout must be > 0 seconds, got {args.timeout}")
     jobs = args.jobs or _cpu_count()
-    pool_hw = hardware_pool(targets, _csv(args.hw))
     check_toolchains(targets)
+    pool_hw = hardware_pool(targets, _csv(args.hw))
     count = args.cases if args.time is None else None
     if args.time is None and count is None:
         count = DEFAULT_CASES
@@ -364,7 +367,7 @@ def cmd_fuzz(args) -> int:
     t0 = time.monotonic()
     records: list[tuple[FuzzCase, CaseResult]] = []
     failed: list[tuple[int, FuzzCase, CaseResult]] = []
-    with _Scratch() as scratch, WorkerPool(jobs, scratch, timeout_s=args.timeout) as pool:
+    with _Scratch() as scratch, WorkerPool(jobs, scratch, timeout_s=args.timeout, base_env=dict(os.environ)) as pool:
         deadline = t0 + args.time if args.time is not None else None
         cases = generate_cases(args.seed, pool_hw, targets, count=count)
         for index, case, result in pool.run(cases, deadline=deadline,
@@ -422,7 +425,7 @@ def cmd_replay(args) -> int:
     check_toolchains([case.target])
     if case.target == "host" and case.isa not in host_isas():
         raise ToolchainError(f"--replay {args.replay}: this host cannot run isa {case.isa}")
-    with _Scratch() as scratch, WorkerPool(1, scratch, timeout_s=args.timeout) as pool:
+    with _Scratch() as scratch, WorkerPool(1, scratch, timeout_s=args.timeout, base_env=dict(os.environ)) as pool:
         result = pool.run_all([case])[0]
     if args.json:
         print(json.dumps({"case": case.to_dict(), "result": result.to_dict()}, indent=2))

@@ -296,8 +296,8 @@ class _Worker:
         self.log.close()
 
 
-def _worker_env(scratch: Path) -> dict:
-    env = dict(os.environ)
+def _worker_env(scratch: Path, base_env: dict) -> dict:
+    env = dict(base_env)
     tmp = scratch / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)   # gcc, qemu runs and tempfile land inside the scratch directory
@@ -308,15 +308,16 @@ def _worker_env(scratch: Path) -> dict:
 
 
 class WorkerPool:
-    """`jobs` worker processes that run cases; use as a context manager (kills them on exit)."""
+    """`jobs` worker processes that run cases; use as a context manager (kills them on exit).
+    base_env: the environment the workers start from (the command line passes its own)."""
 
     def __init__(self, jobs: int, scratch: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 cases_per_worker: int = CASES_PER_WORKER):
+                 cases_per_worker: int = CASES_PER_WORKER, base_env: Optional[dict] = None):
         self.jobs = max(1, int(jobs))
         self.scratch = Path(scratch)
         self.timeout_s = float(timeout_s)
         self.cases_per_worker = cases_per_worker
-        self.env = _worker_env(self.scratch)
+        self.env = _worker_env(self.scratch, base_env or {"PATH": os.defpath})
         self.workers: list[_Worker] = []
         self._spawned = 0
         self._selector = selectors.DefaultSelector()   # every live worker's output, across runs
