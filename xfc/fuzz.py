@@ -403,6 +403,8 @@ def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareCho
             long_key = rng.choice(("m", "n", "k"))
             caps[long_key] = 2048
         dims = {key: draw_size(rng, cap, lanes) for key, cap in caps.items()}
+        if long_key and rng.random() < 0.6:  # really long: past the MC / NC blocks of most plans
+            dims[long_key] = rng.randint(caps[long_key] // 4, caps[long_key])
     else:
         r, s, stride, dilation, pad = _draw_window(rng)
         caps = {"c": 20, "h": 28, "w": 28, "k": 40} if op == "conv2d" else {"c": 32, "h": 40, "w": 40}
@@ -410,6 +412,8 @@ def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareCho
             long_key = rng.choice(sorted(caps))
             caps[long_key] = {"c": 128, "h": 96, "w": 96, "k": 160}[long_key]
         dims = {key: draw_size(rng, cap, lanes) for key, cap in caps.items()}
+        if long_key and rng.random() < 0.6:
+            dims[long_key] = rng.randint(caps[long_key] // 4, caps[long_key])
         ext_h, ext_w = dilation[0] * (r - 1) + 1, dilation[1] * (s - 1) + 1
         dims["h"] = max(dims["h"], _min_input(ext_h, pad[0], pad[2]))
         dims["w"] = max(dims["w"], _min_input(ext_w, pad[1], pad[3]))
