@@ -116,7 +116,7 @@ class _Failure(Exception):
 
 
 def _phase(status: str, what: str, fn, *args, **kwargs):
-    """Run fn; an XfcError becomes a failure of class `status` (ToolchainErrors keep theirs)."""
+    """Run fn; any XfcError it raises becomes a failure of class `status`, named by `what`."""
     try:
         return fn(*args, **kwargs)
     except _Failure:
