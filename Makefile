@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize clean tiledb
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb
 
 setup:
 	@scripts/setup.sh
@@ -38,6 +38,14 @@ tiledb: setup
 # Needs torch + torchvision in .venv (the script names the pip command when they are missing).
 model-bench: setup
 	@$(VENV_PY) benchmarks/model_bench.py
+
+# Differential fuzzing soak (not in CI): 10,000 random kernels on host, qemu-aarch64 and PoCL.
+SOAK_CASES ?= 10000
+SOAK_SEED ?= 20240601
+SOAK_JOBS ?= 2
+soak: setup
+	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl \
+		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
 
 clean:
 	rm -rf xfc-out .pytest_cache

@@ -170,13 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_hw_validate)
     hw.set_defaults(func=lambda a: (hw.print_help(), 2)[1])
 
-    from . import cli_bench, cli_synth
+    from . import cli_bench, cli_fuzz, cli_synth
     cli_synth.register(sub)
     cli_bench.register(sub)
     from .tiledb import cli as cli_tiledb  # the tile database (docs/tile-db.md)
     cli_tiledb.register(sub)
     from .model import cli as model_cli
     model_cli.register(sub)
+    cli_fuzz.register(sub)
     try:
         from . import cli_devices
     except ImportError:

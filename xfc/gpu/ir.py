@@ -249,7 +249,7 @@ class GpuKernelPlan:
         g, l = self.grid.global_size, self.grid.local_size
         lines.append(f"GRID global {g[0]}x{g[1]}x{g[2]}, local {l[0]}x{l[1]}x{l[2]} = "
                      f"{self.grid.work_groups} work-groups over {lim['compute_units']} compute units")
-        edge = [k for k, v in self.flags if v]
+        edge = [k for k, v in self.flags if v and k != "weights_per_row"]
         lines.append(f"     edge handling: {', '.join(edge) if edge else 'none needed (sizes divide the tiles)'}")
         lines.append("")
         lines.append("decisions:")

@@ -15,6 +15,7 @@ assumptions of the cost model, not facts about a particular GPU.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -280,34 +281,40 @@ def _depthwise_candidates(spec: DepthwiseSpec, gpu, cap, half: bool, eb: int, li
     oh, ow = spec.out_h, spec.out_w
     shapes, _ = _work_group_shapes(gpu, cap)
     padded = any((spec.pad_top, spec.pad_left, spec.pad_bottom, spec.pad_right))
-    for ty in (1, 2, 4):
-        for tx in (1, 2, 4, 8):
-            span = (tx - 1) * spec.stride_w + (spec.s - 1) * spec.dilation_w + 1
-            regs = (ty * tx + spec.r * spec.s + span + 1) // (2 if half else 1) + ADDRESS_REGISTERS
-            for wx, wy in shapes:
-                bx, by = tx * wx, ty * wy
-                if bx > 2 * ow + 8 * wx or by > 2 * oh + 4 * wy:
-                    continue
-                gx, gy = _ceil(ow, bx) * wx, _ceil(oh, by) * wy
-                ragged_x, ragged_y = ow % tx != 0 or ow % bx != 0, oh % ty != 0 or oh % by != 0
-                flags = (("checks", padded or ragged_x or ragged_y), ("ragged_x", ragged_x),
-                         ("ragged_y", ragged_y))
-                consts = (("NB", spec.n), ("C", spec.c), ("H", spec.h), ("W", spec.w), ("R", spec.r),
-                          ("S", spec.s), ("SH", spec.stride_h), ("SW", spec.stride_w), ("PT", spec.pad_top),
-                          ("PL", spec.pad_left), ("DH", spec.dilation_h), ("DW", spec.dilation_w), ("OH", oh),
-                          ("OW", ow), ("TY", ty), ("TX", tx), ("SPAN", span), ("WX", wx), ("WY", wy))
-                in_rows = by * spec.stride_h + spec.r
-                in_cols = bx * spec.stride_w + spec.s
-                yield _Candidate(
-                    rows=ty, cols=tx, vec=1, wx=wx, wy=wy, depth=0, k_unroll=1, registers=regs, local_bytes=0,
-                    steps=1, fma_per_step=ty * tx * spec.r * spec.s / (2 if half else 1),
-                    streams=(_Stream(ty * spec.r * span, eb, tx * spec.stride_w, True, "global"),
-                             _Stream(spec.r * spec.s / max(1, ty * tx), eb, 0, False, "global")),
-                    staged_lines_per_wg=0, wg_bytes=in_rows * in_cols * eb + spec.r * spec.s * eb,
-                    working_set=in_rows * in_cols * eb,
-                    global_size=(gx, gy, spec.n * spec.c),
-                    outputs_exec=(gx // wx) * bx * (gy // wy) * by * spec.n * spec.c,
-                    constants=consts, flags=flags)
+    # The R*S weights stay in registers, unless they alone overflow the full-occupancy register
+    # budget (7x7 windows on Mali): then one window row of weights (S registers) is loaded at a
+    # time, again for every output row of the tile.
+    per_row_modes = (False, True) if spec.r > 1 and spec.r * spec.s > int(gpu.registers_per_thread_full_occupancy) \
+        else (False,)
+    for ty, tx, per_row in itertools.product((1, 2, 4), (1, 2, 4, 8), per_row_modes):
+        span = (tx - 1) * spec.stride_w + (spec.s - 1) * spec.dilation_w + 1
+        weight_regs = spec.s if per_row else spec.r * spec.s
+        regs = (ty * tx + weight_regs + span + 1) // (2 if half else 1) + ADDRESS_REGISTERS
+        for wx, wy in shapes:
+            bx, by = tx * wx, ty * wy
+            if bx > 2 * ow + 8 * wx or by > 2 * oh + 4 * wy:
+                continue
+            gx, gy = _ceil(ow, bx) * wx, _ceil(oh, by) * wy
+            ragged_x, ragged_y = ow % tx != 0 or ow % bx != 0, oh % ty != 0 or oh % by != 0
+            flags = (("checks", padded or ragged_x or ragged_y), ("ragged_x", ragged_x),
+                     ("ragged_y", ragged_y), ("weights_per_row", per_row))
+            consts = (("NB", spec.n), ("C", spec.c), ("H", spec.h), ("W", spec.w), ("R", spec.r),
+                      ("S", spec.s), ("SH", spec.stride_h), ("SW", spec.stride_w), ("PT", spec.pad_top),
+                      ("PL", spec.pad_left), ("DH", spec.dilation_h), ("DW", spec.dilation_w), ("OH", oh),
+                      ("OW", ow), ("TY", ty), ("TX", tx), ("SPAN", span), ("WX", wx), ("WY", wy))
+            in_rows = by * spec.stride_h + spec.r
+            in_cols = bx * spec.stride_w + spec.s
+            yield _Candidate(
+                rows=ty, cols=tx, vec=1, wx=wx, wy=wy, depth=0, k_unroll=1, registers=regs, local_bytes=0,
+                steps=1, fma_per_step=ty * tx * spec.r * spec.s / (2 if half else 1),
+                streams=(_Stream(ty * spec.r * span, eb, tx * spec.stride_w, True, "global"),
+                         _Stream(spec.r * spec.s * (ty if per_row else 1) / max(1, ty * tx), eb, 0, False,
+                                 "global")),
+                staged_lines_per_wg=0, wg_bytes=in_rows * in_cols * eb + spec.r * spec.s * eb,
+                working_set=in_rows * in_cols * eb,
+                global_size=(gx, gy, spec.n * spec.c),
+                outputs_exec=(gx // wx) * bx * (gy // wy) * by * spec.n * spec.c,
+                constants=consts, flags=flags)
 
 
 # ---- the cost model --------------------------------------------------------------------------
@@ -534,6 +541,10 @@ def _decisions(ranked, gpu, cap, cap_reason, eb, line) -> list[str]:
             out.append(f"register tile {best.rows}x{best.cols}: ~{occ.registers} registers; no candidate fits the "
                        f"{occ.register_budget}-register full-occupancy budget, so {occ.waves_resident} waves are "
                        f"resident (limited by {occ.limiter}) and the tile trades reuse against waves")
+    if dict(best.flags).get("weights_per_row"):
+        out.append(f"window weights loaded one row ({dict(best.constants)['S']} values) at a time: all "
+                   f"{dict(best.constants)['R'] * dict(best.constants)['S']} alone exceed the "
+                   f"{occ.register_budget}-register budget")
     out.append(f"bound: {cost.bound} (largest cost-model term)")
     return out
 
