@@ -226,7 +226,8 @@ class _CoreChoice:
 
 
 def _choose_core(role: str, cf: ClusterFacts, facts: DeviceFacts, mcl: Optional[CpuCluster],
-                 table: Mapping, slowest: bool, rec: _Record, draft_name: str) -> _CoreChoice:
+                 matched: Optional[HardwareDescription], table: Mapping, slowest: bool, rec: _Record,
+                 draft_name: str) -> _CoreChoice:
     midr = cf.midr
     if midr is None:
         # Older-kernel cpuinfo: the one MIDR printed belongs to some CPU; which is unknown.
@@ -252,6 +253,9 @@ def _choose_core(role: str, cf: ClusterFacts, facts: DeviceFacts, mcl: Optional[
     if midr.key is not None:
         if mcl is not None and midr.key in mcl.cpuinfo_ids:
             return _CoreChoice(mcl.core.name, f"{cf.midr_source} ({midr.text}) -> {mcl.core.name}", False)
+        same = sorted({c.core.name for c in (matched.clusters if matched else ()) if midr.key in c.cpuinfo_ids})
+        if len(same) == 1:   # the matched SoC uses this part for one core design
+            return _CoreChoice(same[0], f"{cf.midr_source} ({midr.text}) -> {same[0]} (as in {matched.name})", False)
         candidates = table.get(midr.key, {})
         if len(candidates) == 1:
             name, where = next(iter(candidates.items()))
@@ -389,7 +393,7 @@ def draft_description(facts: DeviceFacts, name: Optional[str] = None,
         p = f"clusters.{role}"
         mcl = _matched_cluster(matched, role, cf)
         slowest = len(clusters) > 1 and i == len(clusters) - 1
-        choice = _choose_core(role, cf, facts, mcl, table, slowest, rec, name)
+        choice = _choose_core(role, cf, facts, mcl, matched, table, slowest, rec, name)
         if choice.new is not None and choice.new.name not in {c.name for c in new_cores}:
             new_cores.append(choice.new)
         core = shipped_core(choice.name) if choice.new is None else None
