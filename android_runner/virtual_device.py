@@ -21,11 +21,15 @@ What it implements
     created and marked (it never writes into or deletes one it did not create); arguments of an
     executed ELF that start with /data/local/tmp are rewritten to the host path (a binary run
     under qemu-user sees the host file system). Everything else is read-only fake state:
-    /sys cpufreq and thermal files, /proc/cpuinfo and optionally /vendor/lib64/libOpenCL.so.
+    /sys cpufreq (related_cpus, max/min clocks), cacheinfo (cache/index*: L1d, L1i, the
+    cluster's L2, the DSU L3) and thermal files, /proc/cpuinfo, /proc/meminfo, the GPU driver's
+    model file (kgsl gpu_model/max_gpuclk or Mali gpuinfo), ro.hardware.egl, and optionally
+    /vendor/lib64/libOpenCL.so (what `xfc hw probe` reads).
 
 Fault injection (for tests): --drop-after-bytes N, --drop-on-run, --hang, --abi, --storage-full,
 --unauthorized, --offline (never completes the handshake), --throttle (clock drops and zones
-heat up after each run).
+heat up after each run), --drop-cache-levels 1,2,3 (no cacheinfo of those levels),
+--cpuinfo-format older-kernel (the 3.10-era /proc/cpuinfo: one CPU part for all CPUs).
 
 Run:  python -m android_runner.virtual_device --port 5599 --soc snapdragon-865
 """
@@ -1493,6 +1497,14 @@ class VirtualDevice:
         return sorted(out)
 
 
+def _levels(text: str) -> tuple[int, ...]:
+    """'2,3' -> (2, 3); argparse turns the ValueError into a one-line usage error."""
+    levels = tuple(int(x) for x in text.split(",") if x.strip())
+    if any(not 1 <= level <= 4 for level in levels):
+        raise ValueError(text)
+    return levels
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m android_runner.virtual_device",
@@ -1518,7 +1530,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true", help="fault: never finish the handshake")
     ap.add_argument("--throttle", action="store_true",
                     help="fault: clocks drop 30%% and zones heat 15 C after each run")
-    ap.add_argument("--drop-cache-levels", default="", metavar="LEVELS",
+    ap.add_argument("--drop-cache-levels", default=(), type=_levels, metavar="LEVELS",
                     help="fault: no sysfs cache entries of these levels, e.g. 2,3 or 1,2,3")
     ap.add_argument("--cpuinfo-format", choices=("per-cpu", "older-kernel"), default="per-cpu",
                     help="fault: serve the 3.10-era /proc/cpuinfo (one CPU part for all CPUs)")
@@ -1530,7 +1542,7 @@ def main(argv: list[str] | None = None) -> int:
                     hang=args.hang, abi=args.abi, storage_full=args.storage_full,
                     unauthorized=args.unauthorized, offline=args.offline,
                     throttle=args.throttle,
-                    drop_cache_levels=tuple(int(x) for x in args.drop_cache_levels.split(",") if x.strip()),
+                    drop_cache_levels=args.drop_cache_levels,
                     cpuinfo_format=args.cpuinfo_format)
     try:
         dev = VirtualDevice(args.port, args.soc, faults, sandbox=args.sandbox,

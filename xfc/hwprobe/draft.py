@@ -9,6 +9,7 @@ listed under `uncertain`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping, Optional, Sequence
@@ -16,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 from xfc.errors import HardwareError
 from xfc.hardware import (NAME_RE, SHIPPED_ROOT, CpuCluster, CpuCore, GpuDescription, HardwareDescription,
                           load, read_yaml)
-from xfc.hardware_rules import CLOCK_FACTOR_HIGH, CLOCK_FACTOR_LOW, cache_geometry_problem
+from xfc.hardware_rules import cache_geometry_problem
 from xfc.runners.identity import Match, match_identity, shipped_socs
 
 from .facts import CPUINFO, MEMINFO, ClusterFacts, DeviceFacts, cluster_facts, l3_entry, xfc_features
@@ -35,7 +36,6 @@ ARM_PARTS = {0xD04: "cortex-a35", 0xD07: "cortex-a57", 0xD08: "cortex-a72", 0xD0
              0xD0E: "cortex-a76ae", 0xD42: "cortex-a78ae", 0xD4B: "cortex-a78c", 0xD4C: "cortex-x1c",
              0xD80: "cortex-a520", 0xD81: "cortex-a720", 0xD82: "cortex-x4", 0xD85: "cortex-x925",
              0xD87: "cortex-a725"}
-CPUINFO_SOURCE_NOTE = "torvalds/linux:arch/arm64/include/asm/cputype.h"
 ARCH_SOURCE = "Arm Architecture Reference Manual: AArch64 has 32 x 128-bit SIMD registers"
 PLACEHOLDER = "xfc hw probe placeholder (the device does not expose it; check it)"
 # Placeholders for a core the device cannot describe, by pipeline (in-order: A55-class).
@@ -73,7 +73,7 @@ class Draft:
     notes: tuple[str, ...]
     match: Match
     clusters: tuple[tuple[str, ClusterFacts], ...]   # (role, what the device said)
-    facts: DeviceFacts = field(repr=False, default=None)
+    facts: DeviceFacts = field(repr=False)
 
     @property
     def uncertain(self) -> tuple[str, ...]:
@@ -205,7 +205,7 @@ def _fit_geometry(entry: CacheEntry) -> Optional[tuple[float, int, int]]:
     return None
 
 
-def _core_name(midr: Midr, serial_name: str) -> str:
+def _core_name(midr: Midr) -> str:
     impl, part = midr.implementer, midr.part
     if impl == 0x41 and part in ARM_PARTS:
         return ARM_PARTS[part]
@@ -226,8 +226,8 @@ class _CoreChoice:
 
 
 def _choose_core(role: str, cf: ClusterFacts, facts: DeviceFacts, mcl: Optional[CpuCluster],
-                 matched: Optional[HardwareDescription], table: Mapping, slowest: bool, rec: _Record,
-                 draft_name: str) -> _CoreChoice:
+                 matched: Optional[HardwareDescription], table: Mapping, slowest: bool,
+                 rec: _Record) -> _CoreChoice:
     midr = cf.midr
     if midr is None:
         # Older-kernel cpuinfo: the one MIDR printed belongs to some CPU; which is unknown.
@@ -268,13 +268,12 @@ def _choose_core(role: str, cf: ClusterFacts, facts: DeviceFacts, mcl: Optional[
     if midr.key is None:
         raise HardwareError(f"device {facts.serial}: /proc/cpuinfo gives no CPU implementer/part for CPUs "
                             f"{list(cf.cpu_ids)}; cannot tell their core")
-    return _new_core(role, cf, facts, midr, slowest, rec, draft_name)
+    return _new_core(cf, facts, midr, slowest, rec)
 
 
-def _new_core(role: str, cf: ClusterFacts, facts: DeviceFacts, midr: Midr, slowest: bool,
-              rec: _Record, draft_name: str) -> _CoreChoice:
+def _new_core(cf: ClusterFacts, facts: DeviceFacts, midr: Midr, slowest: bool, rec: _Record) -> _CoreChoice:
     """A cpu_core file from what the device shows, placeholders (uncertain) for the rest."""
-    name = _core_name(midr, draft_name)
+    name = _core_name(midr)
     prov: dict[str, str] = {}
     unc: list[str] = []
 
@@ -291,8 +290,8 @@ def _new_core(role: str, cf: ClusterFacts, facts: DeviceFacts, midr: Midr, slowe
     put("vendor", f"{facts.src(CPUINFO)} ({midr.text}; the ISA is Arm's)")
     put("isa", f"{feat_src} (the oldest level with these features)", True)
     put("features", feat_src)
-    put("gcc_march", f"derived from isa and features")
-    put("qemu_cpu", f"derived from isa and features (the qemu-aarch64 model with the same ones)")
+    put("gcc_march", "derived from isa and features")
+    put("qemu_cpu", "derived from isa and features (the qemu-aarch64 model with the same ones)")
     put("pipeline", f"{PLACEHOLDER}: {'the slowest cluster' if slowest else 'a faster cluster'}", True)
     for key in ("decode_width", "fma_per_cycle", "fma_latency_cycles"):
         put(key, PLACEHOLDER, True)
@@ -369,7 +368,6 @@ def check_name(name: str) -> str:
 
 
 def default_name(facts: DeviceFacts, match: Match) -> str:
-    import re
     base = match.name or facts.prop("ro.soc.model") or facts.prop("ro.board.platform") or "device"
     slug = re.sub(r"[^a-z0-9.-]+", "-", base.lower()).strip("-.") or "device"
     return f"{slug}-probed"
@@ -393,7 +391,7 @@ def draft_description(facts: DeviceFacts, name: Optional[str] = None,
         p = f"clusters.{role}"
         mcl = _matched_cluster(matched, role, cf)
         slowest = len(clusters) > 1 and i == len(clusters) - 1
-        choice = _choose_core(role, cf, facts, mcl, matched, table, slowest, rec, name)
+        choice = _choose_core(role, cf, facts, mcl, matched, table, slowest, rec)
         if choice.new is not None and choice.new.name not in {c.name for c in new_cores}:
             new_cores.append(choice.new)
         core = shipped_core(choice.name) if choice.new is None else None
@@ -408,7 +406,7 @@ def draft_description(facts: DeviceFacts, name: Optional[str] = None,
             rec.put(f"{p}.max_clock_ghz", f"{msrc} (no cpufreq on the device)", True)
         else:
             clock = core.typical_max_clock_ghz if core else choice.new.data["typical_max_clock_ghz"]
-            rec.put(f"{p}.max_clock_ghz", f"the core's typical clock (no cpufreq on the device)", True)
+            rec.put(f"{p}.max_clock_ghz", "the core's typical clock (no cpufreq on the device)", True)
         rec.put(f"{p}.cpu_ids", cf.cpus_source)
         d = {"role": role, "core": choice.name, "count": cf.count, "max_clock_ghz": clock,
              "cpu_ids": list(cf.cpu_ids)}
@@ -605,5 +603,4 @@ def _android(facts: DeviceFacts, rec: _Record) -> Optional[dict]:
     return out
 
 
-__all__ = ["Draft", "CoreDraft", "draft_description", "default_name", "check_name", "midr_table",
-           "CLOCK_FACTOR_LOW", "CLOCK_FACTOR_HIGH"]
+__all__ = ["Draft", "CoreDraft", "draft_description", "default_name", "check_name", "midr_table"]

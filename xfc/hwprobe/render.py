@@ -17,7 +17,7 @@ from xfc.errors import HardwareError
 from xfc.hardware import HardwareDescription, validate_file
 from xfc.outputs import OutputError, claim_file, write_owned_file
 
-from .draft import CoreDraft, Draft
+from .draft import Draft
 
 OWNER_LINE = "# xfc hw probe draft"
 _HEX_KEYS = ("implementer", "part")
@@ -162,4 +162,4 @@ def draft_json(draft: Draft, hw: Optional[HardwareDescription] = None) -> dict:
 
 
 __all__ = ["render_yaml", "render_draft", "validate_draft", "write_draft", "draft_json", "is_probe_draft",
-           "OWNER_LINE", "CoreDraft", "OutputError"]
+           "OWNER_LINE", "OutputError"]
