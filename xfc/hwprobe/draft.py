@@ -471,9 +471,12 @@ def draft_description(facts: DeviceFacts, name: Optional[str] = None,
     rec.put("marketing_name", msrc or facts.src("getprop ro.soc.model"), matched is None)
     android = _android(facts, rec)
 
+    android_version = facts.prop("ro.build.version.release")
     notes = [f"Drafted by xfc hw probe from device {facts.serial} "
-             f"({facts.prop('ro.product.model') or 'unknown model'}); matched shipped description: "
-             f"{match.describe()}."] + rec.notes
+             f"({facts.prop('ro.product.model') or 'unknown model'}"
+             + (f", Android {android_version} (SDK {facts.prop('ro.build.version.sdk') or '?'})" if android_version else "")
+             + f", ABIs {facts.prop('ro.product.cpu.abilist') or facts.prop('ro.product.cpu.abi') or 'unknown'}); "
+             f"matched shipped description: {match.describe()}."] + rec.notes
     if facts.vendor_opencl:
         notes.append(f"{facts.vendor_opencl} exists; the OpenCL device query needs an NDK-built program "
                      "and was not run: GPU figures come from the driver's sysfs files or the matched description")
