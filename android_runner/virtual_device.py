@@ -21,11 +21,15 @@ What it implements
     created and marked (it never writes into or deletes one it did not create); arguments of an
     executed ELF that start with /data/local/tmp are rewritten to the host path (a binary run
     under qemu-user sees the host file system). Everything else is read-only fake state:
-    /sys cpufreq and thermal files, /proc/cpuinfo and optionally /vendor/lib64/libOpenCL.so.
+    /sys cpufreq (related_cpus, max/min clocks), cacheinfo (cache/index*: L1d, L1i, the
+    cluster's L2, the DSU L3) and thermal files, /proc/cpuinfo, /proc/meminfo, the GPU driver's
+    model file (kgsl gpu_model/max_gpuclk or Mali gpuinfo), ro.hardware.egl, and optionally
+    /vendor/lib64/libOpenCL.so (what `xfc hw probe` reads).
 
 Fault injection (for tests): --drop-after-bytes N, --drop-on-run, --hang, --abi, --storage-full,
 --unauthorized, --offline (never completes the handshake), --throttle (clock drops and zones
-heat up after each run).
+heat up after each run), --drop-cache-levels 1,2,3 (no cacheinfo of those levels),
+--cpuinfo-format older-kernel (the 3.10-era /proc/cpuinfo: one CPU part for all CPUs).
 
 Run:  python -m android_runner.virtual_device --port 5599 --soc snapdragon-865
 """
@@ -118,6 +122,8 @@ class Faults:
     unauthorized: bool = False            # answer CNXN with AUTH tokens only
     offline: bool = False                 # never answer CNXN
     throttle: bool = False                # each run lowers clocks by 30% and heats zones by 15 C
+    drop_cache_levels: tuple[int, ...] = ()   # sysfs cache/index* entries of these levels are absent
+    cpuinfo_format: str = "per-cpu"       # or "older-kernel": one MIDR block for all CPUs (3.10-era)
 
 
 @dataclass
@@ -200,6 +206,9 @@ class FakeSystem:
             "ro.xfc.emulator": "qemu-aarch64 " + " ".join(
                 f"-cpu {cl.core.qemu_cpu} ({cl.role})" for cl in soc.clusters),
         }
+        if soc.gpu is not None:   # what the graphics HAL names (Android reads these to load drivers)
+            self.props["ro.hardware.egl"] = soc.gpu.family
+            self.props["ro.hardware.vulkan"] = soc.gpu.family
 
     def qemu_cpu(self, cpus: set[int] | None = None) -> str:
         """The qemu -cpu model for a run allowed on these CPUs (default: any): the weakest core's,
@@ -237,9 +246,20 @@ class FakeSystem:
 
     # -- read-only fake files -------------------------------------------------------------------
     def cpuinfo(self) -> str:
-        """arm64 /proc/cpuinfo: per CPU its Features, implementer and part."""
+        """arm64 /proc/cpuinfo: per CPU its Features, implementer and part (or, with the
+        older-kernel fault, the 3.10-era layout: every `processor` line, then one block for the
+        CPU that read the file: here cpu0)."""
         ids = {cpu: cl.cpuinfo_ids[0] if cl.cpuinfo_ids else (0x41, 0)
                for cl in self.soc.clusters for cpu in cl.cpu_ids}
+        if self.faults.cpuinfo_format == "older-kernel":
+            common = set.intersection(*(set(core_hwcaps(c)) for c in self.cpu_core.values()))
+            impl, part = ids[min(ids)]
+            return ("Processor\t: AArch64 Processor rev 0 (aarch64)\n"
+                    + "".join(f"processor\t: {cpu}\n" for cpu in sorted(self.cpu_core))
+                    + f"Features\t: {' '.join(c for c in core_hwcaps(self.cpu_core[min(ids)]) if c in common)}\n"
+                    f"CPU implementer\t: {impl:#04x}\nCPU architecture: AArch64\nCPU variant\t: 0x1\n"
+                    f"CPU part\t: {part:#05x}\nCPU revision\t: 0\n\n"
+                    f"Hardware\t: xfc virtual device ({self.soc.marketing_name}, emulated)\n")
         blocks = []
         for cpu in range(self.cpu_count):
             core = self.cpu_core.get(cpu)
@@ -276,6 +296,10 @@ class FakeSystem:
                 files[f"{d}/topology/core_siblings_list"] = f"{siblings}\n".encode()
                 files[f"{d}/topology/cluster_id"] = f"{policy[cpu]}\n".encode()
                 files[f"{d}/online"] = b"1\n"
+        files.update(self.cache_files())
+        files.update(self.gpu_files())
+        files["/proc/meminfo"] = (b"MemTotal:        7612340 kB\nMemFree:          912344 kB\n"
+                                  b"MemAvailable:    3911208 kB\n")
         for i, (name, temp) in enumerate(self.zones):
             files[f"/sys/class/thermal/thermal_zone{i}/type"] = f"{name}\n".encode()
             files[f"/sys/class/thermal/thermal_zone{i}/temp"] = f"{int(temp * 1000)}\n".encode()
@@ -285,6 +309,48 @@ class FakeSystem:
             files["/vendor/lib64/libOpenCL.so"] = b"\x7fELF (fake vendor OpenCL library)\n"
         files["/system/bin/sh"] = b"\x7fELF (virtual)\n"
         return files
+
+
+    def cache_files(self) -> dict[str, bytes]:
+        """cacheinfo as an arm64 kernel exposes it from the device tree: per CPU its L1d, L1i,
+        the cluster's L2 (shared by `shared_by_cores` neighbours) and the DSU L3 (all CPUs)."""
+        files: dict[str, bytes] = {}
+        every = ",".join(str(c) for c in sorted(self.cpu_core))
+        for cl in self.soc.clusters:
+            core = cl.core
+            ids = sorted(cl.cpu_ids)
+            share = max(1, cl.l2.shared_by_cores)
+            for pos, cpu in enumerate(ids):
+                group = ids[pos - pos % share: pos - pos % share + share]
+                entries = [(1, "Data", core.l1d.size_bytes, core.l1d.ways, core.l1d.line_bytes, str(cpu)),
+                           (1, "Instruction", core.l1d.size_bytes, 4, 64, str(cpu)),
+                           (2, "Unified", cl.l2.size_bytes, cl.l2.ways, cl.l2.line_bytes,
+                            ",".join(map(str, group)))]
+                if self.soc.l3_bytes:
+                    entries.append((3, "Unified", self.soc.l3_bytes, 16, 64, every))
+                for index, (level, kind, size, ways, line, shared) in enumerate(entries):
+                    if level in self.faults.drop_cache_levels:
+                        continue
+                    d = f"/sys/devices/system/cpu/cpu{cpu}/cache/index{index}"
+                    sets = size // (ways * line)
+                    for name, value in (("level", level), ("type", kind), ("size", f"{size // 1024}K"),
+                                        ("ways_of_associativity", ways), ("coherency_line_size", line),
+                                        ("number_of_sets", sets), ("shared_cpu_list", shared)):
+                        files[f"{d}/{name}"] = f"{value}\n".encode()
+        return files
+
+    def gpu_files(self) -> dict[str, bytes]:
+        """The GPU driver's model files: Qualcomm kgsl (Adreno) or Arm kbase gpuinfo (Mali)."""
+        gpu = self.soc.gpu
+        if gpu is None:
+            return {}
+        if gpu.family == "adreno":
+            number = gpu.name.split("-")[-1]
+            return {"/sys/class/kgsl/kgsl-3d0/gpu_model": f"Adreno{number}v2\n".encode(),
+                    "/sys/class/kgsl/kgsl-3d0/max_gpuclk": f"{int(gpu.max_clock_mhz * 1e6)}\n".encode()}
+        model = gpu.name.split("-", 1)[-1].upper()
+        return {"/sys/class/misc/mali0/device/gpuinfo":
+                f"Mali-{model} {gpu.compute_units} cores r0p1 0x9091\n".encode()}
 
 
 def _fake_dirs(files: dict[str, bytes]) -> dict[str, set[str]]:
@@ -1431,6 +1497,14 @@ class VirtualDevice:
         return sorted(out)
 
 
+def _levels(text: str) -> tuple[int, ...]:
+    """'2,3' -> (2, 3); argparse turns the ValueError into a one-line usage error."""
+    levels = tuple(int(x) for x in text.split(",") if x.strip())
+    if any(not 1 <= level <= 4 for level in levels):
+        raise ValueError(text)
+    return levels
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m android_runner.virtual_device",
@@ -1456,6 +1530,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true", help="fault: never finish the handshake")
     ap.add_argument("--throttle", action="store_true",
                     help="fault: clocks drop 30%% and zones heat 15 C after each run")
+    ap.add_argument("--drop-cache-levels", default=(), type=_levels, metavar="LEVELS",
+                    help="fault: no sysfs cache entries of these levels, e.g. 2,3 or 1,2,3")
+    ap.add_argument("--cpuinfo-format", choices=("per-cpu", "older-kernel"), default="per-cpu",
+                    help="fault: serve the 3.10-era /proc/cpuinfo (one CPU part for all CPUs)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if shutil.which(args.qemu) is None:
@@ -1463,7 +1541,9 @@ def main(argv: list[str] | None = None) -> int:
     faults = Faults(drop_after_bytes=args.drop_after_bytes, drop_on_run=args.drop_on_run,
                     hang=args.hang, abi=args.abi, storage_full=args.storage_full,
                     unauthorized=args.unauthorized, offline=args.offline,
-                    throttle=args.throttle)
+                    throttle=args.throttle,
+                    drop_cache_levels=args.drop_cache_levels,
+                    cpuinfo_format=args.cpuinfo_format)
     try:
         dev = VirtualDevice(args.port, args.soc, faults, sandbox=args.sandbox,
                             with_opencl=args.with_opencl, qemu=args.qemu, verbose=args.verbose)

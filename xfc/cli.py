@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"xfc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    hw = sub.add_parser("hw", help="list, show and validate hardware descriptions")
+    hw = sub.add_parser("hw", help="list, show, validate and probe hardware descriptions")
     hw_sub = hw.add_subparsers(dest="hw_command", metavar="SUBCOMMAND", parser_class=_Parser)
     p = hw_sub.add_parser("list", help="table of every shipped description with its peak figures")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -168,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = hw_sub.add_parser("validate", help="check files; prints OK or the error for each")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.set_defaults(func=cmd_hw_validate)
+    from . import cli_hwprobe  # xfc hw probe --device SERIAL
+    cli_hwprobe.register(hw_sub)
     hw.set_defaults(func=lambda a: (hw.print_help(), 2)[1])
 
     from . import cli_bench, cli_fuzz, cli_synth

@@ -396,6 +396,48 @@ class AdbRunner(Runner):
                 pass
         return out
 
+    def read_texts(self, paths: Sequence[str], max_command_chars: int = 3000) -> dict[str, str]:
+        """Contents of small one-line files (sysfs), skipping unreadable ones. Batched into `cat`
+        commands short enough for old adbd's 4 KiB service limit; a batch whose line count does
+        not match (a missing file) is read again one file at a time."""
+        out: dict[str, str] = {}
+        batch: list[str] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            res = self._shell(["cat", *batch], what="read sysfs", check=False)
+            lines = res.stdout.splitlines()
+            if res.returncode == 0 and len(lines) == len(batch):
+                out.update(zip(batch, lines))
+            else:
+                for p in batch:
+                    r = self._shell(["cat", p], what="read sysfs", check=False)
+                    if r.returncode == 0:
+                        out[p] = r.stdout.rstrip("\n")
+            batch.clear()
+
+        for p in paths:
+            if batch and sum(len(x) + 1 for x in batch) + len(p) > max_command_chars:
+                flush()
+            batch.append(p)
+        flush()
+        return out
+
+    def read_text(self, path: str) -> str | None:
+        """A whole (text) file such as /proc/cpuinfo, or None when it cannot be read."""
+        res = self._shell(["cat", path], what=f"read {path}", check=False)
+        return res.stdout if res.returncode == 0 else None
+
+    def list_dirs(self, paths: Sequence[str]) -> dict[str, list[str]]:
+        """Entries of each directory that exists (`ls` with several paths prints 'path:' headers)."""
+        out: dict[str, list[str]] = {}
+        for p in paths:
+            res = self._shell(["ls", p], what=f"list {p}", check=False)
+            if res.returncode == 0:
+                out[p] = [n.strip() for n in res.stdout.split() if n.strip()]
+        return out
+
     def thermal_zones(self) -> list[str]:
         if self._zones is None:
             res = self._shell(["ls", "/sys/class/thermal"], what="list thermal zones",
