@@ -42,7 +42,6 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from xfc.workloads import SUITE  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
@@ -225,7 +224,7 @@ def get_planner(kind):
 
 
 def run_ours(name, spec, threads, planner, build_root):
-    from xfc.build import build_host
+    from xfc.build.cpu import build_host
     from xfc.codegen_cpu import render_cpu_kernel
     t0 = time.perf_counter()
     plan = planner(name, spec, threads)
@@ -263,7 +262,7 @@ def write_results(path: Path, data):
 
 def sweep(names, build_root):
     """Tile-parameter sweep with hand plans (the tables in docs/host-kernel-notes.md)."""
-    from xfc.build import build_host
+    from xfc.build.cpu import build_host
     from xfc.codegen_cpu import hand_plan, render_cpu_kernel
     grid = [dict(mr=14, nr=32), dict(mr=12, nr=32), dict(mr=8, nr=48), dict(mr=6, nr=64), dict(mr=16, nr=16),
             dict(mr=28, nr=16), dict(mr=14, nr=32, kc=128), dict(mr=14, nr=32, kc=512),
@@ -321,7 +320,10 @@ def main(argv=None):
             print(f"bench_cpu: error: {exc}", file=sys.stderr)
             return 2
 
-    build_root = Path(tempfile.gettempdir()) / "xfc_bench_cpu"
+    # A private build directory (never a fixed shared path: two users or two runs must not meet),
+    # removed when the interpreter exits (finalizer of TemporaryDirectory).
+    build_dir = tempfile.TemporaryDirectory(prefix="xfc-bench-cpu-")
+    build_root = Path(build_dir.name)
     if args.sweep:
         sweep(args.sweep.split(","), build_root)
         return 0

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import xfc
-from xfc.build import ARM_CC, COMMON_FLAGS, HOST_CC, QEMU, build_host, host_compile_command
+from xfc.build.toolchain import ARM_CC, HOST_CC, QEMU
+from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.host import HOST_ISA_ENV, HOST_ISAS, available_isas, describe_host, host_isa_cap, parse_cpuinfo
 from xfc.ops import check_output, make_inputs, make_spec, reference

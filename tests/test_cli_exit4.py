@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xfc.build import ARM_CC, QEMU
+from xfc.build.toolchain import ARM_CC, QEMU
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None

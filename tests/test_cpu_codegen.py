@@ -16,7 +16,8 @@ import pytest
 import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_march, host_plan, mm,
                      needs_arm, run_host_plan)
-from xfc.build import ARM_CC, QEMU, Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, require_tool, run_qemu
+from xfc.build.toolchain import ARM_CC, QEMU, require_tool
+from xfc.build.cpu import Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import HOST_LANES, a_load_groups, hand_plan, render_cpu_kernel, validate_plan
 from xfc.errors import OperatorError, VerificationError
 from xfc.ops import make_inputs

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from android_runner.virtual_device import Faults, VirtualDevice
-from xfc.build import run_qemu
+from xfc.build.cpu import run_qemu
 from xfc.errors import DeviceError, ToolchainError
 from xfc.ops import make_spec as make_op_spec
 from xfc.runners import get_runner, make_spec

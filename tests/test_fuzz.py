@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xfc.build import ARM_CC, QEMU
+from xfc.build.toolchain import ARM_CC, QEMU
 from xfc.cli import build_parser
 from xfc.cli_fuzz import Progress, shipped_hardware
 from xfc.cli_synth import spec_from_args
@@ -285,7 +285,7 @@ def _perturb(out):
 @needs_host
 @pytest.mark.parametrize("entry", ["per-call", "pre-packed"])
 def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
-    from xfc import build
+    from xfc.build import cpu as build
     from xfc.fuzz_run import run_case
     case = _case("host")
     ok = run_case(case, tmp_path / "ok")
@@ -316,7 +316,7 @@ def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp
 @pytest.mark.emulated
 @needs_arm
 def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
-    from xfc import build
+    from xfc.build import cpu as build
     from xfc.fuzz_run import run_case
     real = build.run_qemu
 

@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from xfc.build import COMMON_FLAGS, HOST_CC, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
+from xfc.build.cpu import COMMON_FLAGS, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
+from xfc.build.toolchain import HOST_CC
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import ToolchainError, VerificationError
 from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats

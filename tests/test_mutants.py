@@ -13,7 +13,8 @@ import shutil
 import numpy as np
 import pytest
 
-from xfc.build import ARM_CC, QEMU, build_arm, build_host, run_qemu
+from xfc.build.toolchain import ARM_CC, QEMU
+from xfc.build.cpu import build_arm, build_host, run_qemu
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
 from xfc.host import detect_host

@@ -16,7 +16,7 @@ import pytest
 import support
 import xfc
 from support import needs_arm
-from xfc.build import build_arm, qemu_cpu_models, run_qemu
+from xfc.build.cpu import build_arm, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
 from xfc.hardware import SHIPPED_ROOT, _load_path, shipped_files
 from xfc.ops import make_inputs, make_spec

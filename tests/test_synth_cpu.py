@@ -17,7 +17,7 @@ import pytest
 import support
 import xfc
 from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
-from xfc.build import build_arm, run_qemu
+from xfc.build.cpu import build_arm, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
 from xfc.ops import make_inputs, make_spec
 from xfc.synth_cpu import MicroTileScore, StaticEvaluator, synthesize_cpu

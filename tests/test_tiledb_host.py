@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xfc.build import build_host
+from xfc.build.cpu import build_host
 from xfc.codegen_cpu import render_cpu_kernel
 from xfc.hardware import load
 from xfc.ops import check_output, make_inputs, make_spec

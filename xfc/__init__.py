@@ -7,10 +7,9 @@ Python API (used by the CLI):
     result = xfc.synthesize(spec, hw)                 # pure, deterministic, well under a second
     print(result.explain())
 """
-__version__ = "0.1.0"
-
-from .hardware import load as load_hardware  # noqa: E402
-from .ops import make_spec, parse_shape  # noqa: E402
+from ._version import __version__
+from .hardware import load as load_hardware
+from .ops import make_spec, parse_shape
 
 
 def synthesize(spec, hw, **kwargs):

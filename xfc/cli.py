@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from . import __version__
+from ._version import __version__
 from .errors import XfcError
 
 

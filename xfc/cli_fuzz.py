@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from . import __version__
+from ._version import __version__
 from .errors import OperatorError, ToolchainError, VerificationError, XfcError
 from .fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
@@ -58,7 +58,7 @@ def hardware_pool(targets, names=None):
 
 def check_toolchains(targets) -> None:
     """One-line ToolchainError (exit 3) for a target this machine cannot run."""
-    from .build import ARM_CC, HOST_CC, QEMU, require_tool
+    from .build.toolchain import ARM_CC, HOST_CC, QEMU, require_tool
     if "host" in targets:
         require_tool(HOST_CC)
         if not host_isas():

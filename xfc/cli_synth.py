@@ -46,7 +46,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
             repeat=20, seed=0, progress=None, force=False) -> dict:
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
-    from .build import build_arm, build_host, run_qemu
+    from .build.cpu import build_arm, build_host, run_qemu
     from .codegen_cpu import render_cpu_kernel
 
     say = progress or (lambda msg: None)

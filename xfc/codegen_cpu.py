@@ -22,15 +22,15 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import jinja2
 
 from .errors import OperatorError
 from .ir import ISAS, CpuKernelPlan
 from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
+from .paths import TEMPLATES_DIR
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_DIR = TEMPLATES_DIR
 
 # Dialect data: prelude template, lanes it supports (None = any power of two), SIMD registers.
 # has_mask: the prelude defines XFC_VLOAD_TAIL / XFC_VSTORE_TAIL (partial vectors without

@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 from .errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
+from .paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
 CASES_PER_WORKER = 150        # a worker loads one shared object per host case: start afresh now and then
@@ -137,7 +138,7 @@ def _check(spec, outputs: dict, a, b, bias) -> float:
 
 
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .build import build_arm, build_host, run_qemu
+    from .build.cpu import build_arm, build_host, run_qemu
     from .codegen_cpu import render_cpu_kernel
     from .hardware import load
     from .ops import make_inputs
@@ -301,7 +302,7 @@ def _worker_env(scratch: Path, base_env: dict) -> dict:
     tmp = scratch / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)   # gcc, qemu runs and tempfile land inside the scratch directory
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(IMPORT_ROOT)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_WAIT_POLICY", "passive")  # idle OpenMP threads must not spin on shared cores
     return env

@@ -27,8 +27,9 @@ import yaml
 from . import hardware_rules
 from .errors import HardwareError
 from .hardware_ranges import PLAUSIBLE
+from .paths import HARDWARE_DIR
 
-SHIPPED_ROOT = Path(__file__).resolve().parent.parent / "hardware_descriptions"
+SHIPPED_ROOT = HARDWARE_DIR
 KIND_DIRS = {"cpu_core": "cpu", "gpu": "gpu", "soc": "soc"}
 MAX_FILE_BYTES = 256 * 1024
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")

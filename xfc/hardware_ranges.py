@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Union
+
+from .paths import HARDWARE_DIR
 
 Number = Union[int, float]
 
@@ -129,7 +130,7 @@ PLAUSIBLE: dict[str, Plausible] = {
 # SCHEMA.md carries this table between two markers.
 # ---------------------------------------------------------------------------------------------
 
-SCHEMA_MD = Path(__file__).resolve().parent.parent / "hardware_descriptions" / "SCHEMA.md"
+SCHEMA_MD = HARDWARE_DIR / "SCHEMA.md"
 BEGIN = "<!-- plausible-ranges:begin -->"
 END = "<!-- plausible-ranges:end -->"
 

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .build import COMMON_FLAGS, COMPILE_TIMEOUT_S, HOST_CC, _digest, _write_sources, require_tool, run_harness
+from .build.cpu import COMMON_FLAGS, _write_sources, run_harness
+from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
 from .codegen_cpu import RenderedKernel, hand_plan, render_cpu_kernel
 from .errors import ToolchainError, VerificationError
 from .ops import check_output, make_inputs, make_spec
@@ -130,7 +131,7 @@ def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Pat
     out_dir = Path(out_dir).resolve()
     kernel_c, harness_c = _write_sources(rendered, out_dir)
     probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
-    binary = out_dir / f"{rendered.function_name}_{_digest(rendered.source, rendered.harness_source, *probe)}.asan"
+    binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
     if not binary.exists():
         tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
         try:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from . import __version__
+from ._version import __version__
 from .errors import OperatorError
 from .hardware import CpuCluster, CpuCore, HardwareDescription
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule

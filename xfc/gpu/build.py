@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -21,14 +20,17 @@ from typing import Optional
 import jinja2
 import numpy as np
 
-from .. import __version__, procs
+from .._version import __version__
+from ..build import procs
+from ..build.toolchain import write_atomic
 from ..errors import ToolchainError, VerificationError
 from ..ops import make_inputs
+from ..paths import TEMPLATES_DIR
 from .ir import PREDICTION_LABEL, GpuKernelPlan
 from .synth import synthesize_gpu
 from .verify import check
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "opencl"
+TEMPLATE_DIR = TEMPLATES_DIR / "opencl"
 POCL_LABEL = "PoCL on the host CPU — not a phone GPU timing"
 FP16_NOTE = ("PoCL has no cl_khr_fp16, so the half-arithmetic kernel is only render-checked here (compile-checked "
              "only on an OpenCL device that offers cl_khr_fp16); the fp16-storage / fp32-arithmetic variant is the "
@@ -60,19 +62,6 @@ def render_harness(default_repeat: int = 10, default_warmup: int = 1) -> str:
         version=__version__, default_repeat=default_repeat, default_warmup=default_warmup)
 
 
-def _write_atomic(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _cache_root() -> Path:
     root = os.environ.get("XFC_CACHE_DIR")
     return Path(root) if root else Path.home() / ".cache" / "xfc"
@@ -95,7 +84,7 @@ def build_harness(out_dir: Optional[Path] = None) -> Path:
         if not binary.exists():
             cache.mkdir(parents=True, exist_ok=True)
             src = cache / "harness.c"
-            _write_atomic(src, source)
+            write_atomic(src, source)
             tmp_bin = cache / f".harness.{os.getpid()}"
             try:
                 try:
@@ -224,14 +213,14 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
     files = {}
     for variant, p in kernels.items():
         path = out / f"{stem}.{variant}.cl"
-        _write_atomic(path, render_kernel(p))
+        write_atomic(path, render_kernel(p))
         files[variant] = path
-    _write_atomic(out / "harness.c", render_harness())
-    _write_atomic(out / "build.sh", _build_script([files[v].name for v in kernels if v != "fp16"]))
+    write_atomic(out / "harness.c", render_harness())
+    write_atomic(out / "build.sh", _build_script([files[v].name for v in kernels if v != "fp16"]))
     os.chmod(out / "build.sh", 0o755)
     explain_text = synthesis.explain()
     if explain:
-        _write_atomic(out / "explain.txt", explain_text + "\n")
+        write_atomic(out / "explain.txt", explain_text + "\n")
 
     run_variant = "fp16_storage" if dtype == "fp16" else "fp32"
     report = {
@@ -283,7 +272,7 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
         a, b, bias = make_inputs(spec, seed)
         paths = (out / "a.f32", out / "b.f32", out / "bias.f32")
         for arr, path in zip((a, b, bias), paths):
-            _write_atomic(path, np.ascontiguousarray(arr, dtype=np.float32).tobytes())
+            write_atomic(path, np.ascontiguousarray(arr, dtype=np.float32).tobytes())
         out_path = out / "out.f32"
         reps = repeat if repeat is not None else (10 if bench else 1)
         try:
@@ -303,5 +292,5 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
                 if not verdict.ok:
                     report["failure"] = verdict.reason
                     failure = f"{files[run_variant].name} on {report['pocl_device']}: {verdict.reason}"
-    _write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2, ensure_ascii=False) + "\n")
+    write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2, ensure_ascii=False) + "\n")
     return report, failure

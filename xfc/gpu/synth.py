@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import __version__
+from .._version import __version__
 from ..errors import HardwareError, OperatorError
 from ..ops import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
 from .ir import (DTYPES, PREDICTION_LABEL, CostEstimate, GpuKernelPlan, Grid, Occupancy, RegisterTile,

@@ -99,7 +99,7 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     C symbol is xfc_<name>, so the files of every layer can sit side by side in one flat output
     directory (the build script is renamed build_<name>.sh).
     """
-    from ..build import build_arm, build_host
+    from ..build.cpu import build_arm, build_host
     from ..codegen_cpu import render_cpu_kernel
     synthesis = synthesis or synthesize_layer(spec, hw, cluster=cluster, threads=threads)
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")

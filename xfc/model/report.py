@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Mapping, Optional
 
-from .. import __version__
+from .._version import __version__
 from ..ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
 from .coverage import Coverage
 

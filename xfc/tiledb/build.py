@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, TextIO, Union
 
-from .. import __version__
+from .._version import __version__
 from ..errors import XfcError
 from ..hardware import CpuCluster, HardwareDescription
 from ..synth_cpu import MicroTile, enumerate_micro_tiles, isa_for

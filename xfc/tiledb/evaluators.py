@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional
 from ..errors import VerificationError, XfcError
 from ..hardware import CpuCluster, CpuCore, HardwareDescription
 from ..synth_cpu import MicroTile, MicroTileScore, StaticEvaluator
+from ..build.toolchain import run
 from . import hostcc
 from .fingerprint import fingerprint, label
 from .records import canonical_json
@@ -195,8 +196,8 @@ class HostMicroKernelEvaluator:
             exe = hostcc.compile_c(work / "driver.c", work / "uk", flags, f"host compile of micro-kernel {name}")
             with self._timing:
                 before = hostcc.snapshot()
-                out = hostcc.run([str(exe), str(self.repeats), repr(self.batch_s)], f"timing micro-kernel {name}",
-                                 hostcc.RUN_TIMEOUT_S, errors={3: VerificationError})  # 3: wrong result
+                out = run([str(exe), str(self.repeats), repr(self.batch_s)], f"timing micro-kernel {name}",
+                          hostcc.RUN_TIMEOUT_S, errors={3: VerificationError}).stdout  # 3: wrong result
                 after = hostcc.snapshot()
         samples = [float(line.split()[1]) for line in out.splitlines() if line.startswith("sample ")]
         if len(samples) != self.repeats or not all(s > 0 and math.isfinite(s) for s in samples):

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ..hardware import SHIPPED_ROOT, HardwareDescription
+from ..paths import TILE_DB_DIR
 
-SHIPPED_DB_ROOT = SHIPPED_ROOT.parent / "tile_db"
+SHIPPED_DB_ROOT = TILE_DB_DIR
 USER_DB_NAME = "tile-db.sqlite"
 
 

@@ -69,7 +69,7 @@ class HostOperatorEvaluator:
         self._timing = threading.Lock()
 
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
-        from ..build import build_host
+        from ..build.cpu import build_host
         from ..codegen_cpu import render_cpu_kernel
         from ..ops import check_output, make_inputs
         result = synthesize_cpu(spec, hw, cluster.role, threads)

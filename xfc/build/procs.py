@@ -43,15 +43,17 @@ def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     proc.wait()
 
 
-def run(argv: Sequence[str], *, timeout: float, cwd=None, env: Optional[Mapping[str, str]] = None,
+def run(argv: Sequence[str], *, timeout: float, cwd=None, env_extra: Optional[Mapping[str, str]] = None,
         text: bool = True) -> subprocess.CompletedProcess:
     """Run argv (a list, never a shell string) with stdout/stderr captured and stdin closed.
+    The child inherits xfc's environment, plus env_extra (the one place xfc reads os.environ
+    outside its settings: to hand it on).
 
     Raises subprocess.TimeoutExpired after stopping the process group on timeout; on any other
     exception (KeyboardInterrupt from Ctrl-C or xfc's SIGTERM handler) stops the group and re-raises.
     """
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd, env=dict(env) if env is not None else None, text=text,
+                            cwd=cwd, env={**os.environ, **env_extra} if env_extra else None, text=text,
                             start_new_session=True)
     try:
         with proc:

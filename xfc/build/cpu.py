@@ -10,10 +10,8 @@ into an output directory goes through a temporary file and os.replace.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shlex
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -23,26 +21,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..codegen_cpu import RenderedKernel
+from ..errors import ToolchainError, VerificationError
+from ..guards import GuardedBuffer
+from ..ops import check_output
+from ..sigill import illegal_instruction_message, is_illegal_instruction
 from . import procs
-from .codegen_cpu import RenderedKernel
-from .errors import ToolchainError, VerificationError
-from .guards import GuardedBuffer
-from .ops import check_output
-from .sigill import illegal_instruction_message, is_illegal_instruction
+from .toolchain import (ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, QEMU, RUN_TIMEOUT_S, digest, failure, require_tool, run,
+                        write_atomic)
 
-HOST_CC = "gcc"
-ARM_CC = "aarch64-linux-gnu-gcc"
-QEMU = "qemu-aarch64"
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Wno-unused-function")
-COMPILE_TIMEOUT_S = 180
-RUN_TIMEOUT_S = 600
-
-# tool -> Debian package that provides it
-_APT = {
-    HOST_CC: "gcc",
-    ARM_CC: "gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
-    QEMU: "qemu-user",
-}
 
 
 @dataclass(frozen=True)
@@ -64,71 +52,13 @@ class Measurement:
                            gflops=(flops / med / 1e9) if med > 0 else float("inf"), where=where)
 
 
-# ---------------------------------------------------------------------------------------------
-# Toolchain checks and small helpers
-# ---------------------------------------------------------------------------------------------
-
-def require_tool(tool: str) -> str:
-    """Absolute path of tool, or ToolchainError naming it and the package to install."""
-    path = shutil.which(tool)
-    if path is None:
-        pkg = _APT.get(tool, tool)
-        raise ToolchainError(f"'{tool}' was not found on PATH; install it with: apt-get install -y {pkg}")
-    return path
-
-
-def _write_atomic(path: Path, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None,
-         check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    try:
-        proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None,
-                         env=None if env is None else {**os.environ, **env})
-    except subprocess.TimeoutExpired:
-        raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
-    except OSError as exc:
-        raise ToolchainError(f"{what} could not start '{argv[0]}': {exc}") from None
-    if check and proc.returncode != 0:
-        raise _failure(proc, what)
-    return proc
-
-
-def _failure(proc: subprocess.CompletedProcess, what: str) -> ToolchainError:
-    first = next((ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln.lower()),
-                 (proc.stderr or proc.stdout or "").strip().splitlines()[:1] or [""])
-    first = first if isinstance(first, str) else first[0]
-    return ToolchainError(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
-
-
-def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:12]
-
-
 def _write_sources(rendered: RenderedKernel, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     kernel_c = out_dir / f"{rendered.function_name}.c"
     harness_c = out_dir / f"{rendered.function_name}_harness.c"
     for path, text in ((kernel_c, rendered.source), (harness_c, rendered.harness_source)):
         if not path.exists() or path.read_text() != text:
-            _write_atomic(path, text)
+            write_atomic(path, text)
     return kernel_c, harness_c
 
 
@@ -137,7 +67,7 @@ def _write_build_script(out_dir: Path, name: str, commands: list[list[str]]) -> 
              'cd "$(dirname "$0")"']
     lines += [shlex.join(cmd) for cmd in commands]
     script = out_dir / name
-    _write_atomic(script, "\n".join(lines) + "\n")
+    write_atomic(script, "\n".join(lines) + "\n")
     script.chmod(0o755)
     return script
 
@@ -296,14 +226,14 @@ def build_host(rendered: RenderedKernel, out_dir: str | os.PathLike) -> HostKern
     out_dir = Path(out_dir).resolve()
     kernel_c, harness_c = _write_sources(rendered, out_dir)
     probe = host_compile_command(rendered, kernel_c, harness_c, Path("x.so"))
-    library = out_dir / f"lib{rendered.function_name}_{_digest(rendered.source, rendered.harness_source, *probe)}.so"
+    library = out_dir / f"lib{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.so"
     cmd = host_compile_command(rendered, kernel_c, harness_c, library)
     _write_build_script(out_dir, "build.sh", [cmd])
     if not library.exists():
         tmp = library.with_name(f".{library.name}.{os.getpid()}.tmp")
         cmd_tmp = host_compile_command(rendered, kernel_c, harness_c, tmp)
         try:
-            _run(cmd_tmp, f"host compile of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
+            run(cmd_tmp, f"host compile of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
             os.replace(tmp, library)
         finally:
             if tmp.exists():
@@ -327,12 +257,12 @@ def build_arm(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     out_dir = Path(out_dir).resolve()
     kernel_c, harness_c = _write_sources(rendered, out_dir)
     probe = arm_compile_command(rendered, kernel_c, harness_c, Path("x"))
-    binary = out_dir / f"{rendered.function_name}_{_digest(rendered.source, rendered.harness_source, *probe)}.aarch64"
+    binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.aarch64"
     _write_build_script(out_dir, "build_arm.sh", [arm_compile_command(rendered, kernel_c, harness_c, binary)])
     if not binary.exists():
         tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
         try:
-            _run(arm_compile_command(rendered, kernel_c, harness_c, tmp),
+            run(arm_compile_command(rendered, kernel_c, harness_c, tmp),
                  f"aarch64 compile of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
             os.replace(tmp, binary)
         finally:
@@ -378,18 +308,18 @@ def run_harness(argv_prefix: Sequence[str], binary: str | os.PathLike, spec, in0
         tmp = Path(tmp)
         paths = [tmp / n for n in ("in0.bin", "in1.bin", "bias.bin")]
         for path, arr in zip(paths, arrays):
-            _write_atomic(path, arr.tobytes())
+            write_atomic(path, arr.tobytes())
         out_path, times_path = tmp / "out.bin", tmp / "times.txt"
         argv = [*argv_prefix, str(binary), *map(str, paths), str(out_path), str(times_path),
                 str(int(warmup)), str(max(1, int(repeats)))] + (["prepacked"] if prepacked else [])
-        proc = _run(argv, what, timeout, check=False, env=env)
+        proc = run(argv, what, timeout, check=False, env=env)
         if proc.returncode == HARNESS_EXIT_GUARD:
             line = next((ln for ln in proc.stderr.splitlines() if "guard violation" in ln), proc.stderr.strip())
             raise VerificationError(f"{what}: {line.replace('xfc harness: ', '').strip()[:300]}")
         if is_illegal_instruction(proc.returncode, proc.stderr):   # never only the emulator's own text
             raise ToolchainError(f"{what}: " + illegal_instruction_message(march, cpu_text))
         if proc.returncode != 0:
-            raise _failure(proc, what)
+            raise failure(proc, what)
         out = np.fromfile(out_path, dtype=np.float32)
         expected = int(np.prod(spec.output_shape))
         if out.size != expected:
