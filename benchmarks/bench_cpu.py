@@ -209,7 +209,7 @@ def get_planner(kind):
     from xfc.codegen_cpu import hand_plan
     if kind != "hand":
         try:
-            from xfc.host import detect_host
+            from xfc.hardware.host import detect_host
             from xfc.synth_cpu import plan_for
             hw = detect_host()
             return (lambda name, spec, threads: plan_for(spec, hw, threads)), f"xfc.synth_cpu.plan_for ({hw.name})"

@@ -59,8 +59,8 @@ def api():
     from xfc.codegen_cpu import hand_plan, render_cpu_kernel
     from xfc.gpu.build import render_harness, render_kernel
     from xfc.gpu.synth import synthesize_gpu
-    from xfc.hardware import SHIPPED_ROOT, load, shipped_files
-    from xfc.host import describe_host, parse_cpuinfo
+    from xfc.hardware.load import SHIPPED_ROOT, load, shipped_files
+    from xfc.hardware.host import describe_host, parse_cpuinfo
     from xfc.ops import make_spec
     from xfc.sanitize import EDGE_CASES
     from xfc.synth_cpu import synthesize_cpu

@@ -28,7 +28,7 @@ from xfc.cli_synth import spec_from_args
 from xfc.errors import OperatorError, ToolchainError
 from xfc.fuzz import (FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
                       generate_case, generate_cases, select_hardware, shrink, shrink_candidates)
-from xfc.host import describe_host, parse_cpuinfo
+from xfc.hardware.host import describe_host, parse_cpuinfo
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 CASES_DIR = Path(__file__).resolve().parent / "fuzz_cases"

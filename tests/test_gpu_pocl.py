@@ -18,7 +18,7 @@ from support import needs_opencl
 from xfc.errors import ToolchainError
 from xfc.gpu import run_gpu_synth
 from xfc.gpu.build import POCL_LABEL, build_harness
-from xfc.hardware import load
+from xfc.hardware.load import load
 from xfc.ops import make_spec
 from xfc.workloads import SUITE, suite_spec
 

@@ -10,7 +10,7 @@ import pytest
 from xfc.errors import HardwareError, OperatorError
 from xfc.gpu import synthesize_gpu
 from xfc.gpu.build import render_harness, render_kernel
-from xfc.hardware import load
+from xfc.hardware.load import load
 from xfc.workloads import SUITE, suite_spec
 
 pytestmark = pytest.mark.unit

@@ -171,7 +171,7 @@ def pocl(tmp_path_factory):
 
 def _gpu_kernel(tmp_path, spec, dtype="fp32"):
     from xfc.gpu import run_gpu_synth
-    from xfc.hardware import load
+    from xfc.hardware.load import load
     report = run_gpu_synth(spec, load("adreno-650"), tmp_path, dtype=dtype, verify=True)
     assert report["verified"] is True, report
     variant = "fp16_storage" if dtype == "fp16" else "fp32"
@@ -220,7 +220,7 @@ def test_opencl_guard_violation_fails_run_gpu_synth_with_a_report(pocl, tmp_path
     import json
 
     from xfc.gpu import build as gpu_build
-    from xfc.hardware import load
+    from xfc.hardware.load import load
     spec = mm(67, 45, 30)
     real_render = gpu_build.render_kernel
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 from xfc.errors import HardwareError
-from xfc.hardware import derived_figures, load, shipped_files, validate_file
-from xfc.host import describe_host, parse_cpuinfo
+from xfc.hardware.figures import derived_figures
+from xfc.hardware.load import load, shipped_files, validate_file
+from xfc.hardware.host import describe_host, parse_cpuinfo
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,10 @@ import yaml
 
 from xfc.cli import hardware_summary, main
 from xfc.errors import XfcError
-from xfc.hardware import SCHEMAS, SHIPPED_ROOT, derived_figures, validate_file
-from xfc.hardware_ranges import PLAUSIBLE, SCHEMA_MD, schema_md_with_table
+from xfc.hardware.schema import SCHEMAS
+from xfc.hardware.load import SHIPPED_ROOT, validate_file
+from xfc.hardware.figures import derived_figures
+from xfc.hardware.ranges import PLAUSIBLE, SCHEMA_MD, schema_md_with_table
 
 pytestmark = pytest.mark.unit
 
@@ -493,4 +495,4 @@ def test_schema_md_carries_the_current_range_table():
     text = SCHEMA_MD.read_text()
     assert schema_md_with_table(text) == text, (
         "hardware_descriptions/SCHEMA.md is out of date; run "
-        "python -c 'import xfc.hardware_ranges as r; r.write_schema_md()'")
+        "python -c 'import xfc.hardware.ranges as r; r.write_schema_md()'")

@@ -17,7 +17,7 @@ from xfc.build.toolchain import ARM_CC, QEMU
 from xfc.build.cpu import build_arm, build_host, run_qemu
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
-from xfc.host import detect_host
+from xfc.hardware.host import detect_host
 from xfc.mutants import MUTANTS, mutate
 from xfc.ops import Epilogue, check_output, make_inputs, make_spec, reference
 from xfc.sanitize import host_isas

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xfc.errors import XfcError
-from xfc.hardware import load, validate_file
+from xfc.hardware.load import load, validate_file
 from xfc.ops import make_spec
 from xfc.synth_cpu import StaticEvaluator, enumerate_micro_tiles, isa_for, synthesize_cpu
 from xfc.tiledb import schema

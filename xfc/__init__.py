@@ -8,7 +8,7 @@ Python API (used by the CLI):
     print(result.explain())
 """
 from ._version import __version__
-from .hardware import load as load_hardware
+from .hardware.load import load as load_hardware
 from .ops import make_spec, parse_shape
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
 
 from ._version import __version__
+from . import settings
 from .errors import XfcError
 
 
@@ -36,12 +36,13 @@ def _fmt(value, digits=1) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_hw_list(args) -> int:
-    from .hardware import _load_path, derived_figures, shipped_files, load
+    from .hardware.load import load_path, shipped_files, load
+    from .hardware.figures import derived_figures
     rows, payload = [], []
     entries = [(p.parent.name if p.parent.name in ("cpu", "gpu", "soc") else "alias", p) for p in shipped_files()]
     entries.append(("host", None))
     for layer, path in entries:
-        hw = load("host") if path is None else _load_path(path)
+        hw = load("host") if path is None else load_path(path)
         figs = derived_figures(hw)
         name = "host" if path is None else path.stem
         if layer == "alias":
@@ -67,7 +68,7 @@ def cmd_hw_list(args) -> int:
 
 def hardware_summary(hw) -> dict:
     from dataclasses import asdict
-    from .hardware import derived_figures
+    from .hardware.figures import derived_figures
     data = {
         "name": hw.name, "kind": hw.kind, "marketing_name": hw.marketing_name, "source_path": hw.source_path,
         "target_arch": hw.target_arch,
@@ -83,7 +84,8 @@ def hardware_summary(hw) -> dict:
 
 
 def cmd_hw_show(args) -> int:
-    from .hardware import load, derived_figures
+    from .hardware.load import load
+    from .hardware.figures import derived_figures
     hw = load(args.name)
     if args.json:
         print(json.dumps(hardware_summary(hw), indent=2, default=list))
@@ -126,7 +128,7 @@ def cmd_hw_show(args) -> int:
 
 
 def cmd_hw_validate(args) -> int:
-    from .hardware import validate_file
+    from .hardware.load import validate_file
     failures = 0
     for path in args.paths:
         try:
@@ -245,7 +247,7 @@ def _main(argv=None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug in xfc: still one line unless asked for the traceback
-        if os.environ.get("XFC_DEBUG"):
+        if settings.debug():
             raise
         print(f"xfc: internal error: {type(exc).__name__}: {exc} (set XFC_DEBUG=1 for a traceback)",
               file=sys.stderr)

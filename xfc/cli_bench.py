@@ -58,9 +58,9 @@ def cmd_bench(args) -> int:
 
 def _device_and_description(args, say):
     """(hardware description, runner or None, identity or None, match or None), before building."""
-    from .hardware import load
+    from .hardware.load import load
     from .runners import get_runner
-    from .runners.identity import match_identity, pick_description
+    from .hardware.identity import match_identity, pick_description
 
     if args.device == "qemu":
         if not args.hw:
@@ -82,7 +82,7 @@ def _bench(args) -> int:
     from .cli_synth import spec_from_args, synthesize_timed
     from .codegen_cpu import render_cpu_kernel
     from .runners import RunSpec, get_runner
-    from .runners.identity import check_description
+    from .hardware.identity import check_description
 
     if args.repeat < 1:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")

@@ -42,11 +42,11 @@ MAX_SHRUNK_FAILURES = 10
 
 def shipped_hardware() -> list[tuple[str, object]]:
     """(name as --hw takes it, description) for every shipped file, in a stable order."""
-    from .hardware import SHIPPED_ROOT, _load_path, shipped_files
+    from .hardware.load import SHIPPED_ROOT, load_path, shipped_files
     out = []
     for path in shipped_files():
         name = path.stem if path.parent != SHIPPED_ROOT else path.name
-        out.append((name, _load_path(path)))
+        out.append((name, load_path(path)))
     return out
 
 

@@ -8,11 +8,12 @@ files, never replacing them).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+from . import settings
 from .errors import OperatorError, VerificationError, XfcError
+from .settings import TEST_MUTANT_ENV
 from .accuracy import merge
 from .ops import OPERATORS, check_output, make_inputs, make_spec, parse_shape
 from .outputs import OutputDir
@@ -110,13 +111,10 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     return report
 
 
-# TEST-ONLY: the name of a deliberately wrong kernel from xfc/mutants.py, applied to the rendered
-# source so that tests can show `xfc synth --verify` exits 4. Read here and nowhere else.
-TEST_MUTANT_ENV = "XFC_TEST_MUTANT"
-
-
 def _test_fault_injection(rendered, say):
-    name = os.environ.get(TEST_MUTANT_ENV, "").strip()
+    """TEST-ONLY: the deliberately wrong kernel XFC_TEST_MUTANT names (xfc/mutants.py), applied to
+    the rendered source so that tests can show `xfc synth --verify` exits 4."""
+    name = settings.test_mutant()
     if not name:
         return rendered
     from .mutants import mutate
@@ -171,7 +169,7 @@ def print_summary(report: dict) -> None:
 
 def cmd_synth(args) -> int:
     import sys
-    from .hardware import load
+    from .hardware.load import load
     hw = load(args.hw)
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)

@@ -70,7 +70,7 @@ class CaseResult:
 # ---------------------------------------------------------------------------------------------
 
 def host_cpuinfo() -> dict:
-    from .host import parse_cpuinfo
+    from .hardware.host import parse_cpuinfo
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
@@ -92,7 +92,7 @@ def host_description(isa: str):
     """The host description as a machine whose widest ISA is `isa` (the flags above it removed),
     so the synthesizer picks that ISA's lanes, registers and -march."""
     if isa not in _HOST_CACHE:
-        from .host import describe_host, read_caches
+        from .hardware.host import describe_host, read_caches
         info = host_cpuinfo()
         if isa not in host_isas(info):
             raise ToolchainError(f"this host cannot run isa {isa} (CPU flags lack {' '.join(HOST_ISA_FLAGS[isa])})")
@@ -140,7 +140,7 @@ def _check(spec, outputs: dict, a, b, bias) -> float:
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .build.cpu import build_arm, build_host, run_qemu
     from .codegen_cpu import render_cpu_kernel
-    from .hardware import load
+    from .hardware.load import load
     from .ops import make_inputs
     from .synth_cpu import synthesize_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
@@ -167,7 +167,7 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .gpu.build import run_gpu_synth
-    from .hardware import load
+    from .hardware.load import load
     hw = _phase("rejected", "hardware", load, case.hw)
     try:
         report = run_gpu_synth(spec, hw, work_dir, dtype=case.dtype, verify=True, seed=case.seed)

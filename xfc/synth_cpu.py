@@ -22,7 +22,7 @@ from typing import Optional, Protocol
 
 from ._version import __version__
 from .errors import OperatorError
-from .hardware import CpuCluster, CpuCore, HardwareDescription
+from .hardware.model import CpuCluster, CpuCore, HardwareDescription
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
 from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
 

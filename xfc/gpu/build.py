@@ -21,6 +21,7 @@ import jinja2
 import numpy as np
 
 from .._version import __version__
+from .. import settings
 from ..build import procs
 from ..build.toolchain import write_atomic
 from ..errors import ToolchainError, VerificationError
@@ -63,8 +64,7 @@ def render_harness(default_repeat: int = 10, default_warmup: int = 1) -> str:
 
 
 def _cache_root() -> Path:
-    root = os.environ.get("XFC_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "xfc"
+    return settings.cache_dir()
 
 
 def _compile_command(source: Path, binary: Path) -> list[str]:

@@ -17,7 +17,7 @@ def default_out_dir(hw, model_path: str) -> Path:
 
 
 def cmd_model(args) -> int:
-    from ..hardware import load
+    from ..hardware.load import load
     from .load import parse_input_shapes
     from .pipeline import raise_if_unverified, run_model
     from .report import format_report

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from ..errors import VerificationError, XfcError
-from ..hardware import CpuCluster, CpuCore, HardwareDescription
+from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..synth_cpu import MicroTile, MicroTileScore, StaticEvaluator
 from ..build.toolchain import run
 from . import hostcc

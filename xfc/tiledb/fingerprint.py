@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..hardware import CpuCluster, HardwareDescription
+from ..hardware.model import CpuCluster, HardwareDescription
 from .records import canonical_json
 
 FINGERPRINT_VERSION = 1

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import VerificationError
-from ..hardware import CpuCluster, HardwareDescription
+from ..hardware.model import CpuCluster, HardwareDescription
 from ..synth_cpu import synthesize_cpu
 from . import hostcc
 from .records import OperatorRow, canonical_json, source_rank

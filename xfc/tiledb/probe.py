@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Optional
 from .._version import __version__
 from ..errors import ToolchainError, XfcError
 from ..build.toolchain import run
-from ..host import parse_cpuinfo
+from ..hardware.host import parse_cpuinfo
 from . import hostcc
 from .locations import user_db_path
 from .records import CalibrationRow, canonical_json

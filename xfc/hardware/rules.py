@@ -1,7 +1,7 @@
 """Cross-field rules for hardware descriptions: values that each pass their own range check but
 cannot be true of real hardware together.
 
-Pure functions over the cleaned field dicts that xfc/hardware.py produces (every field already
+Pure functions over the cleaned field dicts that xfc/hardware/schema.py produces (every field already
 has the right type and a plausible value). Each rule reports through `fail(field_path, message)`,
 which returns the exception to raise; the message names the values involved. Only rules that
 hold for every real part are here, each with the reason as a comment.

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping, Optional, Sequence
 
-from xfc.errors import HardwareError
-from xfc.hardware import SHIPPED_ROOT, CpuCluster, CpuCore, HardwareDescription, validate_file
+from ..errors import HardwareError
+from .load import SHIPPED_ROOT, validate_file
+from .model import CpuCluster, CpuCore, HardwareDescription
 
 # Linux arm64 hwcap names as /proc/cpuinfo prints them, in the kernel's order (for a faithful
 # Features line on the virtual device).

@@ -6,8 +6,8 @@ the parsing is split from the reading so tests can feed recorded text.
 The host can be made to look like a smaller x86-64 core, so that an AVX-512 machine synthesizes,
 builds, verifies and times the AVX2 and generic paths end to end:
   --hw host:avx2 / host:generic / host:avx512   one run, that ISA (it must be one the CPU has);
-  XFC_HOST_ISA=avx512|avx2|generic              the environment variable, read only here
-                                                (`host_isa_cap`): plain 'host' becomes that ISA
+  XFC_HOST_ISA=avx512|avx2|generic              the environment variable (xfc.settings.host_isa_cap,
+                                                passed in as `cap`): plain 'host' becomes that ISA
                                                 and wider ones count as absent.
 The smaller description is a real core of that class (AVX2: 256-bit, 16 registers, x86-64-v3;
 generic: 128-bit, 16 registers, plain x86-64) and is named 'host:<isa>'. Asking for an ISA the
@@ -20,8 +20,10 @@ import platform
 from pathlib import Path
 from typing import Optional
 
-from .errors import HardwareError
-from .hardware import CacheLevel, CpuCluster, CpuCore, HardwareDescription, LoadRules, MemoryDescription
+from .. import settings
+from ..errors import HardwareError
+from ..settings import FROM_ENVIRONMENT, HOST_ISA_ENV
+from .model import CacheLevel, CpuCluster, CpuCore, HardwareDescription, LoadRules, MemoryDescription
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
@@ -33,7 +35,6 @@ ASSUMED_DRAM_GBPS = 25.0
 
 # The x86-64 code paths xfc generates, widest first, with what each needs from the CPU and the
 # core it describes: (cpuinfo flags, vector bits, vector registers, gcc -march).
-HOST_ISA_ENV = "XFC_HOST_ISA"
 HOST_ISAS = ("avx512", "avx2", "generic")
 _ISA_FACTS = {
     "avx512": (("avx512f", "avx2", "fma"), 512, 32, "x86-64-v4"),
@@ -191,10 +192,8 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         notes=notes)
 
 
-def host_isa_cap() -> Optional[str]:
-    """The XFC_HOST_ISA environment variable (None when unset or empty): the one place it is read."""
-    value = os.environ.get(HOST_ISA_ENV, "").strip().lower()
-    return value or None
+def _cap(cap) -> Optional[str]:
+    return settings.host_isa_cap() if cap is FROM_ENVIRONMENT else cap
 
 
 def _read_flags() -> set[str]:
@@ -204,13 +203,14 @@ def _read_flags() -> set[str]:
         return set()
 
 
-def available_isas() -> tuple[str, ...]:
-    """The host ISAs this machine runs, widest first, after the XFC_HOST_ISA cap."""
-    return capped_isas(_read_flags(), host_isa_cap())
+def available_isas(cap=FROM_ENVIRONMENT) -> tuple[str, ...]:
+    """The host ISAs this machine runs, widest first, after the cap (default: XFC_HOST_ISA)."""
+    return capped_isas(_read_flags(), _cap(cap))
 
 
-def detect_host(isa: Optional[str] = None) -> HardwareDescription:
-    """Read this machine's facts (the only I/O) and describe it; isa as in describe_host."""
+def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT) -> HardwareDescription:
+    """Read this machine's facts (the only I/O) and describe it; isa and cap as in describe_host
+    (cap default: the XFC_HOST_ISA setting)."""
     try:
         cpuinfo_text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -220,4 +220,4 @@ def detect_host(isa: Optional[str] = None) -> HardwareDescription:
     except (AttributeError, OSError):
         n_cpus = os.cpu_count() or 1
     return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine(),
-                         isa=isa, cap=host_isa_cap())
+                         isa=isa, cap=_cap(cap))

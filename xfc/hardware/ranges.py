@@ -1,9 +1,9 @@
 """Plausible ranges for every numeric field of a hardware description.
 
 One table, PLAUSIBLE: field key -> Plausible(low, high, unit, why). The key is the kind and the
-field path, with `[]` for list items ("soc.clusters[].max_clock_ghz"). xfc/hardware.py builds its
+field path, with `[]` for list items ("soc.clusters[].max_clock_ghz"). xfc/hardware/schema.py builds its
 numeric checkers from this table, and hardware_descriptions/SCHEMA.md carries the same table as
-text (`python -c 'import xfc.hardware_ranges as r; r.write_schema_md()'` regenerates it; a unit test
+text (`python -c 'import xfc.hardware.ranges as r; r.write_schema_md()'` regenerates it; a unit test
 keeps the two in sync).
 
 The bounds are real hardware with a wide margin (the shipped descriptions and their sources,
@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Union
 
-from .paths import HARDWARE_DIR
+from ..paths import HARDWARE_DIR
 
 Number = Union[int, float]
 
