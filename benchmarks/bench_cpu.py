@@ -43,9 +43,10 @@ import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
-from xfc.workloads import SUITE  # noqa: E402
+from xfc.ops.workloads import SUITE  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
-from xfc.ops import check_output, make_inputs, make_spec  # noqa: E402
+from xfc.ops.reference import check_output, make_inputs
+from xfc.ops.spec import make_spec  # noqa: E402
 
 TARGET_S = 0.6
 MIN_REPEATS = 10

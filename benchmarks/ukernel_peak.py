@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
-from xfc.ops import make_spec
+from xfc.ops.spec import make_spec
 
 DRIVER = r"""
 #include <stdio.h>

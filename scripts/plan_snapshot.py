@@ -61,10 +61,10 @@ def api():
     from xfc.gpu.synth import synthesize_gpu
     from xfc.hardware.load import SHIPPED_ROOT, load, shipped_files
     from xfc.hardware.host import describe_host, parse_cpuinfo
-    from xfc.ops import make_spec
+    from xfc.ops.spec import make_spec
     from xfc.sanitize import EDGE_CASES
     from xfc.synth_cpu import synthesize_cpu
-    from xfc.workloads import SUITE, suite_spec
+    from xfc.ops.workloads import SUITE, suite_spec
 
     def cpu_render(plan):
         r = render_cpu_kernel(plan)

@@ -27,7 +27,8 @@ from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.settings import HOST_ISA_ENV, host_isa_cap
 from xfc.hardware.host import HOST_ISAS, available_isas, describe_host, parse_cpuinfo
-from xfc.ops import check_output, make_inputs, make_spec, reference
+from xfc.ops.reference import check_output, make_inputs, reference
+from xfc.ops.spec import make_spec
 
 # ---------------------------------------------------------------------------------------------
 # Tools

@@ -19,7 +19,7 @@ import support
 import xfc
 from support import ALL_HOST_ISAS, RUNNABLE_ISAS, needs_arm, needs_opencl
 from xfc.cli import main
-from xfc.ops import make_spec
+from xfc.ops.spec import make_spec
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 SHIPPED = Path(__file__).resolve().parent.parent / "hardware_descriptions"

@@ -20,7 +20,7 @@ from xfc.build.toolchain import ARM_CC, QEMU, require_tool
 from xfc.build.cpu import Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import HOST_LANES, a_load_groups, hand_plan, render_cpu_kernel, validate_plan
 from xfc.errors import OperatorError, VerificationError
-from xfc.ops import make_inputs
+from xfc.ops.reference import make_inputs
 
 
 def _check_host(spec, build_dir, isa, threads=1, seed=0, **overrides):

@@ -17,7 +17,7 @@ import pytest
 from android_runner.virtual_device import Faults, VirtualDevice
 from xfc.build.cpu import run_qemu
 from xfc.errors import DeviceError, ToolchainError
-from xfc.ops import make_spec as make_op_spec
+from xfc.ops.spec import make_spec as make_op_spec
 from xfc.runners import get_runner, make_spec
 from xfc.runners.qemu import QemuRunner
 

@@ -304,7 +304,7 @@ def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
 @pytest.mark.host
 @needs_host
 def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp_path):
-    from xfc import ops
+    from xfc.ops import reference as ops
     from xfc.fuzz_run import run_case
     rejected = run_case(_case("host", threads=999), tmp_path)
     assert rejected.status == "rejected" and "--threads 999" in rejected.detail

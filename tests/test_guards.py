@@ -16,7 +16,8 @@ from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import ToolchainError, VerificationError
 from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
 from xfc.mutants import mutate
-from xfc.ops import check_output, make_inputs, make_spec
+from xfc.ops.reference import check_output, make_inputs
+from xfc.ops.spec import make_spec
 
 # ---------------------------------------------------------------------------------------------
 # GuardedBuffer

@@ -437,7 +437,7 @@ def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, 
     from xfc.codegen_cpu import render_cpu_kernel
     from xfc.gpu.build import render_kernel
     from xfc.gpu.synth import synthesize_gpu
-    from xfc.ops import make_spec
+    from xfc.ops.spec import make_spec
     from xfc.synth_cpu import synthesize_cpu
 
     specs = (make_spec("matmul", {"m": 13, "n": 17, "k": 9}),

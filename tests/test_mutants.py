@@ -19,10 +19,11 @@ from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
 from xfc.hardware.host import detect_host
 from xfc.mutants import MUTANTS, mutate
-from xfc.ops import Epilogue, check_output, make_inputs, make_spec, reference
+from xfc.ops.spec import Epilogue, make_spec
+from xfc.ops.reference import check_output, make_inputs, reference
 from xfc.sanitize import host_isas
 from xfc.synth_cpu import synthesize_cpu
-from xfc.workloads import SUITE, suite_spec
+from xfc.ops.workloads import SUITE, suite_spec
 
 pytestmark = pytest.mark.host
 

@@ -371,7 +371,7 @@ def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     """The GPU path stages like the CPU path: a failure leaves the earlier output as it was."""
     from xfc.gpu.build import run_gpu_synth
     from xfc.hardware.load import load
-    from xfc.ops import make_spec
+    from xfc.ops.spec import make_spec
     from xfc.errors import ToolchainError
 
     hw = load("mali-g78")

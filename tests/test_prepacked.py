@@ -23,7 +23,7 @@ from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv
 from xfc.build.cpu import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import hand_plan, render_cpu_kernel
 from xfc.errors import VerificationError
-from xfc.ops import make_inputs
+from xfc.ops.reference import make_inputs
 
 
 @pytest.fixture(scope="module")

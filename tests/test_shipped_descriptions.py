@@ -19,7 +19,8 @@ from support import needs_arm
 from xfc.build.cpu import build_arm, qemu_cpu_models, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
 from xfc.hardware.load import SHIPPED_ROOT, load_path, shipped_files
-from xfc.ops import make_inputs, make_spec
+from xfc.ops.reference import make_inputs
+from xfc.ops.spec import make_spec
 from xfc.synth_cpu import synthesize_cpu
 
 SHAPES = {

@@ -19,9 +19,10 @@ import xfc
 from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
 from xfc.build.cpu import build_arm, run_qemu
 from xfc.codegen_cpu import render_cpu_kernel
-from xfc.ops import make_inputs, make_spec
+from xfc.ops.reference import make_inputs
+from xfc.ops.spec import make_spec
 from xfc.synth_cpu import MicroTileScore, StaticEvaluator, synthesize_cpu
-from xfc.workloads import SUITE, suite_spec
+from xfc.ops.workloads import SUITE, suite_spec
 
 HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
 

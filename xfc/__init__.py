@@ -9,7 +9,7 @@ Python API (used by the CLI):
 """
 from ._version import __version__
 from .hardware.load import load as load_hardware
-from .ops import make_spec, parse_shape
+from .ops.spec import make_spec, parse_shape
 
 
 def synthesize(spec, hw, **kwargs):

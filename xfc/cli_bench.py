@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from .errors import OperatorError, VerificationError
-from .ops import check_output, make_inputs
+from .ops.reference import check_output, make_inputs
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from . import settings
 from .errors import OperatorError, VerificationError, XfcError
 from .settings import TEST_MUTANT_ENV
-from .accuracy import merge
-from .ops import OPERATORS, check_output, make_inputs, make_spec, parse_shape
+from .ops.accuracy import merge
+from .ops.spec import OPERATORS, make_spec, parse_shape
+from .ops.reference import check_output, make_inputs
 from .outputs import OutputDir
 
 DEFAULT_OUT_ROOT = Path("xfc-out")

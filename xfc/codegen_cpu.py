@@ -27,7 +27,7 @@ import jinja2
 
 from .errors import OperatorError
 from .ir import ISAS, CpuKernelPlan
-from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
+from .ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from .paths import TEMPLATES_DIR
 
 TEMPLATE_DIR = TEMPLATES_DIR
@@ -241,7 +241,7 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
 
 def conv_stage_geometry(spec) -> dict:
     """Size of the zero-padded, column-phase-split input the im2col packer reads (see gemm.c.j2)."""
-    rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    rows = spec.window_rows(spec.out_h)
     cols = spec.out_w + ((spec.s - 1) * spec.dilation_w) // spec.stride_w
     return {"rows": rows, "cols": cols}
 
@@ -251,12 +251,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     policy = _policy(plan)
     ctx = _common_context(plan, "cpu/gemm.c.j2")
     transposed = plan.lowering == "implicit_gemm_t"
-    if isinstance(spec, MatmulSpec):
-        m, n, lda = spec.m, spec.n, spec.k
-    elif transposed:  # GEMM rows are output pixels, columns are output channels
-        m, n, lda = spec.out_h * spec.out_w, spec.k, spec.c * spec.r * spec.s
-    else:
-        m, n, lda = spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s
+    m, n, lda = gemm_view(spec, transposed)   # transposed: rows are output pixels, columns output channels
     ctx.update({
         "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
         "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
@@ -331,7 +326,7 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
     max_off = ((spec.s - 1) * spec.dilation_w) // sw
     phase_width = max(ow_padded + max_off, math.ceil((spec.w + spec.pad_left) / sw))
     phase_width = math.ceil(phase_width / lanes) * lanes
-    block_rows = (d.oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    block_rows = spec.window_rows(d.oh_rows)
     row_stride = sw * phase_width
     taps = []
     for r in range(spec.r):
@@ -438,10 +433,7 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = N
     nc = nc or max(nr, (3072 // nr) * nr)
     transposed = transposed and isinstance(spec, Conv2dSpec)
     if parallel_axis is None:
-        m_size = spec.m if isinstance(spec, MatmulSpec) else spec.k
-        n_size = spec.n if isinstance(spec, MatmulSpec) else spec.out_h * spec.out_w
-        if transposed:
-            m_size, n_size = n_size, m_size
+        m_size, n_size, _ = gemm_view(spec, transposed)
         parallel_axis = "n" if n_size >= m_size else "m"
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits,

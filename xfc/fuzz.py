@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from .errors import OperatorError, XfcError
-from .ops import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
+from .ops.spec import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
 
 CASE_FORMAT = 1
 TARGETS = ("host", "qemu", "pocl")

@@ -127,7 +127,7 @@ def _phase(status: str, what: str, fn, *args, **kwargs):
 
 
 def _check(spec, outputs: dict, a, b, bias) -> float:
-    from .ops import check_output
+    from .ops.reference import check_output
     worst = 0.0
     for entry, out in outputs.items():
         ok, max_err, ratio = check_output(spec, out, a, b, bias)
@@ -141,7 +141,7 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .build.cpu import build_arm, build_host, run_qemu
     from .codegen_cpu import render_cpu_kernel
     from .hardware.load import load
-    from .ops import make_inputs
+    from .ops.reference import make_inputs
     from .synth_cpu import synthesize_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
     synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,

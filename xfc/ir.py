@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .ops import OperatorSpec
+from .ops.spec import OperatorSpec
 
 ISAS = ("avx512", "avx2", "neon", "generic")
 

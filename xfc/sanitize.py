@@ -31,7 +31,8 @@ from .build.cpu import COMMON_FLAGS, _write_sources, run_harness
 from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
 from .codegen_cpu import RenderedKernel, hand_plan, render_cpu_kernel
 from .errors import ToolchainError, VerificationError
-from .ops import check_output, make_inputs, make_spec
+from .ops.reference import check_output, make_inputs
+from .ops.spec import make_spec
 
 SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 SANITIZER_ENV = {

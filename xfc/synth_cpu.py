@@ -24,7 +24,7 @@ from ._version import __version__
 from .errors import OperatorError
 from .hardware.model import CpuCluster, CpuCore, HardwareDescription
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
-from .ops import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
+from .ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 
 FLOAT_BYTES = 4
 MAX_MR = 16
@@ -241,18 +241,6 @@ class CpuSynthesis:
 # (b)-(d) for GEMM-lowered operators.
 # ---------------------------------------------------------------------------------------------
 
-def gemm_shape(spec: OperatorSpec, transposed: bool = False) -> tuple[int, int, int]:
-    """(M, N, K) of the GEMM an operator lowers to. Conv2d: M = output channels, N = output
-    pixels; transposed (implicit_gemm_t): M = output pixels, N = output channels."""
-    if isinstance(spec, MatmulSpec):
-        return spec.m, spec.n, spec.k
-    if isinstance(spec, Conv2dSpec):
-        if transposed:
-            return spec.out_h * spec.out_w, spec.k, spec.c * spec.r * spec.s
-        return spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s
-    raise OperatorError(f"{spec.name} is not lowered to GEMM")
-
-
 def _round_down(x: int, multiple: int) -> int:
     return max(multiple, (x // multiple) * multiple)
 
@@ -284,7 +272,7 @@ def _expand(tile: MicroTile, score: MicroTileScore, spec: OperatorSpec, hw: Hard
             stream_b_from_l2: bool = False):
     """Grow one micro-tile into a full GEMM schedule; return (schedule, levels, estimate)."""
     core = cluster.core
-    m, n, k = gemm_shape(spec, transposed)
+    m, n, k = gemm_view(spec, transposed)
     batch = spec.batch if isinstance(spec, MatmulSpec) else spec.n
     conv = isinstance(spec, Conv2dSpec)
     mr, nr = tile.mr, tile.nr
@@ -456,7 +444,7 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
                 continue
             fmas = oh_rows * ow_vectors * window
             # each distinct input vector of the tile is loaded once and feeds every tap that reads it
-            input_rows = (oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+            input_rows = spec.window_rows(oh_rows)
             loads = input_rows * spec.s * ow_vectors
             waste = math.ceil(spec.out_w / (ow_vectors * lanes)) * ow_vectors * lanes / spec.out_w
             key = (-(fmas / loads) / waste, -oh_rows * ow_vectors, oh_rows)
@@ -466,7 +454,7 @@ def _depthwise(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster
     planes = spec.n * spec.c
     threads_used = max(1, min(threads, planes))
     sched = DepthwiseSchedule(ow_vectors=ow_vectors, oh_rows=oh_rows, threads=threads_used)
-    hp = (oh_rows - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1  # rows staged per row block
+    hp = spec.window_rows(oh_rows)  # rows staged per row block
     wp = spec.w + spec.pad_left + spec.pad_right
     stage_bytes = hp * _round_up(wp, lanes) * FLOAT_BYTES
     clock_hz = cluster.clock_ghz * 1e9
@@ -546,7 +534,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     orientations = (False, True) if isinstance(spec, Conv2dSpec) else (False,)
     candidates = []
     for transposed in orientations:
-        m, n, k = gemm_shape(spec, transposed)
+        m, n, k = gemm_view(spec, transposed)
         for tile, score, _ in rank_micro_tiles(core, isa, evaluator, m, n)[:6]:
             options = [(L1_FILL, False), (0.75, False)]
             # Deep L2-streamed slices only for matmul, whose B is pre-packed once: a conv packs its
@@ -563,7 +551,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     candidates.sort(key=lambda c: (round((c[0] / fastest - 1) / RANK_BUCKET), *c[1:6]))
     best = candidates[0]
     transposed, sched, levels, estimate, score = best[1], best[6], best[7], best[8], best[9]
-    m, n, k = gemm_shape(spec, transposed)
+    m, n, k = gemm_view(spec, transposed)
     seen, alternatives = {(transposed, sched)}, []
     for c in candidates[1:]:
         if (c[1], c[6]) not in seen:

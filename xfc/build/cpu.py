@@ -24,7 +24,7 @@ import numpy as np
 from ..codegen_cpu import RenderedKernel
 from ..errors import ToolchainError, VerificationError
 from ..guards import GuardedBuffer
-from ..ops import check_output
+from ..ops.reference import check_output
 from ..sigill import illegal_instruction_message, is_illegal_instruction
 from . import procs
 from .toolchain import (ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, QEMU, RUN_TIMEOUT_S, digest, failure, require_tool, run,

@@ -25,11 +25,11 @@ from .. import settings
 from ..build import procs
 from ..build.toolchain import write_atomic
 from ..errors import ToolchainError, VerificationError
-from ..ops import make_inputs
+from ..ops.reference import make_inputs
 from ..paths import TEMPLATES_DIR
 from .ir import PREDICTION_LABEL, GpuKernelPlan
 from .synth import synthesize_gpu
-from .verify import check
+from ..ops.reference import check_variant_output
 
 TEMPLATE_DIR = TEMPLATES_DIR / "opencl"
 POCL_LABEL = "PoCL on the host CPU — not a phone GPU timing"
@@ -160,10 +160,6 @@ def _jsonable(value):
     return value
 
 
-def _shape_of(spec) -> dict:
-    return {f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"}
-
-
 def _build_script(kernel_names: list[str]) -> str:
     return "\n".join([
         "#!/bin/sh",
@@ -230,7 +226,7 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
         "family": plan.family,
         "target": "gpu",
         "op": spec.name,
-        "shape": _shape_of(spec),
+        "shape": spec.shape_dict(),
         "epilogue": spec.epilogue.describe(),
         "dtype": dtype,
         "tiles": plan.tiles(),
@@ -285,7 +281,7 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
             report.update(pocl_median_s=timing["median_s"], pocl_min_s=timing["min_s"], pocl_max_s=timing["max_s"],
                           pocl_repeats=timing["repeats"], pocl_samples_s=timing["samples_s"])
             if verify:
-                verdict = check(run_variant, spec, got, a, b, bias)
+                verdict = check_variant_output(run_variant, spec, got, a, b, bias)
                 report.update(verified=bool(verdict.ok), max_abs_error=verdict.max_abs_error,
                               worst_error_ratio=verdict.worst_ratio, rms_error=verdict.rms_error,
                               rms_limit=verdict.rms_limit)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ops import OperatorSpec
+from ..ops.spec import OperatorSpec
 
 DTYPES = ("fp32", "fp16")
 # variant = (storage type, compute type) the kernel file is rendered for

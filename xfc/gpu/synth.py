@@ -23,7 +23,7 @@ from typing import Optional
 
 from .._version import __version__
 from ..errors import HardwareError, OperatorError
-from ..ops import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
 from .ir import (DTYPES, PREDICTION_LABEL, CostEstimate, GpuKernelPlan, Grid, Occupancy, RegisterTile,
                  WorkGroupTile)
 

@@ -158,7 +158,7 @@ def plan_tasks(db: TileDb, hw: HardwareDescription, evaluators: Sequence, ops: S
     """Every task for hw, in a stable order (clusters fastest first, evaluators as given, tiles
     in enumeration order, workloads in suite order); tiles: only these (MR, NR) shapes.
     An evaluator serves the classes it implements: measure (micro-tiles), measure_operator."""
-    from ..workloads import SUITE, suite_spec
+    from ..ops.workloads import SUITE, suite_spec
     tasks: list[Task] = []
     for cluster in clusters_of(hw, cluster_role):
         fp, lab = fingerprint(hw, cluster), label(hw, cluster)

@@ -176,7 +176,7 @@ class HostMicroKernelEvaluator:
     def kernel_source(tile: MicroTile, isa: str, kc: int) -> tuple[str, str]:
         """(C source of the rendered kernel holding the tile's xfc_ukernel, its gcc -march value)."""
         from ..codegen_cpu import hand_plan, render_cpu_kernel
-        from ..ops import make_spec
+        from ..ops.spec import make_spec
         if isa not in HOST_ISAS:
             raise XfcError(f"the host evaluator times x86 kernels; isa {isa!r} is not one of {', '.join(HOST_ISAS)}")
         spec = make_spec("matmul", dict(m=4 * tile.mr, n=4 * tile.nr, k=kc))

@@ -71,7 +71,7 @@ class HostOperatorEvaluator:
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
         from ..build.cpu import build_host
         from ..codegen_cpu import render_cpu_kernel
-        from ..ops import check_output, make_inputs
+        from ..ops.reference import check_output, make_inputs
         result = synthesize_cpu(spec, hw, cluster.role, threads)
         with tempfile.TemporaryDirectory(prefix="xfc-tiledb-op-", dir=self.work_dir) as tmp:
             kernel = build_host(render_cpu_kernel(result.plan), Path(tmp))

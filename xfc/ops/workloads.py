@@ -1,7 +1,7 @@
 """The workload suite used by tests and benchmarks (batch 1, fp32): name -> (op, shape, options)."""
 from __future__ import annotations
 
-from .ops import OperatorSpec, make_spec
+from .spec import OperatorSpec, make_spec
 
 SUITE = {
     "mm_512": ("matmul", dict(m=512, n=512, k=512), {}),

@@ -1,12 +1,12 @@
 """Judging a kernel's output: the worst-case bound, the statistical (RMS) check, and the verdict.
 
-Pure functions on numpy arrays; `xfc.ops.check_output` feeds them the reference and the
+Pure functions on numpy arrays; `xfc.ops.reference.check_output` feeds them the reference and the
 per-element magnitudes M_e = sum_i |a_i b_i| (+ |bias|) of the operator.
 
 Two checks, both derived from the standard model of floating-point arithmetic
 (fl(x op y) = (x op y)(1 + d), |d| <= u, u = 2^-24 for fp32 round-to-nearest):
 
-1. Worst case, per element (`error_bound` in ops.py): |err_e| <= gamma_(K+2) * M_e. It holds
+1. Worst case, per element (`error_bound` in reference.py): |err_e| <= gamma_(K+2) * M_e. It holds
    for any summation order, but it grows like K while real errors grow like sqrt(K), so at
    large K it also accepts operands rounded to fp16 (ratio 0.3-0.9 at K = 1024..2304).
 

@@ -1,20 +1,23 @@
-"""Operator specifications: shapes, validation, FLOP counts, numpy references and inputs.
+"""Operator specifications (input 2): shapes, validation, FLOP counts, CLI shape parsing.
 
 Layouts (fp32, row-major / C order):
   matmul     A[batch, M, K] @ B[batch, K, N] (+ bias[N]) -> C[batch, M, N]
   conv2d     input[N, C, H, W] * weight[K, C, R, S] (+ bias[K]) -> out[N, K, OH, OW]
   depthwise  input[N, C, H, W] * weight[C, 1, R, S] (+ bias[C]) -> out[N, C, OH, OW]
 The epilogue (bias, then ReLU or ReLU6) is part of the spec because mobile models fuse it.
+
+Facts about a spec that several stages need are computed here once: `gemm_view` (the GEMM an
+operator lowers to), `window_rows` (the input rows a block of output rows reads) and
+`shape_dict` (the size fields as a dict).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 
-from .accuracy import Verdict, judge, variance_bound  # noqa: F401  (Verdict: re-exported)
-from .errors import OperatorError
+from ..errors import OperatorError
 
 ACTIVATIONS = ("none", "relu", "relu6")
 OPERATORS = ("matmul", "conv2d", "depthwise")
@@ -35,8 +38,17 @@ class Epilogue:
         return "+".join(parts) if parts else "none"
 
 
+
+class _Spec:
+    """What every spec offers beside its fields."""
+
+    def shape_dict(self) -> dict[str, int]:
+        """The size fields (everything but the epilogue), in declaration order."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "epilogue"}
+
+
 @dataclass(frozen=True)
-class MatmulSpec:
+class MatmulSpec(_Spec):
     m: int
     n: int
     k: int
@@ -69,7 +81,7 @@ class MatmulSpec:
 
 
 @dataclass(frozen=True)
-class _WindowedSpec:
+class _WindowedSpec(_Spec):
     """Shared geometry of conv2d and depthwise: a sliding R x S window over H x W."""
 
     n: int
@@ -94,6 +106,10 @@ class _WindowedSpec:
     @property
     def out_w(self) -> int:
         return (self.w + self.pad_left + self.pad_right - self.dilation_w * (self.s - 1) - 1) // self.stride_w + 1
+
+    def window_rows(self, out_rows: int) -> int:
+        """Input rows (padded image) that `out_rows` consecutive output rows read."""
+        return (out_rows - 1) * self.stride_h + (self.r - 1) * self.dilation_h + 1
 
     @property
     def pointwise(self) -> bool:
@@ -180,8 +196,7 @@ MAX_ELEMENTS = 1 << 31
 
 
 def _validate(spec: OperatorSpec) -> OperatorSpec:
-    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"}
-    for field, value in fields.items():
+    for field, value in spec.shape_dict().items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise OperatorError(f"{spec.name}: '{field}' must be an integer, got {value!r}")
         minimum = 0 if field.startswith("pad_") else 1
@@ -279,118 +294,26 @@ def make_spec(op: str, shape: dict[str, int], *, stride: str | tuple = "1", pad:
     return _validate(DepthwiseSpec(epilogue=epilogue, **geometry))
 
 
-# ---------------------------------------------------------------------------------------------
-# Inputs, numpy references and the verification tolerance.
-# ---------------------------------------------------------------------------------------------
+class GemmView(NamedTuple):
+    """The GEMM an operator lowers to, per batch item: C[M x N] = A[M x K] B[K x N]; A's rows are
+    K floats apart (lda = K)."""
 
-# Pre-activation spread (standard deviation) aimed for when a spec ends in ReLU6, so that its upper
-# clamp is crossed as often as its lower one (about one output in six above 6).
-RELU6_SPREAD = 6.0
+    m: int
+    n: int
+    k: int
 
-
-def input_scale(spec: OperatorSpec) -> float:
-    """Factor applied to both operands by make_inputs: 1, except for ReLU6 epilogues.
-
-    With operands uniform in [-1, 1) a dot product of length K has standard deviation sqrt(K)/3,
-    which stays below 6 up to K = 324: the ReLU6 clamp at 6 would almost never be exercised.
-    Scaling both operands by s with s^2 sqrt(K)/3 = RELU6_SPREAD lifts the spread to 6 (never
-    scaled down). The K-derived error bound is relative to sum |a_i b_i|, so it scales too.
-    """
-    if spec.epilogue.activation != "relu6":
-        return 1.0
-    return max(1.0, float(np.sqrt(3.0 * RELU6_SPREAD / np.sqrt(spec.reduction_size))))
+    @property
+    def lda(self) -> int:
+        return self.k
 
 
-def make_inputs(spec: OperatorSpec, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Deterministic fp32 inputs: (first operand, second operand, bias), uniform in [-1, 1); for a
-    ReLU6 epilogue both operands are scaled by input_scale(spec) (same seed, same arrays)."""
-    rng = np.random.default_rng(seed)
-    a, b, bias = (rng.uniform(-1.0, 1.0, size=shape) for shape in spec.input_shapes)
-    scale = input_scale(spec)
-    return (a * scale).astype(np.float32), (b * scale).astype(np.float32), bias.astype(np.float32)
-
-
-def _epilogue(out: np.ndarray, bias: np.ndarray, spec: OperatorSpec, bias_axis: int) -> np.ndarray:
-    if spec.epilogue.bias:
-        shape = [1] * out.ndim
-        shape[bias_axis] = -1
-        out = out + bias.astype(out.dtype).reshape(shape)
-    if spec.epilogue.activation == "relu":
-        out = np.maximum(out, 0)
-    elif spec.epilogue.activation == "relu6":
-        out = np.clip(out, 0, 6)
-    return out
-
-
-def _windows(x: np.ndarray, spec: _WindowedSpec) -> np.ndarray:
-    """View of x padded, as [N, C, OH, OW, R, S] windows (strided, no copy of the windows)."""
-    xp = np.pad(x, ((0, 0), (0, 0), (spec.pad_top, spec.pad_bottom), (spec.pad_left, spec.pad_right)))
-    n, c, hp, wp = xp.shape
-    sn, sc, sh, sw = xp.strides
-    return np.lib.stride_tricks.as_strided(
-        xp, shape=(n, c, spec.out_h, spec.out_w, spec.r, spec.s),
-        strides=(sn, sc, sh * spec.stride_h, sw * spec.stride_w, sh * spec.dilation_h, sw * spec.dilation_w),
-        writeable=False)
-
-
-def reference(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
-              dtype=np.float64) -> np.ndarray:
-    """The numpy oracle. Computed in float64 by default so that it is exact enough to judge fp32."""
-    a = a.astype(dtype)
-    b = b.astype(dtype)
+def gemm_view(spec: OperatorSpec, transposed: bool = False) -> GemmView:
+    """(M, N, K) of the GEMM an operator lowers to. Conv2d: M = output channels, N = output
+    pixels; transposed (implicit_gemm_t): M = output pixels, N = output channels."""
     if isinstance(spec, MatmulSpec):
-        return _epilogue(np.matmul(a, b), bias, spec, bias_axis=2)
-    windows = _windows(a, spec)
+        return GemmView(spec.m, spec.n, spec.k)
     if isinstance(spec, Conv2dSpec):
-        out = np.einsum("ncxyrs,kcrs->nkxy", windows, b, optimize=True)
-    else:
-        out = np.einsum("ncxyrs,crs->ncxy", windows, b[:, 0], optimize=True)
-    return _epilogue(out, bias, spec, bias_axis=1)
-
-
-def magnitude(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Per-element M_e = sum_i |a_i b_i| (+ |bias| when fused), in float64: what rounding errors scale with."""
-    plain = type(spec)(**{f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"})
-    mag = reference(plain, np.abs(a), np.abs(b), np.abs(bias))
-    if spec.epilogue.bias:
-        bias_axis = 2 if isinstance(spec, MatmulSpec) else 1
-        shape = [-1 if axis == bias_axis else 1 for axis in range(mag.ndim)]
-        mag = mag + np.abs(bias).astype(np.float64).reshape(shape)
-    return mag
-
-
-def _gamma(k: int) -> float:
-    unit = np.float64(2.0 ** -24)
-    return float(k * unit / (1 - k * unit))
-
-
-def error_bound(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
-                mag: np.ndarray | None = None) -> np.ndarray:
-    """Per-element bound on |fp32 kernel - exact| from the standard dot-product error analysis.
-
-    Any summation order of a length-K fp32 dot product with FMA satisfies
-    |computed - exact| <= gamma_K * sum_i |a_i b_i|, gamma_K = K u / (1 - K u), u = 2^-24;
-    the bias add and the final rounding add two more units. The bound depends only on K and on
-    the data, not on a tuned constant. ReLU/ReLU6 are 1-Lipschitz, so the bound carries through.
-    """
-    mag = magnitude(spec, a, b, bias) if mag is None else mag
-    return _gamma(spec.reduction_size + 2) * mag + np.finfo(np.float32).tiny
-
-
-def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray, variance: np.ndarray | None = None,
-                     k: int = 0):
-    """Verdict of got against expected under a per-element bound (and, given the per-element
-    variance bound of xfc.accuracy, the RMS check). Unpacks as (ok, max_abs_error, worst_ratio)."""
-    return judge(expected, got, bound, variance, k)
-
-
-def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray, *,
-                 statistical: bool = True):
-    """Compare a kernel's output with the reference: a Verdict (see xfc.accuracy) that unpacks as
-    (ok, max_abs_error, worst_ratio). ok needs every element finite and within the worst-case
-    bound, and, when statistical and K and the output are large enough, the RMS error within the
-    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs)."""
-    mag = magnitude(spec, a, b, bias)
-    k = spec.reduction_size
-    variance = variance_bound(k, mag) if statistical else None
-    return judge(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias, mag), variance, k)
+        if transposed:
+            return GemmView(spec.out_h * spec.out_w, spec.k, spec.c * spec.r * spec.s)
+        return GemmView(spec.k, spec.out_h * spec.out_w, spec.c * spec.r * spec.s)
+    raise OperatorError(f"{spec.name} is not lowered to GEMM")
