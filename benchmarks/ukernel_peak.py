@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.ops.spec import make_spec
 
 DRIVER = r"""

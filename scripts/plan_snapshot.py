@@ -48,7 +48,37 @@ NORMALIZE = (
 )
 
 # Plan fields a restructure added (path suffix -> why). Values of every other field must be equal.
-ADDED_FIELDS: dict[str, str] = {}
+_CODE_SHAPE = "a code-shape decision code generation used to make; now a plan field (the kernel is unchanged)"
+ADDED_FIELDS: dict[str, str] = {
+    **{f"gemm.{name}": _CODE_SHAPE for name in ("c_store", "loop_order", "prefetch_c", "prefetch_b_distance",
+                                                 "pack_a_kb", "stage_copy")},
+    **{f"depthwise.{name}": _CODE_SHAPE for name in ("row_tail", "stage_copy")},
+    "report.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
+    "report.json.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
+}
+
+# Values a restructure moved from one field to another: before the restructure, hand plans took
+# loop order, C/B prefetch and the A-packing block as plan.extra text overrides; now they are
+# GemmSchedule fields. migrate() rewrites an old snapshot's entries into the new form, so that the
+# comparison checks the moved values exactly (and that plan.extra is otherwise unchanged).
+EXTRA_TO_GEMM = {"loop_order": str, "prefetch_c": lambda v: v not in ("0", "false", "False", ""),
+                 "prefetch_b_distance": int, "pack_a_kb": int}
+
+
+def migrate(snap: dict) -> dict:
+    for entry in snap.values():
+        plan = entry.get("plan") if isinstance(entry, dict) else None
+        if not plan or not isinstance(plan.get("extra"), dict):
+            continue
+        moved = {k: v for k, v in plan["extra"].items() if k in EXTRA_TO_GEMM}
+        if not moved or plan.get("gemm") is None:
+            continue
+        for key, value in moved.items():
+            del plan["extra"][key]
+            plan["gemm"][key] = EXTRA_TO_GEMM[key](value)
+        if not plan["extra"]:
+            plan["extra"] = []
+    return snap
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,14 +86,15 @@ ADDED_FIELDS: dict[str, str] = {}
 # ---------------------------------------------------------------------------------------------
 
 def api():
-    from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+    from xfc.cpu.plans import hand_plan
+    from xfc.cpu.codegen import render_cpu_kernel
     from xfc.gpu.build import render_harness, render_kernel
     from xfc.gpu.synth import synthesize_gpu
     from xfc.hardware.load import SHIPPED_ROOT, load, shipped_files
     from xfc.hardware.host import describe_host, parse_cpuinfo
     from xfc.ops.spec import make_spec
     from xfc.sanitize import EDGE_CASES
-    from xfc.synth_cpu import synthesize_cpu
+    from xfc.cpu.synth import synthesize_cpu
     from xfc.ops.workloads import SUITE, suite_spec
 
     def cpu_render(plan):
@@ -74,12 +105,7 @@ def api():
         return render_kernel(plan)
 
     def hand(spec, isa, threads, **overrides):
-        policy = {k: overrides.pop(k) for k in ("loop_order", "prefetch_c", "prefetch_b_distance", "pack_a_kb")
-                  if k in overrides}
-        if policy:   # before the restructure these were plan.extra overrides
-            overrides["extra"] = tuple((k, str(int(v)) if isinstance(v, bool) else str(v))
-                                       for k, v in policy.items())
-        return hand_plan(spec, isa, threads, **overrides)
+        return hand_plan(spec, isa, threads, **overrides)   # (before the restructure: policy in plan.extra)
 
     return dict(load=load, shipped_files=shipped_files, shipped_root=SHIPPED_ROOT, make_spec=make_spec,
                 describe_host=describe_host, parse_cpuinfo=parse_cpuinfo, suite=SUITE, suite_spec=suite_spec,
@@ -453,7 +479,7 @@ def main(argv=None) -> int:
         return 0
     if args.save:
         Path(args.save).write_text(text)
-    before = json.loads(Path(args.compare).read_text())
+    before = migrate(json.loads(Path(args.compare).read_text()))
     if args.skip_cli:
         before = {k: v for k, v in before.items() if not k.startswith("cli|")}
     diffs: list = []

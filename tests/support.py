@@ -24,7 +24,8 @@ import pytest
 import xfc
 from xfc.build.toolchain import ARM_CC, HOST_CC, QEMU
 from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.settings import HOST_ISA_ENV, host_isa_cap
 from xfc.hardware.host import HOST_ISAS, available_isas, describe_host, parse_cpuinfo
 from xfc.ops.reference import check_output, make_inputs, reference

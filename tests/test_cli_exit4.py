@@ -1,6 +1,6 @@
 """`xfc synth --verify` exits 4 with one line when the kernel is wrong, and keeps its outputs.
 
-The wrong kernels come from the test-only fault injection XFC_TEST_MUTANT (xfc/mutants.py,
+The wrong kernels come from the test-only fault injection XFC_TEST_MUTANT (xfc/cpu/mutants.py,
 read only in xfc/cli_synth.py), run through the real console script in a subprocess.
 """
 from __future__ import annotations

@@ -12,10 +12,11 @@ import pytest
 
 from xfc.build.cpu import COMMON_FLAGS, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
 from xfc.build.toolchain import HOST_CC
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import ToolchainError, VerificationError
 from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
-from xfc.mutants import mutate
+from xfc.cpu.mutants import mutate
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec
 

@@ -434,11 +434,11 @@ def _extreme_params():
 
 @pytest.mark.parametrize("rel,key,path", list(_extreme_params()))
 def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, path):
-    from xfc.codegen_cpu import render_cpu_kernel
+    from xfc.cpu.codegen import render_cpu_kernel
     from xfc.gpu.build import render_kernel
     from xfc.gpu.synth import synthesize_gpu
     from xfc.ops.spec import make_spec
-    from xfc.synth_cpu import synthesize_cpu
+    from xfc.cpu.synth import synthesize_cpu
 
     specs = (make_spec("matmul", {"m": 13, "n": 17, "k": 9}),
              make_spec("conv2d", {"n": 1, "h": 9, "w": 7, "c": 5, "k": 6, "r": 3, "s": 3}, pad=1),

@@ -17,11 +17,11 @@ import support
 import xfc
 from support import needs_arm
 from xfc.build.cpu import build_arm, qemu_cpu_models, run_qemu
-from xfc.codegen_cpu import render_cpu_kernel
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.hardware.load import SHIPPED_ROOT, load_path, shipped_files
 from xfc.ops.reference import make_inputs
 from xfc.ops.spec import make_spec
-from xfc.synth_cpu import synthesize_cpu
+from xfc.cpu.synth import synthesize_cpu
 
 SHAPES = {
     "matmul": make_spec("matmul", dict(m=23, n=37, k=41), bias=True, activation="relu6"),

@@ -17,7 +17,10 @@ import pytest
 from xfc.errors import XfcError
 from xfc.hardware.load import load, validate_file
 from xfc.ops.spec import make_spec
-from xfc.synth_cpu import StaticEvaluator, enumerate_micro_tiles, isa_for, synthesize_cpu
+from xfc.cpu.cost_model import StaticEvaluator
+from xfc.cpu.tiles import enumerate_micro_tiles
+from xfc.cpu.isa import isa_for
+from xfc.cpu.synth import synthesize_cpu
 from xfc.tiledb import schema
 from xfc.tiledb.build import plan_tasks, register_hardware, run_build
 from xfc.tiledb.evaluators import StaticDbEvaluator, TileDbEvaluator, open_for_synthesis, tile_params

@@ -13,8 +13,8 @@ from .ops.spec import make_spec, parse_shape
 
 
 def synthesize(spec, hw, **kwargs):
-    """Synthesize a CPU kernel plan for spec on hw (see xfc.synth_cpu.synthesize_cpu)."""
-    from .synth_cpu import synthesize_cpu
+    """Synthesize a CPU kernel plan for spec on hw (see xfc.cpu.synth.synthesize_cpu)."""
+    from .cpu.synth import synthesize_cpu
     return synthesize_cpu(spec, hw, **kwargs)
 
 

@@ -80,7 +80,7 @@ def _device_and_description(args, say):
 def _bench(args) -> int:
     from .build.cpu import build_arm
     from .cli_synth import spec_from_args, synthesize_timed
-    from .codegen_cpu import render_cpu_kernel
+    from .cpu.codegen import render_cpu_kernel
     from .runners import RunSpec, get_runner
     from .hardware.identity import check_description
 

@@ -38,7 +38,7 @@ def spec_from_args(args):
 
 def synthesize_timed(spec, hw, cluster=None, threads=None):
     """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured."""
-    from .synth_cpu import synthesize_cpu
+    from .cpu.synth import synthesize_cpu
     start = time.perf_counter()
     result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads)
     return result, time.perf_counter() - start
@@ -49,7 +49,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
     from .build.cpu import build_arm, build_host, run_qemu
-    from .codegen_cpu import render_cpu_kernel
+    from .cpu.codegen import render_cpu_kernel
 
     say = progress or (lambda msg: None)
     result, synth_s = synthesize_timed(spec, hw, cluster, threads)
@@ -113,12 +113,12 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
 
 
 def _test_fault_injection(rendered, say):
-    """TEST-ONLY: the deliberately wrong kernel XFC_TEST_MUTANT names (xfc/mutants.py), applied to
+    """TEST-ONLY: the deliberately wrong kernel XFC_TEST_MUTANT names (xfc/cpu/mutants.py), applied to
     the rendered source so that tests can show `xfc synth --verify` exits 4."""
     name = settings.test_mutant()
     if not name:
         return rendered
-    from .mutants import mutate
+    from .cpu.mutants import mutate
     mutated = mutate(rendered, name)
     say(f"TEST FAULT INJECTION ({TEST_MUTANT_ENV}={name}): this kernel is deliberately wrong")
     return mutated

@@ -139,10 +139,10 @@ def _check(spec, outputs: dict, a, b, bias) -> float:
 
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .build.cpu import build_arm, build_host, run_qemu
-    from .codegen_cpu import render_cpu_kernel
+    from .cpu.codegen import render_cpu_kernel
     from .hardware.load import load
     from .ops.reference import make_inputs
-    from .synth_cpu import synthesize_cpu
+    from .cpu.synth import synthesize_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
     synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,
                        threads=case.threads, isa=case.isa)

@@ -29,7 +29,8 @@ from typing import Iterable, Optional
 
 from .build.cpu import COMMON_FLAGS, _write_sources, run_harness
 from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
-from .codegen_cpu import RenderedKernel, hand_plan, render_cpu_kernel
+from .cpu.codegen import RenderedKernel, render_cpu_kernel
+from .cpu.plans import hand_plan
 from .errors import ToolchainError, VerificationError
 from .ops.reference import check_output, make_inputs
 from .ops.spec import make_spec
@@ -110,9 +111,9 @@ THREADS = (1, 2, 3)
 
 def plan_for(case: EdgeCase, isa: str, threads: int):
     """hand_plan with the case's overrides; 0 means "the ISA's lanes" for nr / nc (tile-sized)."""
-    from .codegen_cpu import HOST_LANES
+    from .cpu.isa import ISA_TABLE
     overrides = dict(case.plan)
-    lanes = HOST_LANES[isa]
+    lanes = ISA_TABLE[isa].hand_lanes
     for key in ("nr", "nc"):
         if overrides.get(key) == 0:
             overrides[key] = lanes
@@ -179,7 +180,7 @@ def sanitize_case(case: EdgeCase, isa: str, threads: int, work_dir: Path,
     """Build and run one case (both entry points). mutant: a name from xfc.mutants (tests only)."""
     rendered = render_cpu_kernel(plan_for(case, isa, threads))
     if mutant:
-        from .mutants import mutate
+        from .cpu.mutants import mutate
         rendered = mutate(rendered, mutant)
     spec = rendered.plan.spec
     binary = build_sanitized(rendered, work_dir)

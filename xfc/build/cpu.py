@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..codegen_cpu import RenderedKernel
+from ..cpu.codegen import RenderedKernel
 from ..errors import ToolchainError, VerificationError
 from ..guards import GuardedBuffer
 from ..ops.reference import check_output

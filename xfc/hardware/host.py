@@ -147,7 +147,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
                                 f"available: {', '.join('host:' + i for i in available)})")
     chosen = isa or available[0]
     needed, vector_bits, registers, march = _ISA_FACTS[chosen]
-    # Only the features of the chosen code path: the core's isa_family then picks that dialect.
+    # Only the features of the chosen code path: xfc.cpu.isa.isa_for then picks that dialect.
     features = [f for f in ("avx2", "fma", "avx512f") if f in needed]
     forced = isa is not None or cap is not None
     try:

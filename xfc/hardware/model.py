@@ -58,17 +58,6 @@ class CpuCore:
     def fp32_flop_per_cycle(self) -> float:
         return self.fp32_lanes * 2 * self.fma_per_cycle
 
-    @property
-    def isa_family(self) -> str:
-        """Which code generator dialect fits: neon, avx512, avx2 or generic."""
-        if "neon" in self.features:
-            return "neon"
-        if "avx512f" in self.features:
-            return "avx512"
-        if "avx2" in self.features and "fma" in self.features:
-            return "avx2"
-        return "generic"
-
 
 @dataclass(frozen=True)
 class CpuCluster:

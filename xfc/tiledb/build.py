@@ -28,7 +28,8 @@ from typing import Callable, Optional, Sequence, TextIO, Union
 from .._version import __version__
 from ..errors import XfcError
 from ..hardware.model import CpuCluster, HardwareDescription
-from ..synth_cpu import MicroTile, enumerate_micro_tiles, isa_for
+from ..cpu.tiles import MicroTile, enumerate_micro_tiles
+from ..cpu.isa import isa_for
 from .evaluators import OP_GEMM_UKERNEL, TileResult, tile_params
 from .fingerprint import cluster_facts, fingerprint, label
 from .operators import OperatorResult

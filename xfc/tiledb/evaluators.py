@@ -1,10 +1,10 @@
 """Evaluators that fill the tile database, and the one that answers synthesis from it.
 
 Filling (used by build.py): each has `source` and `measure(tile, cluster, isa) -> TileResult`.
-  StaticDbEvaluator          the static issue model of xfc.synth_cpu, as rows ('static')
+  StaticDbEvaluator          the static issue model of xfc.cpu.cost_model, as rows ('static')
   HostMicroKernelEvaluator   the real rendered micro-kernel, built with the host gcc and timed on
                              L1-resident packed panels, after a correctness check ('host')
-Answering (plugged into xfc.synth_cpu.synthesize_cpu(evaluator=...)):
+Answering (plugged into xfc.cpu.synth.synthesize_cpu(evaluator=...)):
   TileDbEvaluator            best row per tile (measured > published > llvm-mca > static), the
                              live static model for the rest; never raises on a bad database
 """
@@ -20,7 +20,8 @@ from typing import Callable, Mapping, Optional
 
 from ..errors import VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
-from ..synth_cpu import MicroTile, MicroTileScore, StaticEvaluator
+from ..cpu.tiles import MicroTile, MicroTileScore
+from ..cpu.cost_model import StaticEvaluator
 from ..build.toolchain import run
 from . import hostcc
 from .fingerprint import fingerprint, label
@@ -56,7 +57,7 @@ class TileResult:
 # ---------------------------------------------------------------------------------------------
 
 class StaticDbEvaluator:
-    """The static model of xfc.synth_cpu, recorded as rows: deterministic, no clock, no I/O."""
+    """The static model of xfc.cpu.cost_model, recorded as rows: deterministic, no clock, no I/O."""
 
     source = "static"
 
@@ -175,7 +176,8 @@ class HostMicroKernelEvaluator:
     @staticmethod
     def kernel_source(tile: MicroTile, isa: str, kc: int) -> tuple[str, str]:
         """(C source of the rendered kernel holding the tile's xfc_ukernel, its gcc -march value)."""
-        from ..codegen_cpu import hand_plan, render_cpu_kernel
+        from ..cpu.plans import hand_plan
+        from ..cpu.codegen import render_cpu_kernel
         from ..ops.spec import make_spec
         if isa not in HOST_ISAS:
             raise XfcError(f"the host evaluator times x86 kernels; isa {isa!r} is not one of {', '.join(HOST_ISAS)}")

@@ -1,9 +1,10 @@
 """CPU code generation: a CpuKernelPlan -> C source of the kernel and of its harness.
 
-Every number and every decision is made here (the "render context") or in the plan; the Jinja
-templates under templates/cpu/ only spell them out. ISA dialects are data: each ISA names a
-prelude template that defines the same small macro vocabulary (XFC_VLOAD, XFC_VFMA, XFC_ALOADw,
-XFC_AFMAw, ...), and the one GEMM / depthwise template is written against that vocabulary.
+Spelling only: every decision is a field of the plan (ir.py) or of the ISA row (isa.py); this
+module turns them into the numbers and lists the Jinja templates under templates/cpu/ paste (the
+"render context"), and the templates only spell those out. ISA dialects are data: each ISA row
+names a prelude template that defines the same small macro vocabulary (XFC_VLOAD, XFC_VFMA,
+XFC_ALOADw, XFC_AFMAw, ...), and the GEMM / depthwise templates are written against it.
 
 C entry point of every kernel (dimensions are compile-time constants):
 
@@ -18,39 +19,19 @@ and, unless compiled with -DXFC_NO_MAIN, a main() that works on raw fp32 files (
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass
 
 import jinja2
 
-from .errors import OperatorError
-from .ir import ISAS, CpuKernelPlan
-from .ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
-from .paths import TEMPLATES_DIR
+from ..errors import OperatorError
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
+from ..paths import TEMPLATES_DIR
+from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, CpuKernelPlan
+from .isa import ISA_TABLE, ISAS
 
 TEMPLATE_DIR = TEMPLATES_DIR
-
-# Dialect data: prelude template, lanes it supports (None = any power of two), SIMD registers.
-# has_mask: the prelude defines XFC_VLOAD_TAIL / XFC_VSTORE_TAIL (partial vectors without
-# touching the lanes past the end), so column tails need no scalar merge.
-DIALECTS = {
-    "avx512": {"prelude": "cpu/dialect_avx512.h.j2", "lanes": (16,), "registers": 32, "has_mask": True},
-    "avx2": {"prelude": "cpu/dialect_avx2.h.j2", "lanes": (8,), "registers": 16, "has_mask": False},
-    "neon": {"prelude": "cpu/dialect_neon.h.j2", "lanes": (4,), "registers": 32, "has_mask": False},
-    "generic": {"prelude": "cpu/dialect_generic.h.j2", "lanes": None, "registers": 16, "has_mask": False},
-}
-A_PACKS = ("packed", "direct", "im2col_direct")
-
-# Codegen policies that are not (yet) plan fields. Measured on the AVX-512 host (see
-# docs/host-kernel-notes.md); the synthesizer may override them via plan.extra keys of the same name.
-DEFAULT_POLICY = {
-    "loop_order": "jr_ir",       # 'jr_ir' (BLIS: B micro-panel stays in L1) or 'ir_jr'
-    "prefetch_c": "1",           # prefetch the C tile for writing before the k loop
-    "prefetch_b_distance": "0",  # k steps ahead to prefetch the packed B panel (0 = off)
-    "pack_a_kb": "16",           # k values per row copied together when packing A (blocked transpose)
-}
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -100,11 +81,11 @@ def validate_plan(plan: CpuKernelPlan) -> None:
     spec = plan.spec
     if plan.isa not in ISAS:
         raise OperatorError(f"plan isa '{plan.isa}' is not one of {', '.join(ISAS)}")
-    dialect = DIALECTS[plan.isa]
+    row = ISA_TABLE[plan.isa]
     lanes = plan.vector_lanes
-    if dialect["lanes"] is not None and lanes not in dialect["lanes"]:
+    if row.lanes is not None and lanes not in row.lanes:
         raise OperatorError(f"plan vector_lanes={lanes} does not match isa {plan.isa} "
-                            f"(expected {dialect['lanes'][0]})")
+                            f"(expected {row.lanes[0]})")
     if lanes < 1 or lanes & (lanes - 1):
         raise OperatorError(f"plan vector_lanes={lanes} must be a power of two")
     if not _C_IDENT.match(plan.function_name or ""):
@@ -122,6 +103,15 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         for name in ("ow_vectors", "oh_rows", "threads"):
             if getattr(d, name) < 1:
                 raise OperatorError(f"depthwise schedule {name}={getattr(d, name)} must be >= 1")
+        _one_of("depthwise schedule row_tail", d.row_tail, ROW_TAILS)
+        _one_of("depthwise schedule stage_copy", d.stage_copy, STAGE_COPIES[1:])
+        if d.row_tail == "masked" and not row.has_mask:
+            raise OperatorError(f"depthwise row_tail 'masked' needs masked stores, which isa {plan.isa} lacks")
+        if d.row_tail == "half_width" and not (row.half_vectors and row.has_mask
+                                                and spec.out_w % (d.ow_vectors * lanes)):
+            raise OperatorError(f"depthwise row_tail 'half_width' needs half-width vectors and masks (isa {plan.isa}) "
+                                f"and a ragged row (OW={spec.out_w}, blocks of {d.ow_vectors * lanes})")
+        _check_stage_copy(d.stage_copy, spec.stride_w, staged=True)
         return
     g = plan.gemm
     if g is None:
@@ -135,8 +125,22 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule mc={g.mc} is not a multiple of mr={g.mr}")
     if g.nc % g.nr:
         raise OperatorError(f"gemm schedule nc={g.nc} is not a multiple of nr={g.nr}")
-    if g.a_pack not in A_PACKS:
-        raise OperatorError(f"gemm schedule a_pack '{g.a_pack}' must be one of {', '.join(A_PACKS)}")
+    _one_of("gemm schedule a_pack", g.a_pack, A_PACKS)
+    _one_of("gemm schedule c_store", g.c_store, C_STORES)
+    _one_of("gemm schedule loop_order", g.loop_order, LOOP_ORDERS)
+    _one_of("gemm schedule stage_copy", g.stage_copy, STAGE_COPIES)
+    if g.prefetch_b_distance < 0 or g.pack_a_kb < 1:
+        raise OperatorError(f"gemm schedule prefetch_b_distance={g.prefetch_b_distance} must be >= 0 and "
+                            f"pack_a_kb={g.pack_a_kb} >= 1")
+    transposed = plan.lowering == "implicit_gemm_t"
+    if (g.c_store == "direct") == transposed:
+        raise OperatorError(f"gemm schedule c_store '{g.c_store}' does not fit lowering '{plan.lowering}' "
+                            f"({'a transposed C is stored through a tile' if transposed else 'C is stored directly'})")
+    if g.c_store == "vector_transpose" and not (row.transpose16 and g.mr <= 16 and lanes == 16):
+        raise OperatorError(f"gemm schedule c_store 'vector_transpose' needs a 16x16 register transpose "
+                            f"(isa {plan.isa}, 16 lanes) and MR <= 16 (MR={g.mr})")
+    staged = transposed or (isinstance(spec, Conv2dSpec) and not spec.pointwise)
+    _check_stage_copy(g.stage_copy, getattr(spec, "stride_w", 1), staged)
     if plan.lowering == "implicit_gemm_t":
         if g.a_pack == "direct":
             raise OperatorError("lowering 'implicit_gemm_t' reads A (im2col rows) packed or from the staged image: "
@@ -148,25 +152,28 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError("a_pack 'im2col_direct' is only for lowering 'implicit_gemm_t'")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
-    if plan.isa == "neon" and g.a_load_bits not in (64, 128):
+    if row.lane_indexed and g.a_load_bits not in (64, 128):
         raise OperatorError(f"gemm schedule a_load_bits={g.a_load_bits} must be 64 or 128 for neon")
     if g.mr > 64 or g.nr // lanes > 16:
         raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
 
 
+def _one_of(what: str, value, allowed) -> None:
+    if value not in allowed:
+        raise OperatorError(f"{what} '{value}' must be one of {', '.join(map(str, allowed))}")
+
+
+def _check_stage_copy(stage_copy: str, stride_w: int, staged: bool) -> None:
+    if staged != (stage_copy != "none"):
+        raise OperatorError(f"stage_copy '{stage_copy}' does not fit this plan (the input is "
+                            f"{'staged' if staged else 'not staged'})")
+    if stage_copy == "run" and stride_w != 1:
+        raise OperatorError(f"stage_copy 'run' copies contiguous runs, which needs stride 1 (stride_w={stride_w})")
+
+
 # ---------------------------------------------------------------------------------------------
 # Render context
 # ---------------------------------------------------------------------------------------------
-
-def _policy(plan: CpuKernelPlan) -> dict[str, str]:
-    policy = dict(DEFAULT_POLICY)
-    for key, value in plan.extra:
-        if key in policy:
-            policy[key] = str(value)
-    if policy["loop_order"] not in ("jr_ir", "ir_jr"):
-        raise OperatorError(f"plan extra loop_order='{policy['loop_order']}' must be 'jr_ir' or 'ir_jr'")
-    return policy
-
 
 def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> list[dict]:
     """How the MR values of A at one k step are loaded and fed to the FMAs.
@@ -175,7 +182,7 @@ def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> l
     row at offset row * row_stride. NEON with packed A: vectors of a_load_bits/32 floats (then 2,
     then 1 for the remainder) consumed lane by lane with vfmaq_laneq_f32 / vfmaq_lane_f32.
     """
-    if isa != "neon" or row_stride != 1:
+    if not ISA_TABLE[isa].lane_indexed or row_stride != 1:
         return [{"width": 1, "offset": i * row_stride, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
     widths = (4, 2, 1) if a_load_bits >= 128 else (2, 1)
     groups, row = [], 0
@@ -195,15 +202,15 @@ def _conv_geometry(spec) -> dict:
 
 def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
     spec = plan.spec
-    threads = plan.gemm.threads if plan.gemm is not None else plan.depthwise.threads
+    row = ISA_TABLE[plan.isa]
     return {
         "header_lines": list(plan.header_lines) or [f"xfc kernel {plan.function_name}: {spec.describe()}"],
         "template_name": template_name,
         "function_name": plan.function_name,
         "lanes": plan.vector_lanes,
-        "threads": threads,
-        "dialect_template": DIALECTS[plan.isa]["prelude"],
-        "has_mask": DIALECTS[plan.isa]["has_mask"],
+        "threads": plan.threads,
+        "dialect_template": row.prelude,
+        "has_mask": row.has_mask,
         "has_bias": spec.epilogue.bias,
         "activation": spec.epilogue.activation,
         "epilogue_text": spec.epilogue.describe(),
@@ -219,8 +226,8 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
     column tail (N % NR columns) and their corner. Column tails use ceil(cols / LANES) vectors;
     a partial last vector is masked where the dialect can, else computed into a local tile."""
     g, lanes = plan.gemm, plan.vector_lanes
-    has_mask = DIALECTS[plan.isa]["has_mask"]
-    transposed = plan.lowering == "implicit_gemm_t"  # every tile is stored transposed via a local tile
+    has_mask = ISA_TABLE[plan.isa].has_mask
+    via_local_tile = g.c_store != "direct"  # every tile of a transposed C is stored through a local tile
     row_stride = lda if g.a_pack == "direct" else 1
     rows_options = [g.mr] + ([m % g.mr] if m % g.mr else [])
     cols_options = [g.nr] + ([n % g.nr] if n % g.nr else [])
@@ -232,8 +239,8 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
             name = "xfc_ukernel" if full else f"xfc_ukernel_{rows}x{cols}"
             variants.append({
                 "name": name, "full": full, "rows": rows, "cols": cols,
-                "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask and not transposed else 0,
-                "via_tile": bool(partial and not has_mask) or transposed,
+                "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask and not via_local_tile else 0,
+                "via_tile": bool(partial and not has_mask) or via_local_tile,
                 "a_groups": a_load_groups(plan.isa, rows, g.a_load_bits, row_stride),
             })
     return variants
@@ -248,7 +255,6 @@ def conv_stage_geometry(spec) -> dict:
 
 def gemm_context(plan: CpuKernelPlan) -> dict:
     spec, g = plan.spec, plan.gemm
-    policy = _policy(plan)
     ctx = _common_context(plan, "cpu/gemm.c.j2")
     transposed = plan.lowering == "implicit_gemm_t"
     m, n, lda = gemm_view(spec, transposed)   # transposed: rows are output pixels, columns output channels
@@ -261,10 +267,12 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
                         "im2col_direct": "read from the staged image: MR consecutive pixels of one output row "
                                          "at the k row's offset koff[k]"}[g.a_pack],
         "variants": micro_kernel_variants(plan, m, n, lda),
-        "loop_order": policy["loop_order"],
-        "prefetch_c": policy["prefetch_c"] not in ("0", "false", "False", ""),
-        "prefetch_b_distance": int(policy["prefetch_b_distance"]),
-        "pack_a_kb": int(policy["pack_a_kb"]),
+        "loop_order": g.loop_order,
+        "prefetch_c": g.prefetch_c,
+        "prefetch_b_distance": g.prefetch_b_distance,
+        "pack_a_kb": g.pack_a_kb,
+        "stage_copy": g.stage_copy,
+        "ldc": m if transposed else n,   # floats between output rows of C (C transposed: rows are channels)
     })
     m_padded, n_padded = -(-m // g.mr) * g.mr, -(-n // g.nr) * g.nr
     if isinstance(spec, MatmulSpec):
@@ -278,8 +286,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         packed_floats, packed_text = m * lda, "filters as given (read in place)"
     ctx.update({"m_padded": m_padded, "n_padded": n_padded, "packed_floats": packed_floats,
                 "packed_text": packed_text, "transposed": transposed,
-                # transposed tiles stored through a 16x16 register transpose (AVX-512, MR <= 16)
-                "vector_transpose": transposed and plan.isa == "avx512" and g.mr <= 16,
+                "vector_transpose": g.c_store == "vector_transpose",
                 "weights_operand": "b" if isinstance(spec, MatmulSpec) or transposed else "a",
                 "b_pre_batch_stride": spec.k * n_padded if isinstance(spec, MatmulSpec) else 0})
     if isinstance(spec, MatmulSpec):
@@ -346,22 +353,21 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
                 by_offset.setdefault(t["row_offsets"][i] + j * lanes, []).append(
                     {"row": i, "vec": j, "tap": tap_number})
     loads = [{"offset": off, "uses": uses} for off, uses in sorted(by_offset.items())]
-    # The last block of a row when OW is not a multiple of the block: per vector, the lanes that
-    # hold outputs. Vectors with at most half the lanes valid run at half width where the dialect
-    # has half vectors (AVX-512 on cores that split 512-bit FMAs); empty ones are skipped.
+    # The last block of a row when OW is not a multiple of the block (row_tail 'half_width'): per
+    # vector, the lanes that hold outputs; vectors with at most half the lanes valid run at half
+    # width, empty ones are skipped.
     tail = None
-    if plan.isa == "avx512" and spec.out_w % ow_block and lanes == 16:
+    if d.row_tail == "half_width":
         tail_ow0 = (spec.out_w // ow_block) * ow_block
         valid = [max(0, min(lanes, spec.out_w - tail_ow0 - j * lanes)) for j in range(d.ow_vectors)]
-        if any(0 < v <= lanes // 2 for v in valid):
-            # a load may feed several vectors (taps shifted by a whole vector): split it per vector
-            tail_loads = [{"offset": ld["offset"], "vec": j, "uses": [u for u in ld["uses"] if u["vec"] == j]}
-                          for ld in loads for j in sorted({u["vec"] for u in ld["uses"]}) if valid[j]]
-            tail = {"ow0": tail_ow0, "loads": tail_loads,
-                    "vectors": [{"vec": j, "valid": v, "half": 0 < v <= lanes // 2} for j, v in enumerate(valid)]}
+        # a load may feed several vectors (taps shifted by a whole vector): split it per vector
+        tail_loads = [{"offset": ld["offset"], "vec": j, "uses": [u for u in ld["uses"] if u["vec"] == j]}
+                      for ld in loads for j in sorted({u["vec"] for u in ld["uses"]}) if valid[j]]
+        tail = {"ow0": tail_ow0, "loads": tail_loads,
+                "vectors": [{"vec": j, "valid": v, "half": 0 < v <= lanes // 2} for j, v in enumerate(valid)]}
     ctx = _common_context(plan, "cpu/depthwise.c.j2")
     ctx.update({
-        "loads": loads, "tail": tail,
+        "loads": loads, "tail": tail, "row_tail": d.row_tail, "stage_copy": d.stage_copy,
         "batch": spec.n, "conv": geo, "oh_rows": d.oh_rows, "ow_vectors": d.ow_vectors,
         "ow_block": ow_block, "oh_padded": oh_padded, "ow_padded": ow_padded,
         "block_rows": block_rows, "phase_width": phase_width, "row_stride": row_stride, "taps": taps,
@@ -394,55 +400,3 @@ def render_cpu_kernel(plan: CpuKernelPlan) -> RenderedKernel:
         raise OperatorError(f"rendering {template_name} for {plan.function_name} failed: {exc}") from exc
     return RenderedKernel(source=source, harness_source=harness, function_name=plan.function_name,
                           isa=plan.isa, plan=plan)
-
-
-# ---------------------------------------------------------------------------------------------
-# Hand-chosen plans (tests, benchmarks, and a fallback before/beside the synthesizer)
-# ---------------------------------------------------------------------------------------------
-
-HOST_LANES = {"avx512": 16, "avx2": 8, "generic": 4, "neon": 4}
-HOST_MARCH = {"avx512": "native", "avx2": "x86-64-v3", "generic": ""}
-
-
-def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: int | None = None, nr: int | None = None,
-              k_unroll: int = 4, kc: int | None = None, mc: int | None = None, nc: int | None = None,
-              parallel_axis: str | None = None, a_load_bits: int = 128, a_pack: str | None = None,
-              ow_vectors: int | None = None,
-              oh_rows: int | None = None, gcc_march: str | None = None, qemu_cpu: str = "",
-              transposed: bool = False,
-              function_name: str | None = None, extra: tuple = ()) -> CpuKernelPlan:
-    """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
-    from .ir import DepthwiseSchedule, GemmSchedule  # local: keeps the module import light
-    lanes = HOST_LANES[isa]
-    march = gcc_march if gcc_march is not None else HOST_MARCH.get(isa, "armv8.2-a")
-    fname = function_name or ("xfc_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{isa}_t{threads}")
-    header = (f"xfc CPU kernel: {spec.describe()}", f"isa={isa} lanes={lanes} threads={threads}",
-              "plan: hand_plan (xfc.codegen_cpu)")
-    if isinstance(spec, DepthwiseSpec):
-        d = DepthwiseSchedule(ow_vectors=ow_vectors or (2 if lanes >= 8 else 4),
-                              oh_rows=oh_rows or (4 if isa in ("avx512", "neon") else 2), threads=threads)
-        header += (f"depthwise tile: {d.oh_rows} rows x {d.ow_vectors} vectors",)
-        return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering="direct_depthwise", gemm=None,
-                             depthwise=d, function_name=fname, header_lines=header, gcc_march=march,
-                             qemu_cpu=qemu_cpu, extra=tuple(extra))
-    defaults = {"avx512": (14, 32), "avx2": (6, 16), "generic": (4, 8), "neon": (6, 8)}[isa]
-    mr = mr or defaults[0]
-    nr = nr or defaults[1]
-    kc = kc or 256
-    mc = mc or max(mr, (240 // mr) * mr)
-    nc = nc or max(nr, (3072 // nr) * nr)
-    transposed = transposed and isinstance(spec, Conv2dSpec)
-    if parallel_axis is None:
-        m_size, n_size, _ = gemm_view(spec, transposed)
-        parallel_axis = "n" if n_size >= m_size else "m"
-    g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
-                     parallel_axis=parallel_axis, a_load_bits=a_load_bits,
-                     a_pack=a_pack or ("packed" if isa == "neon" or transposed else "direct"))
-    if transposed and a_pack is None and spec.out_w % mr == 0:
-        g = dataclasses.replace(g, a_pack="im2col_direct")
-    header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
-               f"A={g.a_pack}",)
-    lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
-    return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=g, depthwise=None,
-                         function_name=fname, header_lines=header, gcc_march=march, qemu_cpu=qemu_cpu,
-                         extra=tuple(extra))

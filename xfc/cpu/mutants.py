@@ -9,7 +9,7 @@ plan (e.g. a row-tail bug when M is a multiple of MR), so a test that injects on
 vacuously.
 
 Used by tests/test_mutants.py, by the sanitizer target, and by the CLI only when the environment
-variable XFC_TEST_MUTANT names a mutant (read in xfc/cli_synth.py; for testing exit status 4).
+variable XFC_TEST_MUTANT names a mutant (xfc.settings.test_mutant; for testing exit status 4).
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .codegen_cpu import RenderedKernel, gemm_context
-from .errors import OperatorError
+from ..errors import OperatorError
+from ..ops.spec import gemm_view
+from .codegen import RenderedKernel
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ _LAST_ROW_BODY = """    /* the last output row keeps whatever the buffer held be
 # ---- in-kernel edits ----------------------------------------------------------------------------
 
 def _gemm_m(r: RenderedKernel) -> int:
-    return gemm_context(r.plan)["m"]
+    return gemm_view(r.plan.spec, r.plan.lowering == "implicit_gemm_t").m
 
 
 def _tail_applies(r: RenderedKernel) -> str:
