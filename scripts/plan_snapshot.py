@@ -10,7 +10,7 @@ field, as JSON), what synthesis says about it (tile levels, estimate, explanatio
 sha256 digests of the rendered sources: CPU kernel + harness, GPU .cl kernel(s) + harness. The
 entries cover
 
-  cpu   every xfc.workloads suite workload plus ragged edge shapes, on the host (as it is, and
+  cpu   every xfc.ops.workloads suite workload plus ragged edge shapes, on the host (as it is, and
         as host:avx2 / host:generic), a recorded fixed x86-64 host (avx512, avx2, generic), and
         every shipped description (cores, SoCs with every cluster, the snapdragon.yaml alias),
         with 1 thread, 2 threads and the whole cluster;

@@ -45,8 +45,8 @@ def synthesize_timed(spec, hw, cluster=None, threads=None):
 
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
-            repeat=20, seed=0, progress=None, force=False) -> dict:
-    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> verify -> time.
+            repeat=20, seed=0, progress=None, force=False, mca=False) -> dict:
+    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
     from .build.cpu import build_arm, build_host, run_qemu
     from .cpu.codegen import render_cpu_kernel
@@ -66,6 +66,11 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
             binary = build_arm(rendered, staging.path)
         report["build_seconds"] = time.perf_counter() - start
         say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if hw.target_arch == 'x86_64' else 'aarch64-linux-gnu-gcc -static'})")
+        if mca:   # static analysis of the inner FMA loop (xfc.mca); the loop goes beside the kernel
+            from .mca import analyze_kernel
+            analysis = analyze_kernel(rendered, result.cluster.core)
+            report["mca"] = {**analysis.as_dict(), "summary": analysis.summary_lines()}
+            (staging.path / "mca_loop.s").write_text(analysis.loop_text)
         if verify or bench:
             a, b, bias = make_inputs(spec, seed)
             # Both entry points are checked: weights packed per call, and pre-packed once. A guard
@@ -165,6 +170,8 @@ def print_summary(report: dict) -> None:
     if report.get("pocl_median_s") is not None:
         print(f"  timed: median {report['pocl_median_s'] * 1e3:.3f} ms over {report.get('pocl_repeats', '?')} runs "
               f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
+    for line in (report.get("mca") or {}).get("summary", []):
+        print(f"  {line}")
     print(f"  output: {report['output_dir']}")
 
 
@@ -175,6 +182,12 @@ def cmd_synth(args) -> int:
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
     quiet = args.json
+    if args.mca:
+        if args.target != "cpu" or hw.target_arch != "aarch64":
+            raise OperatorError(f"--mca analyses AArch64 CPU kernels with llvm-mca-16; not available for "
+                                f"{'--target gpu' if args.target != 'cpu' else f'{hw.name} ({hw.target_arch})'}")
+        from .mca import require_tools
+        require_tools()
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     if args.target == "gpu":
         if hw.gpu is None:
@@ -193,7 +206,7 @@ def cmd_synth(args) -> int:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
         report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
-                         bench=args.bench, repeat=args.repeat, progress=progress, force=args.force)
+                         bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -241,5 +254,8 @@ def register(sub) -> None:
     p.add_argument("--bench", action="store_true", help="time the kernel (real speed only on --hw host)")
     p.add_argument("--repeat", type=int, default=20, help="timed repetitions for --bench (median reported)")
     p.add_argument("--explain", action="store_true", help="print the tile program and the constraint behind each level")
+    p.add_argument("--mca", action="store_true",
+                   help="ARM descriptions: run llvm-mca-16 on the kernel's inner FMA loop (FMA per cycle, share of the "
+                        "core's FMA pipes, bottleneck, spills; a static estimate) and add it to report.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(func=cmd_synth)

@@ -165,17 +165,19 @@ def plan_tasks(db: TileDb, hw: HardwareDescription, evaluators: Sequence, ops: S
         fp, lab = fingerprint(hw, cluster), label(hw, cluster)
         isa = isa_for(cluster.core)
         for evaluator in evaluators:
-            origin = db.origin_for(evaluator.source)
+            # an evaluator whose source depends on the core (llvm-mca:<model>) names it per cluster
+            source = evaluator.source_for(cluster) if hasattr(evaluator, "source_for") else evaluator.source
+            origin = db.origin_for(source)
             if "gemm" in ops and hasattr(evaluator, "measure"):
                 for tile in enumerate_micro_tiles(cluster.core, isa):
                     if tiles is None or (tile.mr, tile.nr) in tiles:
                         tasks.append(TileTask(fingerprint=fp, label=lab, cluster=cluster, isa=isa, tile=tile,
-                                              source=evaluator.source, origin=origin, evaluator=evaluator))
+                                              source=source, origin=origin, evaluator=evaluator))
             if "operators" in ops and hasattr(evaluator, "measure_operator"):
                 for name in SUITE:
                     for threads in sorted({1, cluster.count}):
                         tasks.append(OperatorTask(fingerprint=fp, label=lab, hw=hw, cluster=cluster, workload=name,
-                                                  spec=suite_spec(name), threads=threads, source=evaluator.source,
+                                                  spec=suite_spec(name), threads=threads, source=source,
                                                   origin=origin, evaluator=evaluator))
     return tasks
 

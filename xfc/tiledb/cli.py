@@ -15,7 +15,7 @@ from ..errors import XfcError
 from .records import RANKS, source_kind
 from .store import TileDb, TileDbError, timestamps
 
-EVALUATOR_NAMES = ("static", "host")
+EVALUATOR_NAMES = ("static", "host", "llvm-mca")
 
 
 def _db_path(args) -> Path:
@@ -24,7 +24,7 @@ def _db_path(args) -> Path:
 
 
 def _evaluators(text: str, hw, db_path: Path) -> list:
-    from .evaluators import HostMicroKernelEvaluator, StaticDbEvaluator
+    from .evaluators import HostMicroKernelEvaluator, McaMicroKernelEvaluator, StaticDbEvaluator
     from .operators import HostOperatorEvaluator
     from .locations import is_shipped_location
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -42,9 +42,15 @@ def _evaluators(text: str, hw, db_path: Path) -> list:
                 raise XfcError(f"--db {db_path}: host measurements go to the per-user database, never into the "
                                "shipped tile_db/")
             out += [HostMicroKernelEvaluator(), HostOperatorEvaluator()]
+        elif name == "llvm-mca":
+            from .. import mca
+            if hw.target_arch != "aarch64":
+                raise XfcError(f"--evaluators llvm-mca analyses AArch64 kernels; {hw.name} is {hw.target_arch}")
+            mca.require_tools()
+            out.append(McaMicroKernelEvaluator())
         elif kind == "llvm-mca":
-            raise XfcError("--evaluators llvm-mca: this xfc has no llvm-mca evaluator yet (the database accepts "
-                           "'llvm-mca:<model>' rows through 'xfc tiledb import')")
+            raise XfcError(f"--evaluators {name}: give 'llvm-mca'; the model comes from each core's entry in "
+                           "xfc.mca.MODELS")
         elif kind == "adb":
             raise XfcError("--evaluators adb: device measurement is not part of this xfc yet")
         else:
@@ -245,7 +251,8 @@ def register(sub) -> None:
     b.add_argument("--hw", required=True, metavar="HW", help="hardware: shipped name, file, or 'host'")
     b.add_argument("--cluster", choices=("prime", "big", "mid", "little"), help="one cluster (default: all)")
     b.add_argument("--evaluators", default="static", metavar="E[,E...]",
-                   help="static (the cost model), host (time the rendered micro-kernels here; --hw host only)")
+                   help="static (the cost model), host (time the rendered micro-kernels here; --hw host only), "
+                        "llvm-mca (the rendered AArch64 micro-kernel's K loop under llvm-mca-16; ARM descriptions)")
     b.add_argument("--ops", default="gemm", metavar="OP[,OP...]",
                    help="gemm (GEMM micro-kernels), operators (the workload suite at 1 and all cores: operator table)")
     b.add_argument("--tiles", metavar="MRxNR[,...]", help="only these register tiles (default: every tile that fits)")

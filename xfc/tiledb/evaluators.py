@@ -4,6 +4,8 @@ Filling (used by build.py): each has `source` and `measure(tile, cluster, isa) -
   StaticDbEvaluator          the static issue model of xfc.cpu.cost_model, as rows ('static')
   HostMicroKernelEvaluator   the real rendered micro-kernel, built with the host gcc and timed on
                              L1-resident packed panels, after a correctness check ('host')
+  McaMicroKernelEvaluator    the rendered AArch64 micro-kernel's K loop under llvm-mca-16, with
+                             the core's closest LLVM model ('llvm-mca:<model>'; a static estimate)
 Answering (plugged into xfc.cpu.synth.synthesize_cpu(evaluator=...)):
   TileDbEvaluator            best row per tile (measured > published > llvm-mca > static), the
                              live static model for the rest; never raises on a bad database
@@ -218,6 +220,92 @@ class HostMicroKernelEvaluator:
                           efficiency=gflops / cluster.peak_gflops_per_core, bound="measured", repeats=len(samples),
                           spread=(max(samples) - min(samples)) / median, conditions=conditions,
                           compiler=hostcc.compiler_version())
+
+
+# ---------------------------------------------------------------------------------------------
+# llvm-mca: the AArch64 micro-kernel's K loop under the core's closest LLVM 16 model.
+# ---------------------------------------------------------------------------------------------
+
+MCA_KC = 256   # deep enough that GCC keeps the K loop (no full unroll); llvm-mca ignores caches
+
+
+class McaMicroKernelEvaluator:
+    """Renders a tile's micro-kernel (hand_plan with the tile's MR, NR and A load width, on a
+    problem with no tails), compiles it with xfc's ARM flags and runs llvm-mca-16 on its K loop
+    (xfc.mca). cycles_per_k = the loop's cycles on the core's FMA pipes (rescaled where the
+    LLVM model has other pipes, see xfc.mca.MODELS) / the k steps one iteration covers.
+
+    Results are cached per (tile, -march, model, compiler version), so `evaluate` (synthesis)
+    and `measure` (tile-DB rows) never compile or analyse one tile twice. Thread-safe.
+    """
+
+    def __init__(self):
+        from .. import mca
+        self._mca = mca
+        self._lock = threading.Lock()
+        self._cache: dict[tuple, tuple] = {}
+        self.compiles = 0          # kernels compiled and analysed (not cache hits)
+
+    def source_for(self, cluster: CpuCluster) -> str:
+        return self._mca.model_for(cluster.core).source
+
+    def kernel(self, tile: MicroTile, core: CpuCore, isa: str):
+        """The rendered kernel (xfc.cpu.codegen.RenderedKernel) holding the tile's xfc_ukernel."""
+        from ..cpu.codegen import render_cpu_kernel
+        from ..cpu.plans import hand_plan
+        from ..ops.spec import make_spec
+        if isa != "neon":
+            raise XfcError(f"the llvm-mca evaluator analyses AArch64 NEON micro-kernels; isa {isa!r} is not neon")
+        spec = make_spec("matmul", dict(m=4 * tile.mr, n=4 * tile.nr, k=MCA_KC))
+        plan = hand_plan(spec, "neon", 1, mr=tile.mr, nr=tile.nr, kc=MCA_KC, a_pack="packed",
+                         a_load_bits=tile.a_load_bits, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu,
+                         function_name="xfc_tiledb_uk")
+        return render_cpu_kernel(plan)
+
+    def analyze(self, tile: MicroTile, core: CpuCore, isa: str):
+        """(xfc.mca.McaResult, k steps per loop iteration) for the tile on the core (cached)."""
+        model = self._mca.model_for(core)
+        key = (tile, isa, core.gcc_march, model, self._mca.compiler_version(), self._mca.llvm_mca_version())
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        result = self._mca.analyze_kernel(self.kernel(tile, core, isa), core, model)
+        k_steps, rest = divmod(result.counts.fma, tile.accumulator_registers)
+        if k_steps < 1 or rest:
+            raise XfcError(f"llvm-mca evaluator: the K loop of tile {tile.mr}x{tile.nr} has {result.counts.fma} FMAs, "
+                           f"not a multiple of its {tile.accumulator_registers} accumulators")
+        with self._lock:
+            self.compiles += key not in self._cache
+            self._cache[key] = (result, k_steps)
+        return result, k_steps
+
+    def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
+        result, k_steps = self.analyze(tile, core, isa)
+        cycles = result.estimate_cycles_per_iteration / k_steps
+        return MicroTileScore(cycles_per_k=cycles, efficiency=result.estimate_pipe_share,
+                              bound=f"llvm-mca {result.bottleneck}", source=result.source)
+
+    def measure(self, tile: MicroTile, cluster: CpuCluster, isa: str) -> TileResult:
+        result, k_steps = self.analyze(tile, cluster.core, isa)
+        cycles = result.estimate_cycles_per_iteration / k_steps
+        conditions = {
+            "what": "static estimate from llvm-mca's scheduling model, not a timing",
+            "llvm_mca": result.llvm_mca, "mcpu": result.model, "scheduling_model": result.scheduling_model,
+            "reliable": result.reliable, "pipes_scale": result.pipes_scale,
+            "model_cycles_per_iteration": round(result.cycles_per_iteration, 4),
+            "cycles_per_iteration": round(result.estimate_cycles_per_iteration, 4), "k_steps_per_iteration": k_steps,
+            "instructions_per_iteration": result.counts.instructions, "fma_per_iteration": result.counts.fma,
+            "spill_stores": result.counts.spill_stores, "stack_reloads": result.counts.stack_reloads,
+            "register_moves": result.counts.register_moves, "kc": MCA_KC, "threads": 1,
+        }
+        if result.scaled_arithmetic:
+            conditions["rescaled"] = result.scaled_arithmetic
+        if not result.reliable:
+            conditions["unreliable"] = result.model_note
+        return TileResult(cycles_per_k=cycles, seconds=cycles / (cluster.clock_ghz * 1e9),
+                          gflops=result.estimate_pipe_share * cluster.peak_gflops_per_core,
+                          efficiency=result.estimate_pipe_share, bound=f"llvm-mca {result.bottleneck}", repeats=1,
+                          spread=0.0, conditions=conditions, compiler=result.compiler)
 
 
 # ---------------------------------------------------------------------------------------------

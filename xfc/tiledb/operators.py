@@ -8,7 +8,7 @@ and measured time, so that a warm `synth` can be a lookup.
                                  once, then timed ('host')
   best_operator(db, ...)         the row that answers a lookup: measured > static, as for tiles
 
-The workloads are the suite of xfc.workloads (batch 1, fp32), at 1 thread and at every core of
+The workloads are the suite of xfc.ops.workloads (batch 1, fp32), at 1 thread and at every core of
 the cluster.
 """
 from __future__ import annotations

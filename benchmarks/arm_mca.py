@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""ARM static benchmark: llvm-mca-16 on the inner FMA loop of every shipped core's kernels.
+
+    .venv/bin/python benchmarks/arm_mca.py                       # every cpu/*.yaml x every suite workload
+    .venv/bin/python benchmarks/arm_mca.py --cores cortex-a710,cortex-x3 --only mm_512,dw_mbv2_s1
+
+For each shipped core description (hardware_descriptions/cpu/*.yaml) and each workload of the
+suite (xfc/ops/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
+xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.mca under the core's LLVM 16
+model (xfc.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
+do not depend on how busy this machine is. Predicted GFLOP/s = FMA per cycle on the core's pipes
+x 4 lanes x 2 FLOP x the core's clock: what the loop alone would sustain, an upper bound for the
+operator (packing, tails and C write-back are outside the loop).
+
+Results: a table on stdout and benchmarks/results/arm_mca.json (atomic; an existing file is
+replaced only if xfc wrote it, see xfc/outputs.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xfc import mca
+from xfc.cpu.synth import synthesize_cpu
+from xfc.errors import XfcError
+from xfc.hardware import SHIPPED_ROOT, load
+from xfc.ops.workloads import SUITE, suite_spec
+
+REPO = Path(__file__).resolve().parent.parent
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_mca.json"
+KIND = "arm_mca"
+
+# The targets of issue 12 (after the loop work): A710-class model GEMM/conv >= 1.95 FMA/cycle,
+# depthwise >= 1.8, no spills, X-class rescaled to 4 pipes >= 3.8 for GEMM/conv.
+TARGETS = {"gemm_conv_fma_per_cycle_2pipe": 1.95, "depthwise_fma_per_cycle_2pipe": 1.8,
+           "gemm_conv_fma_per_cycle_4pipe": 3.8, "spills": 0}
+
+
+def shipped_cores() -> list[str]:
+    return sorted(p.stem for p in (SHIPPED_ROOT / "cpu").glob("*.yaml"))
+
+
+def tile_text(plan) -> str:
+    if plan.gemm:
+        g = plan.gemm
+        return f"{g.mr}x{g.nr} ku{g.k_unroll} A{g.a_load_bits}"
+    d = plan.depthwise
+    return f"{d.oh_rows}rows x {d.ow_vectors}vec"
+
+
+def measure(core_name: str, workload: str) -> dict:
+    hw = load(core_name)
+    synthesis = synthesize_cpu(suite_spec(workload), hw, threads=1)
+    plan, cluster = synthesis.plan, synthesis.cluster
+    result = mca.analyze_synthesis(synthesis)
+    c = result.counts
+    row = {
+        "core": core_name, "workload": workload, "operator": synthesis.spec.name, "lowering": plan.lowering,
+        "tile": tile_text(plan), "model": result.model, "scheduling_model": result.scheduling_model,
+        "reliable": result.reliable, "function": result.function, "loop_label": result.loop_label,
+        "instructions_per_iteration": c.instructions, "fma_per_iteration": c.fma,
+        "cycles_per_iteration": round(result.cycles_per_iteration, 3),
+        "fma_per_cycle": round(result.fma_per_cycle, 3), "core_fma_per_cycle": result.core_fma_per_cycle,
+        "pipe_share": round(result.pipe_share, 4), "pipes_scale": result.pipes_scale,
+        "scaled_fma_per_cycle": None if result.scaled_fma_per_cycle is None else round(result.scaled_fma_per_cycle, 3),
+        "scaled_arithmetic": result.scaled_arithmetic,
+        "estimate_pipe_share": round(result.estimate_pipe_share, 4),
+        "predicted_gflops": round(mca.predicted_gflops(result, cluster.clock_ghz, plan.vector_lanes), 2),
+        "clock_ghz": cluster.clock_ghz, "bottleneck": result.bottleneck,
+        "bottleneck_cycles_per_iteration": result.bottleneck_cycles,
+        "spill_stores": c.spill_stores, "stack_reloads": c.stack_reloads, "register_moves": c.register_moves,
+        "loads_by_class": dict(c.loads_by_class), "other_instructions": dict(c.other),
+    }
+    if plan.gemm:   # an independent check of the extraction: FMAs = MR x NR / lanes x k_unroll
+        g = plan.gemm
+        row["expected_fma_per_iteration"] = g.mr * (g.nr // plan.vector_lanes) * g.k_unroll
+    return row
+
+
+def criteria(rows: list[dict]) -> dict:
+    """Where the issue-12 targets stand (informational: the loop work comes later)."""
+    def worst(pred, key):
+        vals = [r[key] for r in rows if pred(r) and r[key] is not None]
+        return min(vals) if vals else None
+    gemm_conv = lambda r: r["operator"] in ("matmul", "conv2d")  # noqa: E731
+    two_pipe = lambda r: r["model"] == "cortex-a710" and r["pipes_scale"] == 1  # noqa: E731
+    return {
+        "targets": TARGETS,
+        "min_gemm_conv_fma_per_cycle_2pipe": worst(lambda r: gemm_conv(r) and two_pipe(r), "fma_per_cycle"),
+        "min_depthwise_fma_per_cycle_2pipe": worst(lambda r: r["operator"] == "depthwise" and two_pipe(r),
+                                                   "fma_per_cycle"),
+        "min_gemm_conv_fma_per_cycle_4pipe": worst(lambda r: gemm_conv(r) and r["pipes_scale"] == 2,
+                                                   "scaled_fma_per_cycle"),
+        "loops_with_spills": sum(1 for r in rows if r["spill_stores"] or r["stack_reloads"]),
+        "loops": len(rows),
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    header = ["core", "workload", "tile", "model", "FMA/cyc", "% pipes", "scaled", "% scaled", "GFLOP/s",
+              "spill st/ld", "moves", "bottleneck", "note"]
+    table = []
+    for r in rows:
+        scaled = r["scaled_fma_per_cycle"]
+        table.append([r["core"], r["workload"], r["tile"], r["model"], f"{r['fma_per_cycle']:.2f}",
+                      f"{r['pipe_share']:.0%}", "-" if scaled is None else f"{scaled:.2f}",
+                      "-" if scaled is None else f"{r['estimate_pipe_share']:.0%}", f"{r['predicted_gflops']:.1f}",
+                      f"{r['spill_stores']}/{r['stack_reloads']}", str(r["register_moves"]), r["bottleneck"],
+                      "" if r["reliable"] else "UNRELIABLE"])
+    widths = [max(len(str(x[i])) for x in [header] + table) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for t in table:
+        print("  ".join(str(x).ljust(w) for x, w in zip(t, widths)).rstrip())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cores", help="comma-separated core descriptions "
+                                    "(default: every hardware_descriptions/cpu/*.yaml)")
+    ap.add_argument("--only", help="comma-separated suite workloads (default: all)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
+    args = ap.parse_args(argv)
+    try:
+        cores = args.cores.split(",") if args.cores else shipped_cores()
+        workloads = args.only.split(",") if args.only else list(SUITE)
+        unknown = [w for w in workloads if w not in SUITE]
+        if unknown:
+            raise XfcError(f"--only: unknown workload(s) {', '.join(unknown)} (available: {', '.join(SUITE)})")
+        mca.require_tools()
+        rows = []
+        for core in cores:
+            for workload in workloads:
+                rows.append(measure(core, workload))
+                print(f"[arm_mca] {core} {workload}: {rows[-1]['fma_per_cycle']:.2f} FMA/cycle", file=sys.stderr,
+                      flush=True)
+        print_table(rows)
+        crit = criteria(rows)
+        print("\n" + "; ".join(f"{k} {v}" for k, v in crit.items() if k != "targets"))
+        data = {
+            "what": "llvm-mca-16 static analysis of the innermost FMA loop of each kernel (threads=1); a scheduling-"
+                    "model estimate, not a timing; deterministic",
+            "method": "xfc.mca: the kernel compiled with xfc's ARM build flags plus -S; the innermost loop with the "
+                      "most FMAs; llvm-mca-16 -mtriple=aarch64 -mcpu=<model> -iterations="
+                      f"{mca.MCA_ITERATIONS} -json; predicted GFLOP/s = FMA/cycle on the core's pipes x lanes x 2 x "
+                      "clock",
+            "tools": {"compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version()},
+            "models": {core: {"mcpu": m.mcpu, "scheduling_model": m.scheduling_model,
+                              "model_fma_per_cycle": m.model_fma_per_cycle, "pipes_scale": m.pipes_scale,
+                              "reliable": m.reliable, "why": m.why} for core, m in mca.MODELS.items()},
+            "criteria": crit,
+            "rows": rows,
+        }
+        from xfc.outputs import write_json_result
+        write_json_result(args.out, data, kind=KIND, option="--out")
+        print(f"wrote {args.out}", file=sys.stderr)
+    except XfcError as exc:
+        print(f"arm_mca: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
