@@ -53,6 +53,7 @@ ADDED_FIELDS: dict[str, str] = {
     **{f"gemm.{name}": _CODE_SHAPE for name in ("c_store", "loop_order", "prefetch_c", "prefetch_b_distance",
                                                  "pack_a_kb", "stage_copy")},
     **{f"depthwise.{name}": _CODE_SHAPE for name in ("row_tail", "stage_copy")},
+    "guarded_vector_store": "the GPU matmul store shape, decided by the template before; now a plan field",
     "report.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
     "report.json.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
 }
@@ -88,7 +89,7 @@ def migrate(snap: dict) -> dict:
 def api():
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.codegen import render_cpu_kernel
-    from xfc.gpu.build import render_harness, render_kernel
+    from xfc.gpu.codegen import render_harness, render_kernel
     from xfc.gpu.synth import synthesize_gpu
     from xfc.hardware.load import SHIPPED_ROOT, load, shipped_files
     from xfc.hardware.host import describe_host, parse_cpuinfo

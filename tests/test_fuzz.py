@@ -40,7 +40,8 @@ HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
 
 def _have_pocl() -> bool:
     try:
-        from xfc.gpu.build import build_harness, device_info
+        from xfc.build.opencl import build_harness
+        from xfc.runners.pocl import device_info
         device_info(build_harness())
         return True
     except (ToolchainError, OSError, ValueError):
@@ -336,7 +337,7 @@ def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_pocl_wrong_output_is_caught(dtype, monkeypatch, tmp_path):
     from xfc.fuzz_run import run_case
-    from xfc.gpu import build as gpu_build
+    from xfc.runners import pocl as gpu_build
     case = _case("pocl", dtype=dtype)
     assert run_case(case, tmp_path).status == "pass"
     real = gpu_build.run_kernel

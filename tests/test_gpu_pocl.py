@@ -16,8 +16,9 @@ import pytest
 import support
 from support import needs_opencl
 from xfc.errors import ToolchainError
-from xfc.gpu import run_gpu_synth
-from xfc.gpu.build import POCL_LABEL, build_harness
+from xfc.build.opencl import build_harness
+from xfc.pipeline import run_gpu_synth
+from xfc.runners.pocl import POCL_LABEL
 from xfc.hardware.load import load
 from xfc.ops.spec import make_spec
 from xfc.ops.workloads import SUITE, suite_spec

@@ -9,7 +9,7 @@ import pytest
 
 from xfc.errors import HardwareError, OperatorError
 from xfc.gpu import synthesize_gpu
-from xfc.gpu.build import render_harness, render_kernel
+from xfc.gpu.codegen import render_harness, render_kernel
 from xfc.hardware.load import load
 from xfc.ops.workloads import SUITE, suite_spec
 

@@ -435,7 +435,7 @@ def _extreme_params():
 @pytest.mark.parametrize("rel,key,path", list(_extreme_params()))
 def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, path):
     from xfc.cpu.codegen import render_cpu_kernel
-    from xfc.gpu.build import render_kernel
+    from xfc.gpu.codegen import render_kernel
     from xfc.gpu.synth import synthesize_gpu
     from xfc.ops.spec import make_spec
     from xfc.cpu.synth import synthesize_cpu

@@ -97,7 +97,7 @@ for hw_name in ("snapdragon-888", "cortex-a55", "host:avx512", "host:avx2", "hos
         src = render_cpu_kernel(result.plan).source
         out[f"{hw_name}/{name}"] = [repr(result.plan), result.explain(), hashlib.sha256(src.encode()).hexdigest()]
 from xfc.gpu import synthesize_gpu
-from xfc.gpu.build import render_kernel
+from xfc.gpu.codegen import render_kernel
 for hw_name in ("mali-g78", "adreno-650"):
     for name in ("mm_bert", "conv_s2", "dw_mbv2_s1"):
         result = synthesize_gpu(suite_spec(name), xfc.load_hardware(hw_name))

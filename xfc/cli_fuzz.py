@@ -67,7 +67,8 @@ def check_toolchains(targets) -> None:
         require_tool(ARM_CC)
         require_tool(QEMU)
     if "pocl" in targets:
-        from .gpu.build import build_harness, device_info
+        from .build.opencl import build_harness
+        from .runners.pocl import device_info
         device_info(build_harness())  # builds the shared harness once, before the workers need it
 
 

@@ -192,10 +192,7 @@ def cmd_synth(args) -> int:
     if args.target == "gpu":
         if hw.gpu is None:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
-        try:
-            from .gpu.build import run_gpu_synth
-        except ImportError as exc:
-            raise OperatorError(f"--target gpu is not available in this build ({exc})") from None
+        from .pipeline import run_gpu_synth
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
         report.setdefault("output_dir", str(out_dir))

@@ -166,7 +166,7 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
 
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .gpu.build import run_gpu_synth
+    from .pipeline import run_gpu_synth
     from .hardware.load import load
     hw = _phase("rejected", "hardware", load, case.hw)
     try:
