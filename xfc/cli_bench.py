@@ -1,4 +1,5 @@
-"""`xfc bench`: synthesize, cross-build, run on an Android device (ADB) or under QEMU, verify, time.
+"""`xfc bench`: find the device and its description, run the library pipeline (xfc.pipeline.run_bench:
+synthesize, cross-build, run on an Android device (ADB) or under QEMU, verify, time), print a table.
 
 The measurement always says where it was taken: a phone over ADB, the virtual ADB device
 (emulated), or local qemu-aarch64 (emulated). Emulated timings say nothing about phone speed.
@@ -14,13 +15,9 @@ import contextlib
 import json
 import signal
 import sys
-import tempfile
 import threading
-import time
-from pathlib import Path
 
 from .errors import OperatorError, VerificationError
-from .ops.reference import check_output, make_inputs
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
@@ -78,11 +75,9 @@ def _device_and_description(args, say):
 
 
 def _bench(args) -> int:
-    from .build.cpu import build_arm
-    from .cli_synth import spec_from_args, synthesize_timed
-    from .cpu.codegen import render_cpu_kernel
-    from .runners import RunSpec, get_runner
+    from .cli_synth import spec_from_args
     from .hardware.identity import check_description
+    from .pipeline import run_bench
 
     if args.repeat < 1:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
@@ -99,45 +94,26 @@ def _bench(args) -> int:
         else:
             for note in check_description(identity, hw, target, match):
                 say(f"note: {note}")
-    result, synth_s = synthesize_timed(spec, hw, args.cluster, args.threads)
-    cluster = result.cluster
-    say(f"synthesized in {synth_s * 1e3:.1f} ms for the {cluster.role} cluster ({cluster.count}x {cluster.core.name})")
-    rendered = render_cpu_kernel(result.plan)
-    if runner is None:
-        runner = get_runner("qemu", qemu_cpu=result.plan.qemu_cpu or "max")
-    with tempfile.TemporaryDirectory(prefix="xfc-bench-") as tmp:
-        start = time.perf_counter()
-        binary = build_arm(rendered, Path(tmp))
-        build_s = time.perf_counter() - start
-        say(f"built {binary.name} in {build_s:.2f} s; running on {args.device} ...")
-        a, b, bias = make_inputs(spec, seed=args.seed)
-        run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=args.repeat, warmup=args.warmup,
-                                     timeout_s=args.timeout, output_shape=spec.output_shape,
-                                     cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
-                                     protocol="times-file", march=result.plan.gcc_march))
-    verdict = check_output(spec, run.output, a, b, bias)
-    ok, max_err, ratio = verdict
-    gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
-    report = {
-        "operator": spec.name, "shape": spec.describe(), "hardware": hw.name, "cluster": cluster.role,
-        "cpu_ids": list(cluster.cpu_ids), "tiles": result.report().get("tiles"), "synthesis_seconds": synth_s,
-        "build_seconds": build_s, "verified": bool(ok), "max_abs_error": max_err, "error_to_bound_ratio": ratio,
-        "gflops": gflops, "predicted_gflops": result.estimate.predicted_gflops,
-        "prediction_note": "static cost model, not a measurement", "measurement": run.to_dict(),
-        "device_identity": None if identity is None else {
-            "serial": identity.serial, "soc_model": identity.soc_model,
-            "board_platform": identity.board_platform, "abi": identity.abi,
-            "cpus": identity.cpu_summary(), "matches": match.name if match else None,
-            "matched_by": match.how if match else None, "hw_given": bool(args.hw)},
-    }
+    report, run, verdict = run_bench(spec, hw, runner, cluster=args.cluster, threads=args.threads,
+                                     repeat=args.repeat, warmup=args.warmup, timeout_s=args.timeout, seed=args.seed,
+                                     progress=say, device=args.device)
+    ok, max_err, _ = verdict
+    cluster_role, cpu_ids, synth_s, build_s = report["cluster"], report["cpu_ids"], report["synthesis_seconds"], \
+        report["build_seconds"]
+    gflops, predicted_gflops = report["gflops"], report["predicted_gflops"]
+    report["device_identity"] = None if identity is None else {
+        "serial": identity.serial, "soc_model": identity.soc_model,
+        "board_platform": identity.board_platform, "abi": identity.abi,
+        "cpus": identity.cpu_summary(), "matches": match.name if match else None,
+        "matched_by": match.how if match else None, "hw_given": bool(args.hw)}
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        rows = [["operator", spec.describe()], ["hardware", f"{hw.name}, {cluster.role} cluster, CPUs {list(cluster.cpu_ids)}"],
+        rows = [["operator", spec.describe()], ["hardware", f"{hw.name}, {cluster_role} cluster, CPUs {cpu_ids}"],
                 ["measured on", run.where], ["verified", f"{'yes' if ok else 'NO'} (max abs error {max_err:.3g})"],
                 ["median", f"{run.median_s * 1e3:.4f} ms ({run.repeats} runs; min {run.min_s * 1e3:.4f}, max {run.max_s * 1e3:.4f})"],
                 ["GFLOP/s", f"{gflops:.3f}" + ("  (emulated: not phone speed)" if run.emulated else "")],
-                ["predicted", f"{result.estimate.predicted_gflops:.1f} GFLOP/s on the device (static cost model)"],
+                ["predicted", f"{predicted_gflops:.1f} GFLOP/s on the device (static cost model)"],
                 ["throttling", {True: "YES: frequency dropped or temperature rose; rerun after cooling",
                                 False: "none seen", None: "unknown"}[run.throttled]],
                 ["synthesis", f"{synth_s * 1e3:.1f} ms (build {build_s:.2f} s)"]]

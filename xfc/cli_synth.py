@@ -1,4 +1,5 @@
-"""`xfc synth`: synthesize, render, build, and optionally verify / time one operator.
+"""`xfc synth`: parse the arguments, run the library pipeline (xfc.pipeline.run_cpu / run_gpu_synth)
+and print its report.
 
 Outputs are staged in a temporary directory beside the destination and moved into place only
 when complete (xfc.outputs), so a failed or interrupted run never leaves a half-written kernel,
@@ -8,16 +9,11 @@ files, never replacing them).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-from . import settings
-from .errors import OperatorError, VerificationError, XfcError
-from .settings import TEST_MUTANT_ENV
-from .ops.accuracy import merge
+from .errors import OperatorError, XfcError
 from .ops.spec import OPERATORS, make_spec, parse_shape
-from .ops.reference import check_output, make_inputs
-from .outputs import OutputDir
+from .pipeline import run_cpu, run_gpu_synth
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
 OUTPUT_RULE = ("xfc writes only into a directory that does not exist yet, is empty, or holds an earlier xfc output "
@@ -34,99 +30,6 @@ def spec_from_args(args):
         raise
     return make_spec(args.op, shape, stride=args.stride, pad=args.pad, dilation=args.dilation,
                      bias=args.bias, activation=args.activation)
-
-
-def synthesize_timed(spec, hw, cluster=None, threads=None):
-    """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured."""
-    from .cpu.synth import synthesize_cpu
-    start = time.perf_counter()
-    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads)
-    return result, time.perf_counter() - start
-
-
-def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
-            repeat=20, seed=0, progress=None, force=False, mca=False) -> dict:
-    """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
-    Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
-    from .build.cpu import build_arm, build_host, run_qemu
-    from .cpu.codegen import render_cpu_kernel
-
-    say = progress or (lambda msg: None)
-    result, synth_s = synthesize_timed(spec, hw, cluster, threads)
-    say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
-    rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
-    report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
-              "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
-              "explain": result.explain()}
-    with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} for {hw.name} (cpu)", force=force) as staging:
-        start = time.perf_counter()
-        if hw.target_arch == "x86_64":
-            kernel = build_host(rendered, staging.path)
-        else:
-            binary = build_arm(rendered, staging.path)
-        report["build_seconds"] = time.perf_counter() - start
-        say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if hw.target_arch == 'x86_64' else 'aarch64-linux-gnu-gcc -static'})")
-        if mca:   # static analysis of the inner FMA loop (xfc.mca); the loop goes beside the kernel
-            from .mca import analyze_kernel
-            analysis = analyze_kernel(rendered, result.cluster.core)
-            report["mca"] = {**analysis.as_dict(), "summary": analysis.summary_lines()}
-            (staging.path / "mca_loop.s").write_text(analysis.loop_text)
-        if verify or bench:
-            a, b, bias = make_inputs(spec, seed)
-            # Both entry points are checked: weights packed per call, and pre-packed once. A guard
-            # violation raised while running is a failed verification too: it is reported, and
-            # the outputs are kept for inspection like any other mismatch.
-            per_call = timing = None
-            try:
-                if hw.target_arch == "x86_64":
-                    out, out_packed = kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias)
-                    if bench:
-                        timing = kernel.time(a, b, bias, repeats=repeat, warmup=3, prepacked=True)
-                        per_call = kernel.time(a, b, bias, repeats=repeat, warmup=3)
-                else:
-                    say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
-                    out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
-                                             repeats=repeat if bench else 1, warmup=1 if bench else 0)
-                    out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
-                                                  repeats=repeat if bench else 1, warmup=1 if bench else 0,
-                                                  prepacked=True)
-                    if not bench:
-                        timing = per_call = None
-                verdict = merge([check_output(spec, out, a, b, bias), check_output(spec, out_packed, a, b, bias)])
-                report.update(verdict.as_report())
-            except VerificationError as exc:
-                report.update(verified=False, max_abs_error=None, error_to_bound_ratio=None, failure=str(exc))
-                timing = per_call = None
-            report["verified_on"] = ("host (native)" if hw.target_arch == "x86_64" else
-                                     f"qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'}")
-            if timing is not None:
-                report["measurement"] = {"median_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
-                                         "gflops": timing.gflops, "repeats": len(timing.samples_s),
-                                         "where": timing.where, "weights": "pre-packed once (untimed)"}
-            if per_call is not None:
-                report["measurement_packing_per_call"] = {
-                    "median_s": per_call.median_s, "gflops": per_call.gflops, "repeats": len(per_call.samples_s),
-                    "where": per_call.where, "weights": "packed inside every call"}
-        (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-        staging.commit()
-    report["output_dir"] = str(out_dir)
-    if report.get("verified") is False:
-        raise VerificationError(
-            f"{spec.name} kernel for {hw.name} failed verification against the numpy reference "
-            f"({report['failure']}); outputs kept in {out_dir}")
-    return report
-
-
-def _test_fault_injection(rendered, say):
-    """TEST-ONLY: the deliberately wrong kernel XFC_TEST_MUTANT names (xfc/cpu/mutants.py), applied to
-    the rendered source so that tests can show `xfc synth --verify` exits 4."""
-    name = settings.test_mutant()
-    if not name:
-        return rendered
-    from .cpu.mutants import mutate
-    mutated = mutate(rendered, name)
-    say(f"TEST FAULT INJECTION ({TEST_MUTANT_ENV}={name}): this kernel is deliberately wrong")
-    return mutated
 
 
 def default_out_dir(hw, spec, target: str) -> Path:
@@ -192,7 +95,6 @@ def cmd_synth(args) -> int:
     if args.target == "gpu":
         if hw.gpu is None:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
-        from .pipeline import run_gpu_synth
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
         report.setdefault("output_dir", str(out_dir))
