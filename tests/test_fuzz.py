@@ -23,8 +23,8 @@ import pytest
 
 from xfc.build.toolchain import ARM_CC, QEMU
 from xfc.cli import build_parser
-from xfc.cli_fuzz import Progress, shipped_hardware
-from xfc.cli_synth import spec_from_args
+from xfc.cli.fuzz import Progress, shipped_hardware
+from xfc.cli.synth import spec_from_args
 from xfc.errors import OperatorError, ToolchainError
 from xfc.fuzz import (FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
                       generate_case, generate_cases, select_hardware, shrink, shrink_candidates)

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from .errors import OperatorError, VerificationError
+from ..errors import OperatorError, VerificationError
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
@@ -55,9 +55,9 @@ def cmd_bench(args) -> int:
 
 def _device_and_description(args, say):
     """(hardware description, runner or None, identity or None, match or None), before building."""
-    from .hardware.load import load
-    from .runners import get_runner
-    from .hardware.identity import match_identity, pick_description
+    from ..hardware.load import load
+    from ..runners import get_runner
+    from ..hardware.identity import match_identity, pick_description
 
     if args.device == "qemu":
         if not args.hw:
@@ -75,9 +75,9 @@ def _device_and_description(args, say):
 
 
 def _bench(args) -> int:
-    from .cli_synth import spec_from_args
-    from .hardware.identity import check_description
-    from .pipeline import run_bench
+    from .synth import spec_from_args
+    from ..hardware.identity import check_description
+    from ..pipeline import run_bench
 
     if args.repeat < 1:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
@@ -129,7 +129,7 @@ def _bench(args) -> int:
 
 
 def register(sub) -> None:
-    from .cli_synth import add_operator_arguments
+    from .synth import add_operator_arguments
     p = sub.add_parser("bench", help="build, run, verify and time a kernel on an Android device (ADB) or QEMU",
                        description="Synthesize a CPU kernel, cross-compile a static aarch64 harness, run it pinned "
                        "to the chosen cluster on a device over ADB (or under qemu-aarch64), verify against numpy, "

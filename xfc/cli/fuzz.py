@@ -24,11 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from ._version import __version__
-from .errors import OperatorError, ToolchainError, VerificationError, XfcError
-from .fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
+from .._version import __version__
+from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
+from ..fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
-from .fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
+from ..fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
 
 DEFAULT_SAVE_DIR = Path("xfc-fuzz")
 DEFAULT_CASES = 100
@@ -42,7 +42,7 @@ MAX_SHRUNK_FAILURES = 10
 
 def shipped_hardware() -> list[tuple[str, object]]:
     """(name as --hw takes it, description) for every shipped file, in a stable order."""
-    from .hardware.load import SHIPPED_ROOT, load_path, shipped_files
+    from ..hardware.load import SHIPPED_ROOT, load_path, shipped_files
     out = []
     for path in shipped_files():
         name = path.stem if path.parent != SHIPPED_ROOT else path.name
@@ -58,7 +58,7 @@ def hardware_pool(targets, names=None):
 
 def check_toolchains(targets) -> None:
     """One-line ToolchainError (exit 3) for a target this machine cannot run."""
-    from .build.toolchain import ARM_CC, HOST_CC, QEMU, require_tool
+    from ..build.toolchain import ARM_CC, HOST_CC, QEMU, require_tool
     if "host" in targets:
         require_tool(HOST_CC)
         if not host_isas():
@@ -67,8 +67,8 @@ def check_toolchains(targets) -> None:
         require_tool(ARM_CC)
         require_tool(QEMU)
     if "pocl" in targets:
-        from .build.opencl import build_harness
-        from .runners.pocl import device_info
+        from ..build.opencl import build_harness
+        from ..runners.pocl import device_info
         device_info(build_harness())  # builds the shared harness once, before the workers need it
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import OperatorError, XfcError
-from .ops.spec import OPERATORS, make_spec, parse_shape
-from .pipeline import run_cpu, run_gpu_synth
+from ..errors import OperatorError, XfcError
+from ..ops.spec import OPERATORS, make_spec, parse_shape
+from ..pipeline import run_cpu, run_gpu_synth
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
 OUTPUT_RULE = ("xfc writes only into a directory that does not exist yet, is empty, or holds an earlier xfc output "
@@ -80,7 +80,7 @@ def print_summary(report: dict) -> None:
 
 def cmd_synth(args) -> int:
     import sys
-    from .hardware.load import load
+    from ..hardware.load import load
     hw = load(args.hw)
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
@@ -89,7 +89,7 @@ def cmd_synth(args) -> int:
         if args.target != "cpu" or hw.target_arch != "aarch64":
             raise OperatorError(f"--mca analyses AArch64 CPU kernels with llvm-mca-16; not available for "
                                 f"{'--target gpu' if args.target != 'cpu' else f'{hw.name} ({hw.target_arch})'}")
-        from .mca import require_tools
+        from ..mca import require_tools
         require_tools()
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     if args.target == "gpu":

@@ -18,9 +18,9 @@ def default_out_dir(hw, model_path: str) -> Path:
 
 def cmd_model(args) -> int:
     from ..hardware.load import load
-    from .load import parse_input_shapes
-    from .pipeline import raise_if_unverified, run_model
-    from .report import format_report
+    from ..model.load import parse_input_shapes
+    from ..model.pipeline import raise_if_unverified, run_model
+    from ..model.report import format_report
     for flag, given in (("--target gpu", args.target == "gpu"), ("--device", args.device is not None),
                         ("--bench", args.bench), ("--emit lib", args.emit == "lib")):
         if given:

@@ -12,21 +12,21 @@ import sys
 from pathlib import Path
 
 from ..errors import XfcError
-from .records import RANKS, source_kind
-from .store import TileDb, TileDbError, timestamps
+from ..tiledb.records import RANKS, source_kind
+from ..tiledb.store import TileDb, TileDbError, timestamps
 
 EVALUATOR_NAMES = ("static", "host", "llvm-mca")
 
 
 def _db_path(args) -> Path:
-    from .locations import user_db_path
+    from ..tiledb.locations import user_db_path
     return Path(args.db) if args.db else user_db_path(os.environ)
 
 
 def _evaluators(text: str, hw, db_path: Path) -> list:
-    from .evaluators import HostMicroKernelEvaluator, McaMicroKernelEvaluator, StaticDbEvaluator
-    from .operators import HostOperatorEvaluator
-    from .locations import is_shipped_location
+    from ..tiledb.evaluators import HostMicroKernelEvaluator, McaMicroKernelEvaluator, StaticDbEvaluator
+    from ..tiledb.operators import HostOperatorEvaluator
+    from ..tiledb.locations import is_shipped_location
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise XfcError("--evaluators: give at least one of " + ", ".join(EVALUATOR_NAMES))
@@ -60,7 +60,7 @@ def _evaluators(text: str, hw, db_path: Path) -> list:
 
 def cmd_build(args) -> int:
     from ..hardware.load import load
-    from .build import OP_CHOICES, parse_tiles, plan_tasks, register_hardware, run_build
+    from ..tiledb.build import OP_CHOICES, parse_tiles, plan_tasks, register_hardware, run_build
     hw = load(args.hw)
     if not hw.clusters:
         raise XfcError(f"--hw {args.hw}: {hw.name} has no CPU clusters; GPU tiles are not built yet")
@@ -105,7 +105,7 @@ def cmd_show(args) -> int:
         where, params = [], []
         if args.hw:
             from ..hardware.load import load
-            from .fingerprint import fingerprint
+            from ..tiledb.fingerprint import fingerprint
             hw = load(args.hw)
             clusters = (hw.cluster(args.cluster),) if args.cluster else hw.clusters
             fps = [fingerprint(hw, c) for c in clusters]
@@ -123,7 +123,7 @@ def cmd_show(args) -> int:
     if args.limit:
         rows = rows[:args.limit]
     if args.json:
-        from .records import as_dict
+        from ..tiledb.records import as_dict
         print(json.dumps([as_dict(r) for r in rows], indent=1))
         return 0
     if not rows:
@@ -147,7 +147,7 @@ def cmd_stats(args) -> int:
         by = db.query("SELECT fingerprint, source, COUNT(*), SUM(emulated) FROM tile GROUP BY fingerprint, source")
         labels = db.labels()
         counts = {t: db.count(t) for t in ("hardware", "tile", "operator", "calibration", "claim")}
-        from .schema import user_version
+        from ..tiledb.schema import user_version
         version, db_id = user_version(db.conn), db.db_id
     size = path.stat().st_size
     measured = sorted({lab for fp, src, n, emulated in by if RANKS[source_kind(src)] == RANKS["host"]
@@ -168,7 +168,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .exchange import export_lines, write_export
+    from ..tiledb.exchange import export_lines, write_export
     path = _db_path(args)
     with TileDb.open(path, readonly=True) as db:
         if args.output and args.output != "-":
@@ -192,7 +192,7 @@ def _report_merge(report, what: str, dest: Path) -> int:
 
 
 def cmd_import(args) -> int:
-    from .exchange import merge_records, read_export_file
+    from ..tiledb.exchange import merge_records, read_export_file
     dest = _db_path(args)
     records = []
     for f in args.files:
@@ -202,7 +202,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .exchange import merge_records, rows_of_database
+    from ..tiledb.exchange import merge_records, rows_of_database
     dest = _db_path(args)
     records = []
     for src in args.sources:
@@ -214,7 +214,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify import verify
+    from ..tiledb.verify import verify
     path = _db_path(args)
     problems, checked = verify(path)
     for p in problems[:50]:
@@ -226,7 +226,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    from .gc import collect
+    from ..tiledb.gc import collect
     path = _db_path(args)
     with TileDb.open(path, create=False) as db:
         lines = collect(db, stale=args.stale, dry_run=args.dry_run)

@@ -1,13 +1,13 @@
 """`xfc devices`: the Android devices the adb server sees, and which hardware description fits.
 
-Registered by xfc/cli.py through `register(subparsers)`.
+Registered by xfc/cli/main.py through `register(subparsers)`.
 """
 from __future__ import annotations
 
 import json
 import sys
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 HINT = ("No device. Connect a phone with USB debugging enabled (Settings > Developer options), "
         "or start the virtual device:\n"
@@ -16,7 +16,7 @@ HINT = ("No device. Connect a phone with USB debugging enabled (Settings > Devel
 
 
 def cmd_devices(args) -> int:
-    from .runners.adb import default_host, default_port, device_rows
+    from ..runners.adb import default_host, default_port, device_rows
     host = args.adb_host or default_host()
     port = args.adb_port or default_port()
     error = None

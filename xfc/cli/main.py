@@ -13,12 +13,13 @@ import signal
 import sys
 import threading
 
-from ._version import __version__
-from . import settings
-from .errors import XfcError
+from .._version import __version__
+from .. import settings
+from ..errors import XfcError
 
 
-def _print_table(rows: list[list[str]], header: list[str], out=sys.stdout) -> None:
+def _print_table(rows: list[list[str]], header: list[str], out=None) -> None:
+    out = out if out is not None else sys.stdout   # looked up per call: redirections and capture apply
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
     print(line.rstrip(), file=out)
@@ -36,8 +37,8 @@ def _fmt(value, digits=1) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_hw_list(args) -> int:
-    from .hardware.load import load_path, shipped_files, load
-    from .hardware.figures import derived_figures
+    from ..hardware.load import load_path, shipped_files, load
+    from ..hardware.figures import derived_figures
     rows, payload = [], []
     entries = [(p.parent.name if p.parent.name in ("cpu", "gpu", "soc") else "alias", p) for p in shipped_files()]
     entries.append(("host", None))
@@ -68,7 +69,7 @@ def cmd_hw_list(args) -> int:
 
 def hardware_summary(hw) -> dict:
     from dataclasses import asdict
-    from .hardware.figures import derived_figures
+    from ..hardware.figures import derived_figures
     data = {
         "name": hw.name, "kind": hw.kind, "marketing_name": hw.marketing_name, "source_path": hw.source_path,
         "target_arch": hw.target_arch,
@@ -84,8 +85,8 @@ def hardware_summary(hw) -> dict:
 
 
 def cmd_hw_show(args) -> int:
-    from .hardware.load import load
-    from .hardware.figures import derived_figures
+    from ..hardware.load import load
+    from ..hardware.figures import derived_figures
     hw = load(args.name)
     if args.json:
         print(json.dumps(hardware_summary(hw), indent=2, default=list))
@@ -128,7 +129,7 @@ def cmd_hw_show(args) -> int:
 
 
 def cmd_hw_validate(args) -> int:
-    from .hardware.load import validate_file
+    from ..hardware.load import validate_file
     failures = 0
     for path in args.paths:
         try:
@@ -172,20 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_hw_validate)
     hw.set_defaults(func=lambda a: (hw.print_help(), 2)[1])
 
-    from . import cli_bench, cli_fuzz, cli_synth
-    cli_synth.register(sub)
-    cli_bench.register(sub)
-    from .tiledb import cli as cli_tiledb  # the tile database (docs/tile-db.md)
-    cli_tiledb.register(sub)
-    from .model import cli as model_cli
-    model_cli.register(sub)
-    cli_fuzz.register(sub)
-    try:
-        from . import cli_devices
-    except ImportError:
-        cli_devices = None
-    if cli_devices is not None:
-        cli_devices.register(sub)
+    from . import bench, devices, fuzz, model, synth, tiledb
+    synth.register(sub)
+    bench.register(sub)
+    tiledb.register(sub)   # the tile database (docs/tile-db.md)
+    model.register(sub)
+    fuzz.register(sub)
+    devices.register(sub)
     return parser
 
 
