@@ -36,3 +36,9 @@ def test_every_data_folder_and_file_is_shipped():
     wanted = {f for name in DATA.values() for f in (ROOT / name).rglob("*")
               if f.is_file() and not f.name.startswith(".")}
     assert sorted(map(str, wanted - shipped)) == []
+
+
+def test_android_runner_ships_its_stand_in_harness():
+    """The installed android_runner builds its stand-in harness from its own package, not tests/."""
+    assert "*.c" in SETUPTOOLS["package-data"]["android_runner"]
+    assert (ROOT / "android_runner" / "standin_harness.c").is_file()
