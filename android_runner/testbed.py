@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STANDIN_SOURCE = HERE.parent / "tests" / "fixtures" / "standin_harness.c"
+STANDIN_SOURCE = HERE / "standin_harness.c"   # shipped with the package (pyproject package-data)
 
 
 def free_port() -> int:

@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from xfc.hardware import CpuCore, HardwareDescription
-from xfc.runners.identity import core_hwcaps, required_hwcaps, shipped_socs
+from xfc.hardware.model import CpuCore, HardwareDescription
+from xfc.hardware.identity import core_hwcaps, required_hwcaps, shipped_socs
 
 # --------------------------------------------------------------------------------------------
 # Wire format

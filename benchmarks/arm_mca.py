@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/arm_mca.py --cores cortex-a710,cortex-x3 --only mm_512,dw_mbv2_s1
 
 For each shipped core description (hardware_descriptions/cpu/*.yaml) and each workload of the
-suite (xfc/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
+suite (xfc/ops/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
 xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.mca under the core's LLVM 16
 model (xfc.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
 do not depend on how busy this machine is. Predicted GFLOP/s = FMA per cycle on the core's pipes
@@ -21,14 +21,13 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from xfc import mca
+from xfc.cpu.synth import synthesize_cpu
+from xfc.errors import XfcError
+from xfc.hardware import SHIPPED_ROOT, load
+from xfc.ops.workloads import SUITE, suite_spec
 
-from xfc import mca  # noqa: E402
-from xfc.errors import XfcError  # noqa: E402
-from xfc.hardware import SHIPPED_ROOT, load  # noqa: E402
-from xfc.synth_cpu import synthesize_cpu  # noqa: E402
-from xfc.workloads import SUITE, suite_spec  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_mca.json"
 KIND = "arm_mca"

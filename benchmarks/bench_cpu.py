@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/bench_cpu.py                 # all workloads, 1 and 2 threads
     .venv/bin/python benchmarks/bench_cpu.py --only mm_512,dw_mbv2_s1 --threads 1
-    .venv/bin/python benchmarks/bench_cpu.py --plans hand    # hand plans instead of xfc.synth_cpu
+    .venv/bin/python benchmarks/bench_cpu.py --plans hand    # hand plans instead of the synthesizer
     .venv/bin/python benchmarks/bench_cpu.py --sweep conv_r18_l1   # tile-parameter sweep (notes table)
 
 Every peer runs in its own child process (one per library and thread count) with
@@ -42,11 +42,11 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from xfc.workloads import SUITE  # noqa: E402
+from xfc.ops.workloads import SUITE  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
-from xfc.ops import check_output, make_inputs, make_spec  # noqa: E402
+from xfc.ops.reference import check_output, make_inputs
+from xfc.ops.spec import make_spec  # noqa: E402
 
 TARGET_S = 0.6
 MIN_REPEATS = 10
@@ -54,8 +54,7 @@ WARMUP = 3
 
 WORKLOADS = SUITE  # the suite is defined once, in xfc/workloads.py
 
-# Hand-tuned plans for this AVX-512 host (see docs/host-kernel-notes.md); used with --plans hand
-# and as the fallback when xfc.synth_cpu is not available.
+# Hand-tuned plans for this AVX-512 host (see docs/notes/host-kernels.md); used with --plans hand.
 HAND_TILES = {
     "mm_512": dict(mr=14, nr=32, kc=256),
     "mm_1024": dict(mr=14, nr=32, kc=256),
@@ -207,17 +206,13 @@ def run_peer_child(peer, names, threads, timeout=900):
 
 def get_planner(kind):
     """(plan_fn(name, spec, threads) -> plan, description)."""
-    from xfc.codegen_cpu import hand_plan
+    from xfc.cpu.plans import hand_plan
+    from xfc.cpu.synth import synthesize_cpu
+    from xfc.hardware.host import detect_host
     if kind != "hand":
-        try:
-            from xfc.host import detect_host
-            from xfc.synth_cpu import plan_for
-            hw = detect_host()
-            return (lambda name, spec, threads: plan_for(spec, hw, threads)), f"xfc.synth_cpu.plan_for ({hw.name})"
-        except ImportError as exc:
-            if kind == "synth":
-                raise
-            print(f"note: xfc.synth_cpu unavailable ({exc}); using hand plans", file=sys.stderr)
+        hw = detect_host()
+        return ((lambda name, spec, threads: synthesize_cpu(spec, hw, threads=threads).plan),
+                f"xfc.cpu.synth.synthesize_cpu ({hw.name})")
 
     def hand(name, spec, threads):
         return hand_plan(spec, "avx512", threads, **HAND_TILES.get(name, {}))
@@ -225,8 +220,8 @@ def get_planner(kind):
 
 
 def run_ours(name, spec, threads, planner, build_root):
-    from xfc.build import build_host
-    from xfc.codegen_cpu import render_cpu_kernel
+    from xfc.build.cpu import build_host
+    from xfc.cpu.codegen import render_cpu_kernel
     t0 = time.perf_counter()
     plan = planner(name, spec, threads)
     synth_s = time.perf_counter() - t0
@@ -263,12 +258,13 @@ def write_results(path: Path, data):
 
 def sweep(names, build_root):
     """Tile-parameter sweep with hand plans (the tables in docs/host-kernel-notes.md)."""
-    from xfc.build import build_host
-    from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+    from xfc.build.cpu import build_host
+    from xfc.cpu.plans import hand_plan
+    from xfc.cpu.codegen import render_cpu_kernel
     grid = [dict(mr=14, nr=32), dict(mr=12, nr=32), dict(mr=8, nr=48), dict(mr=6, nr=64), dict(mr=16, nr=16),
             dict(mr=28, nr=16), dict(mr=14, nr=32, kc=128), dict(mr=14, nr=32, kc=512),
-            dict(mr=14, nr=32, k_unroll=1), dict(mr=14, nr=32, extra=(("loop_order", "ir_jr"),)),
-            dict(mr=14, nr=32, extra=(("prefetch_c", "0"),)), dict(mr=6, nr=16, isa="avx2"),
+            dict(mr=14, nr=32, k_unroll=1), dict(mr=14, nr=32, loop_order="ir_jr"),
+            dict(mr=14, nr=32, prefetch_c=False), dict(mr=6, nr=16, isa="avx2"),
             dict(mr=4, nr=24, isa="avx2")]
     for name in names:
         spec = spec_of(name)
@@ -321,7 +317,10 @@ def main(argv=None):
             print(f"bench_cpu: error: {exc}", file=sys.stderr)
             return 2
 
-    build_root = Path(tempfile.gettempdir()) / "xfc_bench_cpu"
+    # A private build directory (never a fixed shared path: two users or two runs must not meet),
+    # removed when the interpreter exits (finalizer of TemporaryDirectory).
+    build_dir = tempfile.TemporaryDirectory(prefix="xfc-bench-cpu-")
+    build_root = Path(build_dir.name)
     if args.sweep:
         sweep(args.sweep.split(","), build_root)
         return 0

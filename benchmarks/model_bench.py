@@ -59,7 +59,6 @@ def main(argv=None) -> int:
         print(f"model-bench: {exc.name or 'torch'} is not installed; it is needed only to export the models: "
               f"{Path(sys.executable).parent / 'python'} -m {install_hint()}", file=sys.stderr)
         return 3
-    sys.path.insert(0, str(REPO))
     from xfc.outputs import write_json_result
     status = 0
     with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:

@@ -17,11 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel  # noqa: E402
-from xfc.ops import make_spec  # noqa: E402
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.ops.spec import make_spec
 
 DRIVER = r"""
 #include <stdio.h>

@@ -5,11 +5,8 @@
 2. host: synthesize, build natively, verify and time it.
 """
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from xfc.cli import main  # noqa: E402
+from xfc.cli import main
 
 CONV = ["--shape", "c=64,h=56,w=56,k=64,r=3,s=3", "--pad", "1", "--bias", "--activation", "relu"]
 

@@ -12,10 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from xfc.sanitize import EDGE_CASES, THREADS, host_isas, run_all
 
-from xfc.sanitize import EDGE_CASES, THREADS, host_isas, run_all  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

@@ -3,7 +3,7 @@ epilogue checks and the compiled-code inspection used instead of restating the c
 
 Host ISAs: kernels of every x86-64 ISA (avx512, avx2, generic) are compiled on every machine
 (gcc emits AVX-512 code on any x86-64 CPU); they are run only where the host, as xfc sees it,
-runs that ISA (`xfc.host.available_isas`, which honours XFC_HOST_ISA). What was compiled, what ran
+runs that ISA (`xfc.hardware.host.available_isas`, which honours XFC_HOST_ISA). What was compiled, what ran
 and why something did not run is recorded on the test (`record`) and printed at the end of the
 run by conftest.py, so a smaller machine reports what it could not do instead of skipping.
 """
@@ -22,10 +22,14 @@ import numpy as np
 import pytest
 
 import xfc
-from xfc.build import ARM_CC, COMMON_FLAGS, HOST_CC, QEMU, build_host, host_compile_command
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
-from xfc.host import HOST_ISA_ENV, HOST_ISAS, available_isas, describe_host, host_isa_cap, parse_cpuinfo
-from xfc.ops import check_output, make_inputs, make_spec, reference
+from xfc.build.toolchain import ARM_CC, HOST_CC, QEMU
+from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.settings import HOST_ISA_ENV, host_isa_cap
+from xfc.hardware.host import HOST_ISAS, available_isas, describe_host, parse_cpuinfo
+from xfc.ops.reference import check_output, make_inputs, reference
+from xfc.ops.spec import make_spec
 
 # ---------------------------------------------------------------------------------------------
 # Tools
@@ -105,7 +109,7 @@ ALL_HOST_ISAS: tuple[str, ...] = HOST_ISAS
 
 def supported_by_cpu() -> tuple[str, ...]:
     """The host ISAs this CPU runs, ignoring XFC_HOST_ISA."""
-    from xfc.host import supported_isas
+    from xfc.hardware.host import supported_isas
     return supported_isas(parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"])
 
 
@@ -124,7 +128,7 @@ def host_description(isa: str):
         return xfc.load_hardware(f"host:{isa}")
     info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     info["flags"] = set(info["flags"]) | {"avx512f", "avx2", "fma"}
-    from xfc.host import read_caches
+    from xfc.hardware.host import read_caches
     return describe_host(info, read_caches(), host_cpus(), "x86_64", isa=isa)
 
 

@@ -12,7 +12,7 @@ import support
 from android_runner.virtual_device import VirtualDevice
 from support import needs_adb, needs_arm
 from xfc.cli import main
-from xfc.ops import make_spec
+from xfc.ops.spec import make_spec
 
 CONV_SHAPE = dict(c=8, h=17, w=19, k=12, r=3, s=3)
 CONV = ["conv2d", "--hw", "snapdragon-865", "--shape", "c=8,h=17,w=19,k=12,r=3,s=3", "--pad", "1",

@@ -19,7 +19,7 @@ import support
 import xfc
 from support import ALL_HOST_ISAS, RUNNABLE_ISAS, needs_arm, needs_opencl
 from xfc.cli import main
-from xfc.ops import make_spec
+from xfc.ops.spec import make_spec
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 SHIPPED = Path(__file__).resolve().parent.parent / "hardware_descriptions"
@@ -27,7 +27,7 @@ SHIPPED = Path(__file__).resolve().parent.parent / "hardware_descriptions"
 
 def run(argv, capfd):
     """main(argv) in-process: (exit code, stdout, stderr); argparse errors exit through SystemExit.
-    capfd, not capsys: xfc.cli's table printer binds sys.stdout when the module is imported."""
+    capfd: captures what the command line and its child processes write at the file-descriptor level."""
     try:
         code = main(list(argv))
     except SystemExit as exc:
@@ -78,8 +78,7 @@ def test_no_command_and_hw_without_subcommand_print_usage(capfd):
 
 
 def console(*args):
-    """The installed console script in a subprocess (for the tables: xfc.cli._print_table binds
-    sys.stdout when the module is imported, so in-process capture misses them)."""
+    """The installed console script in a subprocess (what a user runs: the entry point, argv, exit status)."""
     env = {k: v for k, v in os.environ.items() if k != "XFC_DEBUG"}
     return subprocess.run([XFC, *args], capture_output=True, text=True, timeout=120, env=env)
 

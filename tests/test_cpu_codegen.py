@@ -16,10 +16,13 @@ import pytest
 import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_march, host_plan, mm,
                      needs_arm, run_host_plan)
-from xfc.build import ARM_CC, QEMU, Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, require_tool, run_qemu
-from xfc.codegen_cpu import HOST_LANES, a_load_groups, hand_plan, render_cpu_kernel, validate_plan
+from xfc.build.toolchain import ARM_CC, QEMU, require_tool
+from xfc.build.cpu import Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, run_qemu
+from xfc.cpu.codegen import a_load_groups, render_cpu_kernel, validate_plan
+from xfc.cpu.isa import ISA_TABLE, isa_for
+from xfc.cpu.plans import hand_plan
 from xfc.errors import OperatorError, VerificationError
-from xfc.ops import make_inputs
+from xfc.ops.reference import make_inputs
 
 
 def _check_host(spec, build_dir, isa, threads=1, seed=0, **overrides):
@@ -123,7 +126,7 @@ TILE_VARIANTS = [dict(mr=8, nv=3, kc=64, mc=16, ncv=6), dict(mr=6, nv=4, k_unrol
 
 
 def _tiles(isa, variant):
-    lanes = HOST_LANES[isa]
+    lanes = ISA_TABLE[isa].hand_lanes
     tiles = {k: v for k, v in variant.items() if k not in ("nv", "ncv")}
     tiles["nr"] = variant["nv"] * lanes
     if "ncv" in variant:
@@ -166,7 +169,7 @@ def test_every_host_isa_compiles_or_runs_here():
     """The ISAs this run can execute: generic always, and at least the ones the detected host
     claims (a test that silently did nothing on a smaller machine would show up here)."""
     assert "generic" in RUNNABLE_ISAS and set(RUNNABLE_ISAS) <= set(ALL_HOST_ISAS)
-    assert support.host_description(RUNNABLE_ISAS[0]).cluster().core.isa_family == RUNNABLE_ISAS[0]
+    assert isa_for(support.host_description(RUNNABLE_ISAS[0]).cluster().core) == RUNNABLE_ISAS[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from android_runner.virtual_device import Faults, VirtualDevice
-from xfc.build import run_qemu
+from xfc.build.cpu import run_qemu
 from xfc.errors import DeviceError, ToolchainError
-from xfc.ops import make_spec as make_op_spec
+from xfc.ops.spec import make_spec as make_op_spec
 from xfc.runners import get_runner, make_spec
 from xfc.runners.qemu import QemuRunner
 
@@ -174,11 +174,12 @@ def test_interrupt_during_a_device_run_leaves_nothing(server, sd865, tmp_path, s
                             env={**os.environ, "TMPDIR": str(tmp)})
     try:
         deadline = time.monotonic() + 240
-        while not sd865.system.processes:          # wait until the harness runs on the device
+        # wait until the harness runs on the device, under qemu in the sandbox (the device lists the
+        # process a moment before it starts the emulator: wait for both)
+        while not (sd865.system.processes and emulators_of(sd865)):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the harness never started"
+            assert time.monotonic() < deadline, "the harness never started under qemu in the sandbox"
             time.sleep(0.05)
-        assert emulators_of(sd865), "the harness runs under qemu in the sandbox"
         time.sleep(0.3)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)

@@ -7,10 +7,8 @@ import pytest
 
 from android_runner.virtual_device import HOME_MARKER, Faults, FakeSystem, VirtualDevice, soc_names
 from xfc.errors import HardwareError
-from xfc.hardware import load
-from xfc.runners.identity import (check_description, core_hwcaps, identity_from, march_hwcaps,
-                                  match_identity, parse_cpuinfo, pick_description, required_hwcaps,
-                                  shipped_socs, soc_description)
+from xfc.hardware.load import load
+from xfc.hardware.identity import (check_description, core_hwcaps, identity_from, march_hwcaps, match_identity, parse_cpuinfo, pick_description, required_hwcaps, shipped_socs, soc_description)
 from xfc.sigill import illegal_instruction_message, is_illegal_instruction
 
 pytestmark = pytest.mark.unit

@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xfc.build import ARM_CC, QEMU
+from xfc.build.toolchain import ARM_CC, QEMU
 from xfc.cli import build_parser
-from xfc.cli_fuzz import Progress, shipped_hardware
-from xfc.cli_synth import spec_from_args
+from xfc.cli.fuzz import Progress, shipped_hardware
+from xfc.cli.synth import spec_from_args
 from xfc.errors import OperatorError, ToolchainError
 from xfc.fuzz import (FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
                       generate_case, generate_cases, select_hardware, shrink, shrink_candidates)
-from xfc.host import describe_host, parse_cpuinfo
+from xfc.hardware.host import describe_host, parse_cpuinfo
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 CASES_DIR = Path(__file__).resolve().parent / "fuzz_cases"
@@ -40,7 +40,8 @@ HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
 
 def _have_pocl() -> bool:
     try:
-        from xfc.gpu.build import build_harness, device_info
+        from xfc.build.opencl import build_harness
+        from xfc.runners.pocl import device_info
         device_info(build_harness())
         return True
     except (ToolchainError, OSError, ValueError):
@@ -285,7 +286,7 @@ def _perturb(out):
 @needs_host
 @pytest.mark.parametrize("entry", ["per-call", "pre-packed"])
 def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
-    from xfc import build
+    from xfc.build import cpu as build
     from xfc.fuzz_run import run_case
     case = _case("host")
     ok = run_case(case, tmp_path / "ok")
@@ -304,7 +305,7 @@ def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
 @pytest.mark.host
 @needs_host
 def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp_path):
-    from xfc import ops
+    from xfc.ops import reference as ops
     from xfc.fuzz_run import run_case
     rejected = run_case(_case("host", threads=999), tmp_path)
     assert rejected.status == "rejected" and "--threads 999" in rejected.detail
@@ -316,7 +317,7 @@ def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp
 @pytest.mark.emulated
 @needs_arm
 def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
-    from xfc import build
+    from xfc.build import cpu as build
     from xfc.fuzz_run import run_case
     real = build.run_qemu
 
@@ -336,7 +337,7 @@ def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_pocl_wrong_output_is_caught(dtype, monkeypatch, tmp_path):
     from xfc.fuzz_run import run_case
-    from xfc.gpu import build as gpu_build
+    from xfc.runners import pocl as gpu_build
     case = _case("pocl", dtype=dtype)
     assert run_case(case, tmp_path).status == "pass"
     real = gpu_build.run_kernel

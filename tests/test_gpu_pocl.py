@@ -16,11 +16,12 @@ import pytest
 import support
 from support import needs_opencl
 from xfc.errors import ToolchainError
-from xfc.gpu import run_gpu_synth
-from xfc.gpu.build import POCL_LABEL, build_harness
-from xfc.hardware import load
-from xfc.ops import make_spec
-from xfc.workloads import SUITE, suite_spec
+from xfc.build.opencl import build_harness
+from xfc.pipeline import run_gpu_synth
+from xfc.runners.pocl import POCL_LABEL
+from xfc.hardware.load import load
+from xfc.ops.spec import make_spec
+from xfc.ops.workloads import SUITE, suite_spec
 
 pytestmark = [pytest.mark.opencl, needs_opencl]
 

@@ -9,9 +9,9 @@ import pytest
 
 from xfc.errors import HardwareError, OperatorError
 from xfc.gpu import synthesize_gpu
-from xfc.gpu.build import render_harness, render_kernel
-from xfc.hardware import load
-from xfc.workloads import SUITE, suite_spec
+from xfc.gpu.codegen import render_harness, render_kernel
+from xfc.hardware.load import load
+from xfc.ops.workloads import SUITE, suite_spec
 
 pytestmark = pytest.mark.unit
 

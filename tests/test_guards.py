@@ -10,12 +10,15 @@ import subprocess
 import numpy as np
 import pytest
 
-from xfc.build import COMMON_FLAGS, HOST_CC, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.build.cpu import COMMON_FLAGS, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
+from xfc.build.toolchain import HOST_CC
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import ToolchainError, VerificationError
 from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
-from xfc.mutants import mutate
-from xfc.ops import check_output, make_inputs, make_spec
+from xfc.cpu.mutants import mutate
+from xfc.ops.reference import check_output, make_inputs
+from xfc.ops.spec import make_spec
 
 # ---------------------------------------------------------------------------------------------
 # GuardedBuffer
@@ -157,7 +160,8 @@ def test_c_harness_output_starts_as_nan(tmp_path):
 
 @pytest.fixture(scope="module")
 def pocl(tmp_path_factory):
-    from xfc.gpu.build import build_harness, device_info
+    from xfc.build.opencl import build_harness
+    from xfc.runners.pocl import device_info
     with pytest.MonkeyPatch.context() as mp:   # keep the harness cache out of $HOME
         mp.setenv("XFC_CACHE_DIR", str(tmp_path_factory.mktemp("xfc-cache")))
         try:
@@ -169,8 +173,8 @@ def pocl(tmp_path_factory):
 
 
 def _gpu_kernel(tmp_path, spec, dtype="fp32"):
-    from xfc.gpu import run_gpu_synth
-    from xfc.hardware import load
+    from xfc.pipeline import run_gpu_synth
+    from xfc.hardware.load import load
     report = run_gpu_synth(spec, load("adreno-650"), tmp_path, dtype=dtype, verify=True)
     assert report["verified"] is True, report
     variant = "fp16_storage" if dtype == "fp16" else "fp32"
@@ -178,7 +182,7 @@ def _gpu_kernel(tmp_path, spec, dtype="fp32"):
 
 
 def _run_edited(pocl, tmp_path, spec, kernel_path, edit, count_min=1):
-    from xfc.gpu.build import run_kernel
+    from xfc.runners.pocl import run_kernel
     text = kernel_path.read_text()
     edited, count = re.subn(edit[0], edit[1], text)
     assert count >= count_min and edited != text
@@ -218,17 +222,18 @@ def test_opencl_guard_violation_fails_run_gpu_synth_with_a_report(pocl, tmp_path
     """run_gpu_synth turns the harness's exit 5 into VerificationError after writing report.json."""
     import json
 
-    from xfc.gpu import build as gpu_build
-    from xfc.hardware import load
+    from xfc import pipeline
+    from xfc.gpu import codegen as gpu_codegen
+    from xfc.hardware.load import load
     spec = mm(67, 45, 30)
-    real_render = gpu_build.render_kernel
+    real_render = gpu_codegen.render_kernel
 
     def broken(plan):
         return re.sub(r"row0 \+ (\d+) < M &&", r"row0 + \1 < M + 1 &&", real_render(plan))
 
-    monkeypatch.setattr(gpu_build, "render_kernel", broken)
+    monkeypatch.setattr(gpu_codegen, "render_kernel", broken)
     with pytest.raises(VerificationError, match="past the end of out") as info:
-        gpu_build.run_gpu_synth(spec, load("adreno-650"), tmp_path, verify=True)
+        pipeline.run_gpu_synth(spec, load("adreno-650"), tmp_path, verify=True)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["verified"] is False and "guard violation" in report["failure"]
     assert info.value.report["verified"] is False

@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 
 from xfc.errors import HardwareError
-from xfc.hardware import derived_figures, load, shipped_files, validate_file
-from xfc.host import describe_host, parse_cpuinfo
+from xfc.hardware.figures import derived_figures
+from xfc.hardware.load import load, shipped_files, validate_file
+from xfc.hardware.host import describe_host, parse_cpuinfo
+from xfc.cpu.isa import isa_for
 
 pytestmark = pytest.mark.unit
 
@@ -87,11 +89,11 @@ def test_host_description_from_recorded_facts():
               "L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 8}}
     hw = describe_host(info, caches, 8, "x86_64")
     core = hw.cluster().core
-    assert core.vector_bits == 512 and core.vector_registers == 32 and core.isa_family == "avx512"
+    assert core.vector_bits == 512 and core.vector_registers == 32 and isa_for(core) == "avx512"
     assert core.l1d.size_bytes == 48 * 1024 and hw.l3_bytes == 32 * 1024 * 1024
     assert hw.cluster().count == 8
     avx2 = describe_host(parse_cpuinfo("cpu MHz : 2000\nflags : avx2 fma\n"), {}, 2, "x86_64")
-    assert avx2.cluster().core.isa_family == "avx2" and avx2.cluster().core.vector_registers == 16
+    assert isa_for(avx2.cluster().core) == "avx2" and avx2.cluster().core.vector_registers == 16
     with pytest.raises(HardwareError, match="x86-64 only"):
         describe_host(info, caches, 1, "aarch64")
 

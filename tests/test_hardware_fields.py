@@ -20,8 +20,10 @@ import yaml
 
 from xfc.cli import hardware_summary, main
 from xfc.errors import XfcError
-from xfc.hardware import SCHEMAS, SHIPPED_ROOT, derived_figures, validate_file
-from xfc.hardware_ranges import PLAUSIBLE, SCHEMA_MD, schema_md_with_table
+from xfc.hardware.schema import SCHEMAS
+from xfc.hardware.load import SHIPPED_ROOT, validate_file
+from xfc.hardware.figures import derived_figures
+from xfc.hardware.ranges import PLAUSIBLE, SCHEMA_MD, schema_md_with_table
 
 pytestmark = pytest.mark.unit
 
@@ -432,11 +434,11 @@ def _extreme_params():
 
 @pytest.mark.parametrize("rel,key,path", list(_extreme_params()))
 def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, path):
-    from xfc.codegen_cpu import render_cpu_kernel
-    from xfc.gpu.build import render_kernel
+    from xfc.cpu.codegen import render_cpu_kernel
+    from xfc.gpu.codegen import render_kernel
     from xfc.gpu.synth import synthesize_gpu
-    from xfc.ops import make_spec
-    from xfc.synth_cpu import synthesize_cpu
+    from xfc.ops.spec import make_spec
+    from xfc.cpu.synth import synthesize_cpu
 
     specs = (make_spec("matmul", {"m": 13, "n": 17, "k": 9}),
              make_spec("conv2d", {"n": 1, "h": 9, "w": 7, "c": 5, "k": 6, "r": 3, "s": 3}, pad=1),
@@ -493,4 +495,4 @@ def test_schema_md_carries_the_current_range_table():
     text = SCHEMA_MD.read_text()
     assert schema_md_with_table(text) == text, (
         "hardware_descriptions/SCHEMA.md is out of date; run "
-        "python -c 'import xfc.hardware_ranges as r; r.write_schema_md()'")
+        "python -c 'import xfc.hardware.ranges as r; r.write_schema_md()'")

@@ -9,13 +9,14 @@ import pytest
 
 from android_runner.virtual_device import Faults, FakeSystem, soc_names
 from xfc.errors import HardwareError
-from xfc.hardware import SHIPPED_ROOT, read_yaml, validate_file
+from xfc.hardware import SHIPPED_ROOT, validate_file
+from xfc.hardware.load import read_yaml
 from xfc.hwprobe import compare, draft_description, facts_from_files, parse_cpuinfo, validate_draft, write_draft
 from xfc.hwprobe.facts import cluster_facts
 from xfc.hwprobe.parse import parse_cpulist, parse_gpu, parse_meminfo_bytes, parse_size_bytes
 from xfc.hwprobe.render import render_draft
 from xfc.outputs import OutputError
-from xfc.runners.identity import soc_description
+from xfc.hardware.identity import soc_description
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,8 @@ import pytest
 from android_runner.virtual_device import Faults, VirtualDevice
 from support import needs_adb, needs_arm
 from test_hwprobe import at
-from xfc.hardware import SHIPPED_ROOT, read_yaml, validate_file
+from xfc.hardware import SHIPPED_ROOT, validate_file
+from xfc.hardware.load import read_yaml
 
 pytestmark = [pytest.mark.adb, needs_adb]
 

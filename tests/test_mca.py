@@ -380,7 +380,7 @@ def test_missing_llvm_mca_or_cross_compiler_is_exit_3_one_line(tmp_path):
 
 def synthesized(core_name: str, op: str, shape: dict, **options):
     from xfc.ops import make_spec
-    from xfc.synth_cpu import synthesize_cpu
+    from xfc.cpu.synth import synthesize_cpu
     return synthesize_cpu(make_spec(op, shape, **options), load(core_name), threads=1)
 
 
@@ -474,10 +474,10 @@ def test_synth_mca_reports_and_keeps_the_loop(tmp_path):
 
 @emulated
 def test_llvm_mca_evaluator_in_synthesis_and_the_kernel_verifies_under_qemu(tmp_path):
-    from xfc.build import build_arm, run_qemu
-    from xfc.codegen_cpu import render_cpu_kernel
+    from xfc.build.cpu import build_arm, run_qemu
+    from xfc.cpu.codegen import render_cpu_kernel
     from xfc.ops import check_output, make_inputs, make_spec
-    from xfc.synth_cpu import synthesize_cpu
+    from xfc.cpu.synth import synthesize_cpu
     from xfc.tiledb.evaluators import McaMicroKernelEvaluator
     hw = load("cortex-a710")
     ev = McaMicroKernelEvaluator()

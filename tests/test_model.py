@@ -14,13 +14,14 @@ import model_nets as nets  # noqa: E402
 
 from xfc.cli import main  # noqa: E402
 from xfc.errors import OperatorError  # noqa: E402
-from xfc.hardware import load as load_hw  # noqa: E402
+from xfc.hardware.load import load as load_hw  # noqa: E402
 from xfc.model import bounds  # noqa: E402
 from xfc.model.coverage import coverage, node_flops  # noqa: E402
 from xfc.model.load import load_model, parse_input_shapes  # noqa: E402
 from xfc.model.mapping import map_network  # noqa: E402
 from xfc.model.pipeline import analyse  # noqa: E402
-from xfc.ops import Conv2dSpec, DepthwiseSpec, MatmulSpec, make_spec, reference  # noqa: E402
+from xfc.ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, make_spec
+from xfc.ops.reference import reference  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

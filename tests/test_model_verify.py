@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import model_nets as nets  # noqa: E402
 
 from xfc.cli import main  # noqa: E402
-from xfc.hardware import load as load_hw  # noqa: E402
+from xfc.hardware.load import load as load_hw  # noqa: E402
 from xfc.model import backend  # noqa: E402
 from xfc.model.load import load_model  # noqa: E402
 from xfc.model.mapping import map_network  # noqa: E402

@@ -1,4 +1,4 @@
-"""Deliberately wrong kernels (xfc/mutants.py) must fail the suite's checks; the real ones pass.
+"""Deliberately wrong kernels (xfc/cpu/mutants.py) must fail the suite's checks; the real ones pass.
 
 Every case runs the same inputs through the unmutated kernel (which must pass) and the mutant
 (which must fail, and fail in the check named: a guard zone, the NaN pre-fill, the worst-case
@@ -13,15 +13,18 @@ import shutil
 import numpy as np
 import pytest
 
-from xfc.build import ARM_CC, QEMU, build_arm, build_host, run_qemu
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.build.toolchain import ARM_CC, QEMU
+from xfc.build.cpu import build_arm, build_host, run_qemu
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
-from xfc.host import detect_host
-from xfc.mutants import MUTANTS, mutate
-from xfc.ops import Epilogue, check_output, make_inputs, make_spec, reference
+from xfc.hardware.host import detect_host
+from xfc.cpu.mutants import MUTANTS, mutate
+from xfc.ops.spec import Epilogue, make_spec
+from xfc.ops.reference import check_output, make_inputs, reference
 from xfc.sanitize import host_isas
-from xfc.synth_cpu import synthesize_cpu
-from xfc.workloads import SUITE, suite_spec
+from xfc.cpu.synth import synthesize_cpu
+from xfc.ops.workloads import SUITE, suite_spec
 
 pytestmark = pytest.mark.host
 

@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from xfc.accuracy import RMS_MIN_K, UNIT_ROUNDOFF, judge, rms_limit, variance_bound
-from xfc.ops import (DepthwiseSpec, Epilogue, MatmulSpec, check_output, compare_to_bound, error_bound,
-                     make_inputs, make_spec, reference)
-from xfc.workloads import suite_spec
+from xfc.ops.accuracy import RMS_MIN_K, UNIT_ROUNDOFF, judge, rms_limit, variance_bound
+from xfc.ops.spec import DepthwiseSpec, Epilogue, MatmulSpec, make_spec
+from xfc.ops.reference import check_output, compare_to_bound, error_bound, make_inputs, reference
+from xfc.ops.workloads import suite_spec
 
 pytestmark = pytest.mark.unit
 

@@ -369,9 +369,9 @@ def test_synth_help_states_the_rule():
 @pytest.mark.opencl
 def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     """The GPU path stages like the CPU path: a failure leaves the earlier output as it was."""
-    from xfc.gpu.build import run_gpu_synth
-    from xfc.hardware import load
-    from xfc.ops import make_spec
+    from xfc.pipeline import run_gpu_synth
+    from xfc.hardware.load import load
+    from xfc.ops.spec import make_spec
     from xfc.errors import ToolchainError
 
     hw = load("mali-g78")
@@ -386,7 +386,7 @@ def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     before = snapshot(dest)
     with pytest.raises(XfcError, match="xfc did not write"):
         run_gpu_synth(spec, hw, tmp_path, verify=False)       # tmp_path holds g/: foreign to xfc
-    import xfc.gpu.build as gpu_build
+    import xfc.build.opencl as gpu_build
     monkeypatch.setenv("XFC_CACHE_DIR", str(tmp_path / "nocache"))
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))           # no gcc: the harness cannot be built
     monkeypatch.setattr(gpu_build, "_harness_cache", {})

@@ -20,10 +20,11 @@ import pytest
 import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_plan, mm, needs_arm,
                      why_not_runnable)
-from xfc.build import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
-from xfc.codegen_cpu import hand_plan, render_cpu_kernel
+from xfc.build.cpu import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
+from xfc.cpu.plans import hand_plan
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import VerificationError
-from xfc.ops import make_inputs
+from xfc.ops.reference import make_inputs
 
 
 @pytest.fixture(scope="module")

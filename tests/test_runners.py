@@ -15,7 +15,7 @@ from xfc.runners import WHERE_QEMU, WHERE_VIRTUAL, get_runner, hexmask, make_spe
 from xfc.runners.adb import AdbRunner, parse_getprop
 from xfc.runners.base import parse_report
 from xfc.runners.qemu import QemuRunner
-from xfc.runners.identity import identity_from, match_identity, shipped_socs
+from xfc.hardware.identity import identity_from, match_identity, shipped_socs
 
 from support import HAVE_ARM, needs_adb, needs_arm
 

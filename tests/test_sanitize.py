@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from xfc.build import HOST_CC
+from xfc.build.toolchain import HOST_CC
 from xfc.sanitize import EDGE_CASES, SANITIZE_FLAGS, host_isas, run_all, sanitize_case
 
 pytestmark = [pytest.mark.host,

@@ -16,11 +16,12 @@ import pytest
 import support
 import xfc
 from support import needs_arm
-from xfc.build import build_arm, qemu_cpu_models, run_qemu
-from xfc.codegen_cpu import render_cpu_kernel
-from xfc.hardware import SHIPPED_ROOT, _load_path, shipped_files
-from xfc.ops import make_inputs, make_spec
-from xfc.synth_cpu import synthesize_cpu
+from xfc.build.cpu import build_arm, qemu_cpu_models, run_qemu
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.hardware.load import SHIPPED_ROOT, load_path, shipped_files
+from xfc.ops.reference import make_inputs
+from xfc.ops.spec import make_spec
+from xfc.cpu.synth import synthesize_cpu
 
 SHAPES = {
     "matmul": make_spec("matmul", dict(m=23, n=37, k=41), bias=True, activation="relu6"),
@@ -33,7 +34,7 @@ SHAPES = {
 def _descriptions():
     cores, socs = [], []
     for path in shipped_files():
-        hw = _load_path(path)
+        hw = load_path(path)
         if not hw.clusters:
             continue
         name = path.name if path.parent == SHIPPED_ROOT else path.stem   # snapdragon.yaml as users type it

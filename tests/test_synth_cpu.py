@@ -17,11 +17,15 @@ import pytest
 import support
 import xfc
 from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
-from xfc.build import build_arm, run_qemu
-from xfc.codegen_cpu import render_cpu_kernel
-from xfc.ops import make_inputs, make_spec
-from xfc.synth_cpu import MicroTileScore, StaticEvaluator, synthesize_cpu
-from xfc.workloads import SUITE, suite_spec
+from xfc.build.cpu import build_arm, run_qemu
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.ops.reference import make_inputs
+from xfc.ops.spec import make_spec
+from xfc.cpu.tiles import MicroTileScore
+from xfc.cpu.cost_model import StaticEvaluator
+from xfc.cpu.isa import isa_for
+from xfc.cpu.synth import synthesize_cpu
+from xfc.ops.workloads import SUITE, suite_spec
 
 HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
 
@@ -52,7 +56,7 @@ def test_every_suite_workload_synthesizes(hw_name, name):
     elapsed = time.perf_counter() - start
     assert elapsed < SYNTHESIS_LIMIT_S, (name, elapsed)
     assert result.estimate.predicted_s > 0 and result.estimate.bound in ("compute", "L2", "L3", "DRAM")
-    assert result.plan.isa == hw.cluster().core.isa_family
+    assert result.plan.isa == isa_for(hw.cluster().core)
 
 
 @pytest.mark.unit
@@ -80,9 +84,9 @@ def test_cache_constraints_hold(hw_name):
 _DETERMINISM_SCRIPT = r"""
 import hashlib, json, sys
 import xfc
-from xfc.codegen_cpu import render_cpu_kernel
-from xfc.synth_cpu import synthesize_cpu
-from xfc.workloads import suite_spec
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.cpu.synth import synthesize_cpu
+from xfc.ops.workloads import suite_spec
 sys.path.insert(0, sys.argv[1])
 from support import recorded_host
 out = {}
@@ -93,7 +97,7 @@ for hw_name in ("snapdragon-888", "cortex-a55", "host:avx512", "host:avx2", "hos
         src = render_cpu_kernel(result.plan).source
         out[f"{hw_name}/{name}"] = [repr(result.plan), result.explain(), hashlib.sha256(src.encode()).hexdigest()]
 from xfc.gpu import synthesize_gpu
-from xfc.gpu.build import render_kernel
+from xfc.gpu.codegen import render_kernel
 for hw_name in ("mali-g78", "adreno-650"):
     for name in ("mm_bert", "conv_s2", "dw_mbv2_s1"):
         result = synthesize_gpu(suite_spec(name), xfc.load_hardware(hw_name))
@@ -197,7 +201,7 @@ def _asm_cases():
 
 # Tiles whose compiled k loop (gcc 12.2, Debian 12: the toolchain scripts/setup.sh installs) keeps
 # vectors on the stack although the synthesizer counts them as fitting the register file: the
-# register model in synth_cpu.py (MicroTile.registers) leaves no room for the B vectors gcc loads
+# register model in xfc/cpu/tiles.py (MicroTile.registers) leaves no room for the B vectors gcc loads
 # one k step ahead when it unrolls, nor for the product temporary generic x86-64 needs without FMA.
 # A known bug, kept visible here: when a tile stops spilling the test fails and asks to update this.
 KNOWN_SPILLS = {
@@ -228,7 +232,7 @@ def test_compiled_k_loop_keeps_the_tile_in_registers(hw_name, workload, tmp_path
     known = (hw_name, g.mr, g.nr) in KNOWN_SPILLS
     if known and spills:
         pytest.xfail(f"known: {len(spills)} vector stack accesses in the k loop of {g.mr}x{g.nr} "
-                     f"(synth_cpu register model undercounts), e.g. {spills[0]}")
+                     f"(the MicroTile register model undercounts), e.g. {spills[0]}")
     assert not known, f"{hw_name} {g.mr}x{g.nr} no longer spills: remove it from KNOWN_SPILLS"
     assert not spills, f"{hw_name} {g.mr}x{g.nr}: vector spills in the k loop: {spills[:4]}"
 

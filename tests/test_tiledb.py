@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from xfc.errors import XfcError
-from xfc.hardware import load, validate_file
-from xfc.ops import make_spec
-from xfc.synth_cpu import StaticEvaluator, enumerate_micro_tiles, isa_for, synthesize_cpu
+from xfc.hardware.load import load, validate_file
+from xfc.ops.spec import make_spec
+from xfc.cpu.cost_model import StaticEvaluator
+from xfc.cpu.tiles import enumerate_micro_tiles
+from xfc.cpu.isa import isa_for
+from xfc.cpu.synth import synthesize_cpu
 from xfc.tiledb import schema
 from xfc.tiledb.build import plan_tasks, register_hardware, run_build
 from xfc.tiledb.evaluators import StaticDbEvaluator, TileDbEvaluator, open_for_synthesis, tile_params
@@ -548,7 +551,7 @@ def test_probe_analysis_of_recorded_output():
 def test_operator_rows_hold_the_synthesized_plan_and_rank_measured_first(tmp_path):
     from xfc.tiledb.operators import best_operator, plan_json
     from xfc.tiledb.records import OperatorRow
-    from xfc.workloads import SUITE, suite_spec
+    from xfc.ops.workloads import SUITE, suite_spec
     hw = load("snapdragon-865")
     ev = StaticDbEvaluator()
     with TileDb.open(tmp_path / "o.sqlite") as db:

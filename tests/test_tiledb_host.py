@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from xfc.build import build_host
-from xfc.codegen_cpu import render_cpu_kernel
-from xfc.hardware import load
-from xfc.ops import check_output, make_inputs, make_spec
-from xfc.synth_cpu import enumerate_micro_tiles, isa_for, synthesize_cpu
+from xfc.build.cpu import build_host
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.hardware.load import load
+from xfc.ops.reference import check_output, make_inputs
+from xfc.ops.spec import make_spec
+from xfc.cpu.tiles import enumerate_micro_tiles
+from xfc.cpu.isa import isa_for
+from xfc.cpu.synth import synthesize_cpu
 from xfc.tiledb.build import plan_tasks, register_hardware, run_build
 from xfc.tiledb.evaluators import HostMicroKernelEvaluator, TileDbEvaluator, open_for_synthesis, tile_params
 from xfc.tiledb.probe import host_overrides, host_probe

@@ -4,7 +4,7 @@ Pure. A case (FuzzCase) is a frozen dataclass that round-trips through JSON. Cas
 seed `seed` is a deterministic function of (seed, index, targets, hardware pool): drawing 10 or
 10,000 cases gives the same first ten. Shrinking takes the predicate that runs a case as an
 argument, so it is tested with fakes. Running a case lives in xfc.fuzz_run, the command line
-(`xfc fuzz`) in xfc.cli_fuzz.
+(`xfc fuzz`) in xfc.cli.fuzz.
 
 Sizes are biased toward the values where kernels break: 1, primes, powers of two +/- 1 and the
 values around the register tile (lanes, MR, NR, the k unroll); a few cases get one long
@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from .errors import OperatorError, XfcError
-from .ops import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
+from .ops.spec import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
 
 CASE_FORMAT = 1
 TARGETS = ("host", "qemu", "pocl")

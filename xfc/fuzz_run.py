@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 from .errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
+from .paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
 CASES_PER_WORKER = 150        # a worker loads one shared object per host case: start afresh now and then
@@ -69,7 +70,7 @@ class CaseResult:
 # ---------------------------------------------------------------------------------------------
 
 def host_cpuinfo() -> dict:
-    from .host import parse_cpuinfo
+    from .hardware.host import parse_cpuinfo
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
@@ -91,7 +92,7 @@ def host_description(isa: str):
     """The host description as a machine whose widest ISA is `isa` (the flags above it removed),
     so the synthesizer picks that ISA's lanes, registers and -march."""
     if isa not in _HOST_CACHE:
-        from .host import describe_host, read_caches
+        from .hardware.host import describe_host, read_caches
         info = host_cpuinfo()
         if isa not in host_isas(info):
             raise ToolchainError(f"this host cannot run isa {isa} (CPU flags lack {' '.join(HOST_ISA_FLAGS[isa])})")
@@ -126,7 +127,7 @@ def _phase(status: str, what: str, fn, *args, **kwargs):
 
 
 def _check(spec, outputs: dict, a, b, bias) -> float:
-    from .ops import check_output
+    from .ops.reference import check_output
     worst = 0.0
     for entry, out in outputs.items():
         ok, max_err, ratio = check_output(spec, out, a, b, bias)
@@ -137,11 +138,11 @@ def _check(spec, outputs: dict, a, b, bias) -> float:
 
 
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .build import build_arm, build_host, run_qemu
-    from .codegen_cpu import render_cpu_kernel
-    from .hardware import load
-    from .ops import make_inputs
-    from .synth_cpu import synthesize_cpu
+    from .build.cpu import build_arm, build_host, run_qemu
+    from .cpu.codegen import render_cpu_kernel
+    from .hardware.load import load
+    from .ops.reference import make_inputs
+    from .cpu.synth import synthesize_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
     synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,
                        threads=case.threads, isa=case.isa)
@@ -165,8 +166,8 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
 
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .gpu.build import run_gpu_synth
-    from .hardware import load
+    from .pipeline import run_gpu_synth
+    from .hardware.load import load
     hw = _phase("rejected", "hardware", load, case.hw)
     try:
         report = run_gpu_synth(spec, hw, work_dir, dtype=case.dtype, verify=True, seed=case.seed)
@@ -301,7 +302,7 @@ def _worker_env(scratch: Path, base_env: dict) -> dict:
     tmp = scratch / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)   # gcc, qemu runs and tempfile land inside the scratch directory
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(IMPORT_ROOT)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_WAIT_POLICY", "passive")  # idle OpenMP threads must not spin on shared cores
     return env

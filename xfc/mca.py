@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import procs
+from .build import procs
+from .cpu.isa import isa_for
 from .errors import OperatorError, ToolchainError, XfcError
 
 LLVM_MCA = "llvm-mca-16"
@@ -134,9 +135,9 @@ def model_for(core) -> McaModel:
     """The table entry for a core description, or the closest class default for a core the
     table does not know (a user's own description): in-order -> the A55 model (unreliable),
     out-of-order -> the A710-class model rescaled to the core's FMA pipes."""
-    if getattr(core, "isa_family", None) != "neon":
-        raise OperatorError(f"llvm-mca analysis is for AArch64 NEON cores; {core.name} is "
-                            f"{getattr(core, 'isa_family', '?')}")
+    isa = isa_for(core)
+    if isa != "neon":
+        raise OperatorError(f"llvm-mca analysis is for AArch64 NEON cores; {core.name} is {isa}")
     known = MODELS.get(core.name)
     if known is not None:
         return known
@@ -439,7 +440,7 @@ def require_llvm_mca() -> str:
 
 def require_tools() -> None:
     """ToolchainError (exit 3, one line) unless llvm-mca-16 and the aarch64 cross compiler exist."""
-    from .build import ARM_CC, require_tool
+    from .build.toolchain import ARM_CC, require_tool
     require_llvm_mca()
     require_tool(ARM_CC)
 
@@ -467,7 +468,7 @@ def _version_line(tool: str) -> str:
 
 
 def compiler_version() -> str:
-    from .build import ARM_CC, require_tool
+    from .build.toolchain import ARM_CC, require_tool
     return _version_line(require_tool(ARM_CC))
 
 
@@ -508,9 +509,9 @@ _MCA_CACHE = _Memo()
 
 
 def assembly_command(rendered, kernel_c: Path, asm_out: Path) -> list[str]:
-    """xfc's ARM build command (xfc.build.arm_compile_command) for the kernel alone, with -S:
+    """xfc's ARM build command (xfc.build.cpu.arm_compile_command) for the kernel alone, with -S:
     the same compiler and flags, no harness, the output an assembly file."""
-    from .build import arm_compile_command
+    from .build.cpu import arm_compile_command
     harness = Path(f"{rendered.function_name}_harness.c")
     argv = arm_compile_command(rendered, kernel_c, harness, asm_out)
     if argv.count(harness.name) != 1:
@@ -522,7 +523,7 @@ def assembly_command(rendered, kernel_c: Path, asm_out: Path) -> list[str]:
 def compile_to_assembly(rendered, timeout_s: float = 180.0) -> str:
     """The kernel's AArch64 assembly, compiled with xfc's ARM build flags (cached per source,
     command and compiler version)."""
-    from .build import ARM_CC, require_tool
+    from .build.toolchain import ARM_CC, require_tool
     require_tool(ARM_CC)
     probe = assembly_command(rendered, Path("kernel.c"), Path("kernel.s"))
     key = (hashlib.sha256(rendered.source.encode()).hexdigest(), tuple(probe), compiler_version())
@@ -815,7 +816,7 @@ def analyze_loop(loop: AsmLoop, core, model: Optional[McaModel] = None, iteratio
 
 
 def analyze_kernel(rendered, core, model: Optional[McaModel] = None, iterations: int = MCA_ITERATIONS) -> McaResult:
-    """Compile a rendered CPU kernel (xfc.codegen_cpu.render_cpu_kernel) with xfc's ARM flags and
+    """Compile a rendered CPU kernel (xfc.cpu.codegen.render_cpu_kernel) with xfc's ARM flags and
     run llvm-mca-16 on its innermost FMA loop, for a core description (xfc.hardware.CpuCore)."""
     if rendered.plan.isa != "neon":
         raise OperatorError(f"llvm-mca analysis needs a NEON kernel; {rendered.function_name} is {rendered.plan.isa}")
@@ -826,8 +827,8 @@ def analyze_kernel(rendered, core, model: Optional[McaModel] = None, iterations:
 
 
 def analyze_synthesis(result) -> McaResult:
-    """analyze_kernel for a CpuSynthesis (xfc.synth_cpu.synthesize_cpu's result)."""
-    from .codegen_cpu import render_cpu_kernel
+    """analyze_kernel for a CpuSynthesis (xfc.cpu.synth.synthesize_cpu's result)."""
+    from .cpu.codegen import render_cpu_kernel
     return analyze_kernel(render_cpu_kernel(result.plan), result.cluster.core)
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from . import __version__
+from ._version import __version__
 from .errors import XfcError
 
 MARKER_NAME = ".xfc-output"

@@ -27,10 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .build import COMMON_FLAGS, COMPILE_TIMEOUT_S, HOST_CC, _digest, _write_sources, require_tool, run_harness
-from .codegen_cpu import RenderedKernel, hand_plan, render_cpu_kernel
+from .build.cpu import COMMON_FLAGS, _write_sources, run_harness
+from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
+from .cpu.codegen import RenderedKernel, render_cpu_kernel
+from .cpu.plans import hand_plan
 from .errors import ToolchainError, VerificationError
-from .ops import check_output, make_inputs, make_spec
+from .ops.reference import check_output, make_inputs
+from .ops.spec import make_spec
 
 SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 SANITIZER_ENV = {
@@ -108,9 +111,9 @@ THREADS = (1, 2, 3)
 
 def plan_for(case: EdgeCase, isa: str, threads: int):
     """hand_plan with the case's overrides; 0 means "the ISA's lanes" for nr / nc (tile-sized)."""
-    from .codegen_cpu import HOST_LANES
+    from .cpu.isa import ISA_TABLE
     overrides = dict(case.plan)
-    lanes = HOST_LANES[isa]
+    lanes = ISA_TABLE[isa].hand_lanes
     for key in ("nr", "nc"):
         if overrides.get(key) == 0:
             overrides[key] = lanes
@@ -130,7 +133,7 @@ def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Pat
     out_dir = Path(out_dir).resolve()
     kernel_c, harness_c = _write_sources(rendered, out_dir)
     probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
-    binary = out_dir / f"{rendered.function_name}_{_digest(rendered.source, rendered.harness_source, *probe)}.asan"
+    binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
     if not binary.exists():
         tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
         try:
@@ -177,7 +180,7 @@ def sanitize_case(case: EdgeCase, isa: str, threads: int, work_dir: Path,
     """Build and run one case (both entry points). mutant: a name from xfc.mutants (tests only)."""
     rendered = render_cpu_kernel(plan_for(case, isa, threads))
     if mutant:
-        from .mutants import mutate
+        from .cpu.mutants import mutate
         rendered = mutate(rendered, mutant)
     spec = rendered.plan.spec
     binary = build_sanitized(rendered, work_dir)

@@ -13,13 +13,14 @@ work-items touch consecutive addresses):
     conv2d     rows = K out-channels,   cols = OH*OW pixels (dim 2 = batch)
     depthwise  rows = OH,               cols = OW           (dim 2 = batch * channels)
 
-A GpuKernelPlan is a frozen value; the templates only paste its numbers and strings.
+A GpuKernelPlan is a frozen value holding every decision; code generation (codegen.py) only
+spells it and the templates only paste its numbers and strings.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ops import OperatorSpec
+from ..ops.spec import OperatorSpec
 
 DTYPES = ("fp32", "fp16")
 # variant = (storage type, compute type) the kernel file is rendered for
@@ -118,6 +119,9 @@ class GpuKernelPlan:
     header_lines: tuple[str, ...]
     version: str
     extra: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    guarded_vector_store: bool = False       # matmul: a stored vector may cross N or start off its nominal
+                                             # column (partial vectors; staged with clamped columns): stores
+                                             # are checked and fall back to lanes
 
     # ---- derived values --------------------------------------------------------------------
 
@@ -176,44 +180,6 @@ class GpuKernelPlan:
         g, l = self.grid.global_size, self.grid.local_size
         return (f"// xfc-launch: kernel={self.kernel_name} global={g[0]},{g[1]},{g[2]} "
                 f"local={l[0]},{l[1]},{l[2]} a={a} b={b} bias={bias} out={out} storage={self.storage_type}")
-
-    def template_context(self) -> dict:
-        """The values a template pastes. Type names and load/store spellings are decided here."""
-        st, ct = self.storage_type, self.compute_type
-        vec = self.register_tile.vector_width
-        vt = ct if vec == 1 else f"{ct}{vec}"
-        if st == ct:           # plain loads/stores of the compute type
-            ld1, st1 = "(*(P))", "(*(P) = (V))"
-            ldv = ld1 if vec == 1 else f"vload{vec}(0, (P))"
-            stv = st1 if vec == 1 else f"vstore{vec}((V), 0, (P))"
-        else:                  # half storage, float arithmetic
-            ld1, st1 = "vload_half(0, (P))", "vstore_half_rte((V), 0, (P))"
-            ldv = ld1 if vec == 1 else f"vload_half{vec}(0, (P))"
-            stv = st1 if vec == 1 else f"vstore_half{vec}_rte((V), 0, (P))"
-        lanes = [f"s{i:x}" for i in range(vec)] if vec > 1 else []
-        return {
-            "plan": self,
-            "kernel_name": self.kernel_name,
-            "header_lines": self.header_lines,
-            "launch_line": self.launch_line(),
-            "constants": self.constants,
-            "flags": dict(self.flags),
-            "c": dict(self.constants),
-            "storage_t": st,
-            "compute_t": ct,
-            "vec_t": vt,
-            "vec": vec,
-            "lanes": lanes,
-            "needs_fp16_pragma": ct == "half",
-            "ld1": ld1, "ldv": ldv, "st1": st1, "stv": stv,
-            "bias": self.spec.epilogue.bias,
-            "activation": self.spec.epilogue.activation,
-            "rows": list(range(self.register_tile.rows)),
-            "cols": list(range(self.register_tile.cols)),
-            "vectors": list(range(self.register_tile.cols // vec)),
-            "k_unroll": self.register_tile.k_unroll,
-            "staged": self.work_group.local_staging,
-        }
 
     # ---- explanation ------------------------------------------------------------------------
 

@@ -15,10 +15,11 @@ from functools import lru_cache
 from typing import Mapping, Optional, Sequence
 
 from xfc.errors import HardwareError
-from xfc.hardware import (NAME_RE, SHIPPED_ROOT, CpuCluster, CpuCore, GpuDescription, HardwareDescription,
-                          load, read_yaml)
-from xfc.hardware_rules import cache_geometry_problem
-from xfc.runners.identity import Match, match_identity, shipped_socs
+from xfc.hardware import SHIPPED_ROOT, CpuCluster, CpuCore, GpuDescription, HardwareDescription, load
+from xfc.hardware.schema import NAME_RE
+from xfc.hardware.load import read_yaml
+from xfc.hardware.rules import cache_geometry_problem
+from xfc.hardware.identity import Match, match_identity, shipped_socs
 
 from .facts import CPUINFO, MEMINFO, ClusterFacts, DeviceFacts, cluster_facts, l3_entry, xfc_features
 from .parse import CacheEntry, Midr

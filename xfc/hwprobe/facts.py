@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from xfc.errors import HardwareError
-from xfc.runners.identity import FEATURE_HWCAPS, CpuId, DeviceIdentity
+from xfc.hardware.identity import FEATURE_HWCAPS, CpuId, DeviceIdentity
 
 from .parse import (CPU_ROOT, CacheEntry, Cpuinfo, CpuSysfs, GpuFacts, Midr, cpu_sysfs,
                     parse_cpuinfo, parse_gpu, parse_meminfo_bytes, source)
@@ -36,7 +36,7 @@ class DeviceFacts:
         return (self.props.get(key) or "").strip()
 
     def identity(self) -> DeviceIdentity:
-        """The same identity xfc.runners.identity matches descriptions with."""
+        """The same identity xfc.hardware.identity matches descriptions with."""
         info = self.cpuinfo
         none = Midr(None, None)   # older format: which CPU the one MIDR belongs to is unknown
         cpus = tuple(CpuId(cpu=c, implementer=(info.midr(c) or none).implementer,

@@ -153,7 +153,7 @@ def parse_meminfo_bytes(text: str) -> Optional[int]:
 
 def parse_getprop(text: str) -> dict[str, str]:
     """`getprop` output ('[key]: [value]' lines) as a dict."""
-    from xfc.runners.identity import parse_getprop as parse
+    from xfc.hardware.identity import parse_getprop as parse
     return parse(text)
 
 

@@ -1,7 +1,7 @@
 """The seam between `xfc model` and xfc's kernel pipeline: synthesize one layer, build one layer.
 
 `xfc model` calls xfc's pipeline only through the two functions here. Today they use
-xfc.synth_cpu.synthesize_cpu, xfc.codegen_cpu.render_cpu_kernel and xfc.build (host gcc +
+xfc.cpu.synth.synthesize_cpu, xfc.cpu.codegen.render_cpu_kernel and xfc.build.cpu (host gcc +
 ctypes, or the aarch64 cross compiler); when xfc gains one library pipeline for CPU and GPU,
 this module is the one to point at it (ARM/qemu and GPU runs, tile database, --emit lib).
 
@@ -32,7 +32,7 @@ def prediction_source(micro_tile_source: str) -> str:
 @dataclass(frozen=True)
 class LayerSynthesis:
     spec: object                     # OperatorSpec
-    result: object                   # xfc.synth_cpu.CpuSynthesis
+    result: object                   # xfc.cpu.explain.CpuSynthesis
     seconds: float                   # synthesis time (this call only)
 
     @property
@@ -53,7 +53,7 @@ def synthesize_layer(spec, hw, *, cluster: Optional[str] = None, threads: Option
                      evaluator=None) -> LayerSynthesis:
     """Synthesize one layer's kernel (pure; timed here). `evaluator`: a measured tile database's
     MicroTileEvaluator when one exists, else the static model."""
-    from ..synth_cpu import synthesize_cpu
+    from ..cpu.synth import synthesize_cpu
     start = time.perf_counter()
     result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
     return LayerSynthesis(spec=spec, result=result, seconds=time.perf_counter() - start)
@@ -99,8 +99,8 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     C symbol is xfc_<name>, so the files of every layer can sit side by side in one flat output
     directory (the build script is renamed build_<name>.sh).
     """
-    from ..build import build_arm, build_host
-    from ..codegen_cpu import render_cpu_kernel
+    from ..build.cpu import build_arm, build_host
+    from ..cpu.codegen import render_cpu_kernel
     synthesis = synthesis or synthesize_layer(spec, hw, cluster=cluster, threads=threads)
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")
     rendered = render_cpu_kernel(plan)

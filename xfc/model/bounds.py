@@ -76,7 +76,8 @@ def _attr(node, name, default=None):
 def layer_bound(spec, x: np.ndarray, e_x, weight: np.ndarray, e_w, bias_magnitude: np.ndarray,
                 fold_units: int) -> np.ndarray:
     """Bound on |y~ - y_exact| of one xfc layer (see the module docstring); kernel layout."""
-    from ..ops import MatmulSpec, reference
+    from ..ops.spec import MatmulSpec
+    from ..ops.reference import reference
     plain = type(spec)(**{f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"})
     g = gamma(spec.reduction_size + 2 + fold_units)
     ax = np.abs(x.astype(np.float64))

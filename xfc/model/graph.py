@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ..ops import OperatorSpec
+from ..ops.spec import OperatorSpec
 from .load import LoadedModel
 
 

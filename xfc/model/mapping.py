@@ -26,7 +26,7 @@ import numpy as np
 from onnx import helper
 
 from ..errors import OperatorError
-from ..ops import make_spec
+from ..ops.spec import make_spec
 from .coverage import node_flops
 from .graph import ConvFeed, Layer, MappedNetwork, MatmulFeed, Uncovered
 from .load import FLOAT_TYPES, LoadedModel

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Mapping, Optional
 
-from .. import __version__
-from ..ops import Conv2dSpec, DepthwiseSpec, MatmulSpec
+from .._version import __version__
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec
 from .coverage import Coverage
 
 PREDICTION_NOTE = ("predicted by xfc's cost model (static: register/cache model only; calibrated: micro-tiles "

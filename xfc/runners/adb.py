@@ -8,7 +8,6 @@ is removed afterwards whenever the device is still reachable.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import socket
 import struct
@@ -19,11 +18,11 @@ from typing import Sequence
 
 import numpy as np
 
+from xfc import settings
 from xfc.errors import DeviceError
 from xfc.runners.base import (WHERE_VIRTUAL, RunContext, Runner, harness_args, hexmask,
                               load_output, parse_report, report_from_times, where_adb)
-from xfc.runners.identity import (DeviceIdentity, cpu_features_text, identity_from, match_identity,
-                                  parse_getprop)
+from xfc.hardware.identity import DeviceIdentity, cpu_features_text, identity_from, match_identity, parse_getprop
 from xfc.sigill import illegal_instruction_message, is_illegal_instruction
 
 log = logging.getLogger(__name__)
@@ -47,19 +46,18 @@ def _adbutils():
 
 
 def default_port() -> int:
-    try:
-        return int(os.environ.get("ANDROID_ADB_SERVER_PORT", "5037"))
-    except ValueError:
-        return 5037
+    """ANDROID_ADB_SERVER_PORT, else 5037 (xfc.settings)."""
+    return settings.adb_server()[1]
 
 
 def default_host() -> str:
-    return os.environ.get("ANDROID_ADB_SERVER_HOST", "127.0.0.1")
+    """ANDROID_ADB_SERVER_HOST, else 127.0.0.1 (xfc.settings)."""
+    return settings.adb_server()[0]
 
 
 def adb_binary() -> str | None:
     """The adb executable used to start a server: $XFC_ADB, adbutils' bundled one, or PATH."""
-    env = os.environ.get("XFC_ADB")
+    env = settings.adb_binary()
     if env:
         return env
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xfc import procs
+from xfc.build import procs
 from xfc.errors import DeviceError, ToolchainError
 from xfc.runners.base import (WHERE_QEMU, RunContext, Runner, harness_args, load_output,
                               parse_report, report_from_times)
@@ -48,10 +48,8 @@ class QemuRunner(Runner):
         times = d / "times.txt"
         cmd = [self._qemu_path(), "-cpu", self.cpu, str(d / "harness"),
                *harness_args(spec, [str(p) for p in ctx.input_files], str(out), str(times))]
-        env = dict(os.environ)
-        env.update(dict(spec.env))
         try:
-            proc = procs.run(cmd, cwd=d, env=env, timeout=spec.timeout_s)
+            proc = procs.run(cmd, cwd=d, env_extra=dict(spec.env), timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
             raise DeviceError(f"harness timed out after {spec.timeout_s:g} s under "
                               f"qemu-aarch64 -cpu {self.cpu}; it was killed") from None

@@ -25,10 +25,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, TextIO, Union
 
-from .. import __version__
+from .._version import __version__
 from ..errors import XfcError
-from ..hardware import CpuCluster, HardwareDescription
-from ..synth_cpu import MicroTile, enumerate_micro_tiles, isa_for
+from ..hardware.model import CpuCluster, HardwareDescription
+from ..cpu.tiles import MicroTile, enumerate_micro_tiles
+from ..cpu.isa import isa_for
 from .evaluators import OP_GEMM_UKERNEL, TileResult, tile_params
 from .fingerprint import cluster_facts, fingerprint, label
 from .operators import OperatorResult
@@ -158,7 +159,7 @@ def plan_tasks(db: TileDb, hw: HardwareDescription, evaluators: Sequence, ops: S
     """Every task for hw, in a stable order (clusters fastest first, evaluators as given, tiles
     in enumeration order, workloads in suite order); tiles: only these (MR, NR) shapes.
     An evaluator serves the classes it implements: measure (micro-tiles), measure_operator."""
-    from ..workloads import SUITE, suite_spec
+    from ..ops.workloads import SUITE, suite_spec
     tasks: list[Task] = []
     for cluster in clusters_of(hw, cluster_role):
         fp, lab = fingerprint(hw, cluster), label(hw, cluster)

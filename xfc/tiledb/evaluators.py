@@ -1,12 +1,12 @@
 """Evaluators that fill the tile database, and the one that answers synthesis from it.
 
 Filling (used by build.py): each has `source` and `measure(tile, cluster, isa) -> TileResult`.
-  StaticDbEvaluator          the static issue model of xfc.synth_cpu, as rows ('static')
+  StaticDbEvaluator          the static issue model of xfc.cpu.cost_model, as rows ('static')
   HostMicroKernelEvaluator   the real rendered micro-kernel, built with the host gcc and timed on
                              L1-resident packed panels, after a correctness check ('host')
   McaMicroKernelEvaluator    the rendered AArch64 micro-kernel's K loop under llvm-mca-16, with
                              the core's closest LLVM model ('llvm-mca:<model>'; a static estimate)
-Answering (plugged into xfc.synth_cpu.synthesize_cpu(evaluator=...)):
+Answering (plugged into xfc.cpu.synth.synthesize_cpu(evaluator=...)):
   TileDbEvaluator            best row per tile (measured > published > llvm-mca > static), the
                              live static model for the rest; never raises on a bad database
 """
@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from ..errors import VerificationError, XfcError
-from ..hardware import CpuCluster, CpuCore, HardwareDescription
-from ..synth_cpu import MicroTile, MicroTileScore, StaticEvaluator
+from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
+from ..cpu.tiles import MicroTile, MicroTileScore
+from ..cpu.cost_model import StaticEvaluator
+from ..build.toolchain import run
 from . import hostcc
 from .fingerprint import fingerprint, label
 from .records import canonical_json
@@ -57,7 +59,7 @@ class TileResult:
 # ---------------------------------------------------------------------------------------------
 
 class StaticDbEvaluator:
-    """The static model of xfc.synth_cpu, recorded as rows: deterministic, no clock, no I/O."""
+    """The static model of xfc.cpu.cost_model, recorded as rows: deterministic, no clock, no I/O."""
 
     source = "static"
 
@@ -176,8 +178,9 @@ class HostMicroKernelEvaluator:
     @staticmethod
     def kernel_source(tile: MicroTile, isa: str, kc: int) -> tuple[str, str]:
         """(C source of the rendered kernel holding the tile's xfc_ukernel, its gcc -march value)."""
-        from ..codegen_cpu import hand_plan, render_cpu_kernel
-        from ..ops import make_spec
+        from ..cpu.plans import hand_plan
+        from ..cpu.codegen import render_cpu_kernel
+        from ..ops.spec import make_spec
         if isa not in HOST_ISAS:
             raise XfcError(f"the host evaluator times x86 kernels; isa {isa!r} is not one of {', '.join(HOST_ISAS)}")
         spec = make_spec("matmul", dict(m=4 * tile.mr, n=4 * tile.nr, k=kc))
@@ -197,8 +200,8 @@ class HostMicroKernelEvaluator:
             exe = hostcc.compile_c(work / "driver.c", work / "uk", flags, f"host compile of micro-kernel {name}")
             with self._timing:
                 before = hostcc.snapshot()
-                out = hostcc.run([str(exe), str(self.repeats), repr(self.batch_s)], f"timing micro-kernel {name}",
-                                 hostcc.RUN_TIMEOUT_S, errors={3: VerificationError})  # 3: wrong result
+                out = run([str(exe), str(self.repeats), repr(self.batch_s)], f"timing micro-kernel {name}",
+                          hostcc.RUN_TIMEOUT_S, errors={3: VerificationError}).stdout  # 3: wrong result
                 after = hostcc.snapshot()
         samples = [float(line.split()[1]) for line in out.splitlines() if line.startswith("sample ")]
         if len(samples) != self.repeats or not all(s > 0 and math.isfinite(s) for s in samples):
@@ -247,9 +250,10 @@ class McaMicroKernelEvaluator:
         return self._mca.model_for(cluster.core).source
 
     def kernel(self, tile: MicroTile, core: CpuCore, isa: str):
-        """The rendered kernel (xfc.codegen_cpu.RenderedKernel) holding the tile's xfc_ukernel."""
-        from ..codegen_cpu import hand_plan, render_cpu_kernel
-        from ..ops import make_spec
+        """The rendered kernel (xfc.cpu.codegen.RenderedKernel) holding the tile's xfc_ukernel."""
+        from ..cpu.codegen import render_cpu_kernel
+        from ..cpu.plans import hand_plan
+        from ..ops.spec import make_spec
         if isa != "neon":
             raise XfcError(f"the llvm-mca evaluator analyses AArch64 NEON micro-kernels; isa {isa!r} is not neon")
         spec = make_spec("matmul", dict(m=4 * tile.mr, n=4 * tile.nr, k=MCA_KC))

@@ -19,10 +19,9 @@ and its old rows stop matching, while fixing a typo in a note does not.
 """
 from __future__ import annotations
 
-import hashlib
 
-from ..hardware import CpuCluster, HardwareDescription
-from .records import canonical_json
+from ..hardware.model import CpuCluster, HardwareDescription
+from .records import canonical_json, fingerprint_of_facts  # noqa: F401  (part of this module's face)
 
 FINGERPRINT_VERSION = 1
 
@@ -57,10 +56,6 @@ def cluster_facts(hw: HardwareDescription, cluster: CpuCluster) -> dict:
         "slc_bytes": hw.slc_bytes,
         "dram_gbps": float(hw.memory.peak_bandwidth_gbps) if hw.memory else None,
     }
-
-
-def fingerprint_of_facts(facts_json: str) -> str:
-    return hashlib.sha256(facts_json.encode("ascii")).hexdigest()[:32]
 
 
 def fingerprint(hw: HardwareDescription, cluster: CpuCluster) -> str:

@@ -22,7 +22,7 @@ def _current_fingerprint(label: str, cache: dict) -> str | None:
     """The fingerprint the description named by label has today, or None if it cannot be loaded."""
     name, _, role = label.rpartition(":")
     if name not in cache:
-        from ..hardware import load
+        from ..hardware.load import load
         try:
             cache[name] = load(name)
         except XfcError:

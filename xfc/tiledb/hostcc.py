@@ -1,6 +1,6 @@
 """The host C compiler and the machine's conditions around a measurement.
 
-Every subprocess gets an argument list and a timeout; failures become one ToolchainError line.
+Subprocesses go through xfc.build.toolchain.run (argument lists, timeouts, one-line errors).
 Conditions are read from sysfs/procfs where the machine offers them and recorded as null where
 it does not (containers and VMs often hide cpufreq and thermal zones).
 """
@@ -8,50 +8,25 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ToolchainError
+from ..build.toolchain import HOST_CC, require_tool, run
 
-HOST_CC = "gcc"
 COMPILE_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 120
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 THERMAL = Path("/sys/class/thermal")
 
 
-def run(argv: list[str], what: str, timeout_s: float, cwd: Optional[Path] = None,
-        errors: Optional[dict[int, type]] = None) -> str:
-    """stdout of argv, or ToolchainError with the first error line (errors: exit status -> the
-    XfcError type to raise instead, e.g. a driver's 'wrong result' status)."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=str(cwd) if cwd else None)
-    except subprocess.TimeoutExpired:
-        raise ToolchainError(f"{what} timed out after {timeout_s:.0f} s") from None
-    except OSError as exc:
-        raise ToolchainError(f"{what}: cannot start {argv[0]} ({exc.strerror})") from None
-    if proc.returncode != 0:
-        text = (proc.stderr or proc.stdout or "").strip().splitlines()
-        first = next((ln for ln in text if "error" in ln.lower()), text[0] if text else "")
-        kind = (errors or {}).get(proc.returncode, ToolchainError)
-        raise kind(f"{what} failed (exit {proc.returncode}): {first.strip()[:300]}")
-    return proc.stdout
-
-
 def require_cc() -> str:
-    path = shutil.which(HOST_CC)
-    if path is None:
-        raise ToolchainError(f"'{HOST_CC}' was not found on PATH; install it with: apt-get install -y gcc")
-    return path
+    return require_tool(HOST_CC)
 
 
 @functools.lru_cache(maxsize=None)
 def compiler_version() -> str:
     """e.g. 'gcc 12.2.0' (recorded with every measurement)."""
-    return f"{HOST_CC} " + run([require_cc(), "-dumpfullversion"], "gcc -dumpfullversion", 30).strip()
+    return f"{HOST_CC} " + run([require_cc(), "-dumpfullversion"], "gcc -dumpfullversion", 30).stdout.strip()
 
 
 def compile_c(source: Path, exe: Path, flags: list[str], what: str) -> Path:

@@ -12,19 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..hardware import SHIPPED_ROOT, HardwareDescription
+from ..hardware.load import SHIPPED_ROOT
+from ..hardware.model import HardwareDescription
+from ..paths import TILE_DB_DIR
+from ..settings import cache_dir
 
-SHIPPED_DB_ROOT = SHIPPED_ROOT.parent / "tile_db"
+SHIPPED_DB_ROOT = TILE_DB_DIR
 USER_DB_NAME = "tile-db.sqlite"
 
 
 def user_cache_dir(environ: Mapping[str, str]) -> Path:
-    if environ.get("XFC_CACHE_DIR"):
-        return Path(environ["XFC_CACHE_DIR"])
-    if environ.get("XDG_CACHE_HOME"):
-        return Path(environ["XDG_CACHE_HOME"]) / "xfc"
-    home = environ.get("HOME")
-    return (Path(home) if home else Path.home()) / ".cache" / "xfc"
+    return cache_dir(environ)
 
 
 def user_db_path(environ: Mapping[str, str]) -> Path:

@@ -8,7 +8,7 @@ and measured time, so that a warm `synth` can be a lookup.
                                  once, then timed ('host')
   best_operator(db, ...)         the row that answers a lookup: measured > static, as for tiles
 
-The workloads are the suite of xfc.workloads (batch 1, fp32), at 1 thread and at every core of
+The workloads are the suite of xfc.ops.workloads (batch 1, fp32), at 1 thread and at every core of
 the cluster.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 import statistics
 import tempfile
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ..errors import VerificationError
-from ..hardware import CpuCluster, HardwareDescription
-from ..synth_cpu import synthesize_cpu
+from ..hardware.model import CpuCluster, HardwareDescription
+from ..cpu.synth import synthesize_cpu
 from . import hostcc
 from .records import OperatorRow, canonical_json, source_rank
 from .store import TileDb
@@ -41,12 +41,13 @@ class OperatorResult:
 
 
 def plan_json(plan) -> str:
-    """The decisions of a CpuKernelPlan (ISA, lowering, every schedule field) as canonical JSON."""
+    """The decisions of a CpuKernelPlan a lookup needs (ISA, lowering, the schedule's tile fields) as
+    canonical JSON; the code-shape fields follow from them (xfc.cpu.decide)."""
     out = {"isa": plan.isa, "lowering": plan.lowering, "vector_lanes": plan.vector_lanes}
     for name in ("gemm", "depthwise"):
         sched = getattr(plan, name)
         if sched is not None:
-            out[name] = {f.name: getattr(sched, f.name) for f in fields(sched)}
+            out[name] = sched.tiles()
     return canonical_json(out)
 
 
@@ -69,9 +70,9 @@ class HostOperatorEvaluator:
         self._timing = threading.Lock()
 
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
-        from ..build import build_host
-        from ..codegen_cpu import render_cpu_kernel
-        from ..ops import check_output, make_inputs
+        from ..build.cpu import build_host
+        from ..cpu.codegen import render_cpu_kernel
+        from ..ops.reference import check_output, make_inputs
         result = synthesize_cpu(spec, hw, cluster.role, threads)
         with tempfile.TemporaryDirectory(prefix="xfc-tiledb-op-", dir=self.work_dir) as tmp:
             kernel = build_host(render_cpu_kernel(result.plan), Path(tmp))

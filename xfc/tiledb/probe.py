@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ToolchainError, XfcError
+from ..build.toolchain import run
+from ..hardware.host import parse_cpuinfo
 from . import hostcc
 from .locations import user_db_path
 from .records import CalibrationRow, canonical_json
@@ -120,17 +122,10 @@ int main(int argc, char **argv)
 
 def parse_cpu(cpuinfo_text: str) -> dict:
     """The first processor block of /proc/cpuinfo: model, vendor, family/model/stepping, flags."""
-    info: dict = {}
-    for line in cpuinfo_text.splitlines():
-        if not line.strip():
-            if info:
-                break
-            continue
-        key, _, value = line.partition(":")
-        info[key.strip()] = value.strip()
+    info = parse_cpuinfo(cpuinfo_text)
     return {"model_name": info.get("model name", "unknown"), "vendor": info.get("vendor_id", ""),
             "family": info.get("cpu family", ""), "model": info.get("model", ""),
-            "stepping": info.get("stepping", ""), "flags": sorted(set(info.get("flags", "").split()))}
+            "stepping": info.get("stepping", ""), "flags": sorted(info["flags"])}
 
 
 def cpu_key(cpu: dict, machine_id: str) -> str:
@@ -213,8 +208,8 @@ def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float]
         src.write_text(probe_source())
         exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2"], "host probe compile")
         before = hostcc.snapshot()
-        out = hostcc.run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
-                         hostcc.RUN_TIMEOUT_S)
+        out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
+                  hostcc.RUN_TIMEOUT_S).stdout
         after = hostcc.snapshot()
     clock, fma, latency, reps, spread = analyse(out, widths)
     return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version()

@@ -6,6 +6,7 @@ unpickled or evaluated.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -22,6 +23,12 @@ class RecordError(XfcError):
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no spaces, ASCII, no NaN/inf (hashable and diffable)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def fingerprint_of_facts(facts_json: str) -> str:
+    """A hardware fingerprint: the hash of its facts' canonical JSON (fingerprint.py collects the facts;
+    a hardware record is checked against it here)."""
+    return hashlib.sha256(facts_json.encode("ascii")).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +231,6 @@ def check_record(kind: str, d: dict, where: str):
         raise RecordError(f"{where}: {kind} record " + (f"lacks {', '.join(missing)}" if missing else "")
                           + ("; " if missing and extra else "") + (f"has unknown {', '.join(extra)}" if extra else ""))
     if kind == "hardware":
-        from .fingerprint import fingerprint_of_facts  # the hash is the check
         facts = _json_object(where, "facts", d["facts"])
         fp = _text(where, "fingerprint", d["fingerprint"], FINGERPRINT_RE)
         if fingerprint_of_facts(facts) != fp:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import XfcError
-from ..hardware import SHIPPED_ROOT, validate_file
+from ..hardware.load import SHIPPED_ROOT, validate_file
 from .build import plan_tasks, register_hardware, run_build
 from .evaluators import StaticDbEvaluator
 from .exchange import write_export

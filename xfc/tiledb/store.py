@@ -400,7 +400,7 @@ def _retrying(fn: Callable[[], T], deadline_s: float = RETRY_DEADLINE_S) -> T:
 
 def _create_atomically(path: Path) -> None:
     """Build an empty, current-schema database in a temporary file and link it into place."""
-    from .. import __version__
+    from .._version import __version__
     parent = path.parent
     tmp = parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:

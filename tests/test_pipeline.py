@@ -1,0 +1,42 @@
+"""xfc.compile / xfc.pipeline: the Python API the README documents, without any CLI module."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xfc
+from xfc.errors import XfcError
+from xfc.ops.reference import check_output, make_inputs
+
+pytestmark = pytest.mark.host
+
+
+@pytest.mark.parametrize("op,shape,kw", [
+    ("matmul", dict(m=37, n=29, k=19), dict(bias=True, activation="relu")),        # ragged in m, n and k
+    ("conv2d", dict(c=5, h=11, w=13, k=7, r=3, s=3), dict(pad=1, stride=2)),
+    ("depthwise", dict(c=6, h=10, w=19, r=3, s=3), dict(pad=1, bias=True, activation="relu6")),
+])
+def test_compile_on_host_is_callable_and_correct(op, shape, kw, tmp_path):
+    spec = xfc.make_spec(op, shape, **kw)
+    kernel = xfc.compile(spec, xfc.load_hardware("host"), threads=1)
+    assert isinstance(kernel, xfc.Kernel) and kernel.plan == xfc.synthesize(spec, xfc.load_hardware("host"),
+                                                                               threads=1).plan
+    a, b, bias = make_inputs(spec, 3)
+    out = kernel(a, b, bias)
+    assert out.shape == spec.output_shape
+    verdict = check_output(spec, out, a, b, bias)
+    assert verdict.ok, verdict.reason
+
+
+def test_compile_for_arm_needs_out_dir_and_is_not_callable(tmp_path):
+    import shutil
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.skip("aarch64-linux-gnu-gcc not installed")
+    spec = xfc.make_spec("matmul", dict(m=9, n=10, k=11))
+    hw = xfc.load_hardware("cortex-a76")
+    with pytest.raises(XfcError, match="pass out_dir"):
+        xfc.compile(spec, hw)
+    kernel = xfc.compile(spec, hw, out_dir=tmp_path)
+    assert kernel.files["binary"].exists() and kernel.plan.isa == "neon"
+    with pytest.raises(XfcError, match="aarch64 binary"):
+        kernel(*make_inputs(spec, 0))

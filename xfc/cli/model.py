@@ -1,0 +1,82 @@
+"""`xfc model NET.onnx`: synthesize (and verify) xfc kernels for the layers of an ONNX network."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import OperatorError
+
+DEFAULT_OUT_ROOT = Path("xfc-out")
+NOT_YET = ("is not yet supported by 'xfc model' (it comes with xfc's library pipeline); "
+           "this version synthesizes CPU kernels and verifies on the host")
+
+
+def default_out_dir(hw, model_path: str) -> Path:
+    return DEFAULT_OUT_ROOT / f"{hw.name}-cpu" / f"model-{Path(model_path).stem}"
+
+
+def cmd_model(args) -> int:
+    from ..hardware.load import load
+    from ..model.load import parse_input_shapes
+    from ..model.pipeline import raise_if_unverified, run_model
+    from ..model.report import format_report
+    for flag, given in (("--target gpu", args.target == "gpu"), ("--device", args.device is not None),
+                        ("--bench", args.bench), ("--emit lib", args.emit == "lib")):
+        if given:
+            raise OperatorError(f"{flag} {NOT_YET}")
+    if args.dtype != "fp32":
+        raise OperatorError("--dtype fp16 is supported for GPU kernels only; CPU kernels are fp32")
+    input_shapes = parse_input_shapes(args.input_shape)
+    hw = load(args.hw)
+    out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model)
+    progress = None if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    report = run_model(args.model, hw, out_dir, input_shapes=input_shapes, cluster=args.cluster,
+                       threads=args.threads, verify=args.verify, explain=args.explain, force=args.force,
+                       seed=args.seed, progress=progress)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_report(report, explain=args.explain))
+    raise_if_unverified(report)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "model", help="synthesize kernels for every layer of an ONNX network xfc can cover (and verify it)",
+        description="Read an ONNX model, map its Conv / Gemm / MatMul nodes (with folded BatchNormalization and "
+                    "fused Relu / Clip(0,6)) to xfc operators, synthesize each distinct layer once, build the "
+                    "kernels, and report per layer the tiles, FLOPs and predicted time, the covered share of the "
+                    "model's FLOPs and the nodes not covered. --verify runs the whole network on the host (xfc "
+                    "kernels + onnx.reference) and compares it with onnxruntime.",
+        epilog="Outputs: like 'xfc synth' (a new, empty or xfc-owned directory, replaced atomically; --force writes "
+               "beside foreign files, never replacing them). Exit status: 0 ok, 2 bad model or request, 3 missing "
+               "toolchain or onnxruntime, 4 the network differs from onnxruntime beyond the stated bound, 130/143 "
+               "interrupted.")
+    p.add_argument("model", metavar="NET.onnx", help="the ONNX model file")
+    p.add_argument("--hw", required=True, metavar="HW",
+                   help="hardware: a shipped name (snapdragon-865), a file (snapdragon.yaml, ./my.yaml), or 'host'")
+    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="cpu (gpu: not yet supported)")
+    p.add_argument("--cluster", choices=("prime", "big", "mid", "little"), default=None,
+                   help="CPU cluster to target (default: big)")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: every core of the cluster)")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (CPU: fp32)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
+                   help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable; NAME= may be left out "
+                        "when the model has one dynamic input)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-cpu/model-<name>)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a directory holding files xfc did not write (beside them, never replacing them)")
+    p.add_argument("--verify", action="store_true",
+                   help="run the network on the host with xfc's kernels and compare with onnxruntime")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
+    p.add_argument("--bench", action="store_true", help="time the layers (not yet supported)")
+    p.add_argument("--device", metavar="SERIAL|qemu", default=None, help="run on a device (not yet supported)")
+    p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
+                   help="kernels (one per distinct layer; default) or lib (not yet supported)")
+    p.add_argument("--explain", action="store_true",
+                   help="print each distinct layer's tile program and the constraint behind each level")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(func=cmd_model)

@@ -1,0 +1,160 @@
+"""`xfc synth`: parse the arguments, run the library pipeline (xfc.pipeline.run_cpu / run_gpu_synth)
+and print its report.
+
+Outputs are staged in a temporary directory beside the destination and moved into place only
+when complete (xfc.outputs), so a failed or interrupted run never leaves a half-written kernel,
+and xfc writes only into a directory that is new, empty or its own (`--force`: beside foreign
+files, never replacing them).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import OperatorError, XfcError
+from ..ops.spec import OPERATORS, make_spec, parse_shape
+from ..pipeline import run_cpu, run_gpu_synth
+
+DEFAULT_OUT_ROOT = Path("xfc-out")
+OUTPUT_RULE = ("xfc writes only into a directory that does not exist yet, is empty, or holds an earlier xfc output "
+               "(marked by its .xfc-output file); the new output replaces that one atomically. An existing file, "
+               "or a directory holding files xfc did not write, is refused (exit 2) unless --force, which writes "
+               "xfc's files beside them and never deletes or replaces a file xfc did not write. '-o .' and other "
+               "parents of the current directory are filled file by file, under the same rule.")
+
+
+def spec_from_args(args):
+    try:
+        shape = parse_shape(args.op, args.shape)
+    except XfcError:
+        raise
+    return make_spec(args.op, shape, stride=args.stride, pad=args.pad, dilation=args.dilation,
+                     bias=args.bias, activation=args.activation)
+
+
+def default_out_dir(hw, spec, target: str) -> Path:
+    return DEFAULT_OUT_ROOT / f"{hw.name}-{target}" / spec.key()
+
+
+def print_summary(report: dict) -> None:
+    """A few lines for people; CPU and GPU reports share the keys used here."""
+    op = report.get("operator") or report.get("op")
+    target = report.get("target", "cpu")
+    shape = report["shape"]
+    if isinstance(shape, dict):
+        shape = " ".join(f"{k}={v}" for k, v in shape.items())
+    print(f"xfc synth {op} for {report['hardware']} ({target}"
+          + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
+    tiles = report.get("tile_summary") or report.get("tiles")
+    if isinstance(tiles, dict):
+        tiles = " ".join(f"{k}={v}" for k, v in tiles.items())
+    if tiles:
+        print(f"  tiles: {tiles}" + (f" (lowering {report['lowering']})" if report.get("lowering") else ""))
+    print(f"  synthesis: {report['synthesis_seconds'] * 1e3:.1f} ms"
+          + (f", build: {report['build_seconds']:.2f} s" if report.get("build_seconds") is not None else ""))
+    if report.get("predicted_gflops") is not None:
+        print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
+              f"static cost model, not a measurement)")
+    if report.get("verified") is not None:
+        ratio = report.get("error_to_bound_ratio", report.get("worst_error_ratio"))
+        where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
+                                              if target == "gpu" else "?")
+        print(f"  verified: {'yes' if report['verified'] else 'NO'} on {where} "
+              f"(max abs error {report['max_abs_error']:.3g}"
+              + (f", {ratio:.2f}x of the bound)" if ratio is not None else ")"))
+    if report.get("measurement"):
+        m = report["measurement"]
+        print(f"  measured: {m['gflops']:.2f} GFLOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
+              f"[{m['where']}]")
+        if report.get("measurement_packing_per_call"):
+            p = report["measurement_packing_per_call"]
+            print(f"            {p['gflops']:.2f} GFLOP/s, median {p['median_s'] * 1e3:.3f} ms with the weights "
+                  f"packed inside every call")
+    if report.get("pocl_median_s") is not None:
+        print(f"  timed: median {report['pocl_median_s'] * 1e3:.3f} ms over {report.get('pocl_repeats', '?')} runs "
+              f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
+    for line in (report.get("mca") or {}).get("summary", []):
+        print(f"  {line}")
+    print(f"  output: {report['output_dir']}")
+
+
+def cmd_synth(args) -> int:
+    import sys
+    from ..hardware.load import load
+    hw = load(args.hw)
+    spec = spec_from_args(args)
+    out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
+    quiet = args.json
+    if args.mca:
+        if args.target != "cpu" or hw.target_arch != "aarch64":
+            raise OperatorError(f"--mca analyses AArch64 CPU kernels with llvm-mca-16; not available for "
+                                f"{'--target gpu' if args.target != 'cpu' else f'{hw.name} ({hw.target_arch})'}")
+        from ..mca import require_tools
+        require_tools()
+    progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    if args.target == "gpu":
+        if hw.gpu is None:
+            raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
+        report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
+                               bench=args.bench, force=args.force)
+        report.setdefault("output_dir", str(out_dir))
+    else:
+        if args.dtype != "fp32":
+            raise OperatorError("--dtype fp16 is supported for --target gpu only; CPU kernels are fp32")
+        if args.bench and hw.target_arch != "x86_64" and progress:
+            progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
+                     "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
+        report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
+                         bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    if args.explain and report.get("explain"):
+        print(report["explain"])
+        print()
+    print_summary(report)
+    return 0
+
+
+def add_operator_arguments(p) -> None:
+    p.add_argument("op", choices=OPERATORS, metavar="{matmul,conv2d,depthwise}", help="operator to synthesize")
+    p.add_argument("--hw", required=True, metavar="HW",
+                   help="hardware: a shipped name (snapdragon-865, cortex-a76), a file (snapdragon.yaml, ./my.yaml), or 'host'")
+    p.add_argument("--shape", required=True, metavar="K=V,...",
+                   help="matmul: m=,n=,k=[,batch=]; conv2d: [n=,]c=,h=,w=,k=,r=,s=; depthwise: [n=,]c=,h=,w=,r=,s=")
+    p.add_argument("--stride", default="1", help="1 or 2 values (h,w); conv2d/depthwise (default 1)")
+    p.add_argument("--pad", default="0", help="1, 2 (h,w) or 4 values (top,left,bottom,right) (default 0)")
+    p.add_argument("--dilation", default="1", help="1 or 2 values (h,w) (default 1)")
+    p.add_argument("--bias", action="store_true", help="fuse a bias add (per output channel / matmul column)")
+    p.add_argument("--activation", default="none", choices=("none", "relu", "relu6"), help="fused activation")
+    p.add_argument("--cluster", choices=("prime", "big", "mid", "little"), default=None,
+                   help="CPU cluster to target (default: big)")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: every core of the cluster)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("synth", help="synthesize a kernel (and optionally verify and time it)",
+                       description="Synthesize a kernel bottom-up for one operator and hardware description, "
+                       "render it, build it, and optionally verify it against numpy and time it.",
+                       epilog=f"Outputs: {OUTPUT_RULE} Exit status: 0 ok, 2 bad input or an output location xfc may "
+                       "not write, 3 missing toolchain, 4 kernel differs from numpy, 130 interrupted (Ctrl-C), "
+                       "143 terminated (SIGTERM); an interrupted run leaves no output, staging directory or child "
+                       "process behind.")
+    add_operator_arguments(p)
+    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (fp16: GPU only)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>); see 'Outputs' below")
+    p.add_argument("--force", action="store_true",
+                   help="write into an existing directory that holds files xfc did not write; xfc's files go beside "
+                        "them, and a file xfc did not write is never deleted or replaced (a same-named one is refused)")
+    p.add_argument("--verify", action="store_true",
+                   help="run the kernel (host natively, ARM under qemu-aarch64, GPU on PoCL) and compare with numpy")
+    p.add_argument("--bench", action="store_true", help="time the kernel (real speed only on --hw host)")
+    p.add_argument("--repeat", type=int, default=20, help="timed repetitions for --bench (median reported)")
+    p.add_argument("--explain", action="store_true", help="print the tile program and the constraint behind each level")
+    p.add_argument("--mca", action="store_true",
+                   help="ARM descriptions: run llvm-mca-16 on the kernel's inner FMA loop (FMA per cycle, share of the "
+                        "core's FMA pipes, bottleneck, spills; a static estimate) and add it to report.json")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(func=cmd_synth)

@@ -1,0 +1,310 @@
+"""`xfc tiledb build|show|stats|export|import|merge|verify|gc|calibrate`.
+
+The environment is read here only (per-user database location, SOURCE_DATE_EPOCH); everything
+below gets paths and clocks as arguments. Errors are one line through xfc.errors (exit 2, or 3
+for a missing compiler).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import XfcError
+from ..tiledb.records import RANKS, source_kind
+from ..tiledb.store import TileDb, TileDbError, timestamps
+
+EVALUATOR_NAMES = ("static", "host", "llvm-mca")
+
+
+def _db_path(args) -> Path:
+    from ..tiledb.locations import user_db_path
+    return Path(args.db) if args.db else user_db_path(os.environ)
+
+
+def _evaluators(text: str, hw, db_path: Path) -> list:
+    from ..tiledb.evaluators import HostMicroKernelEvaluator, McaMicroKernelEvaluator, StaticDbEvaluator
+    from ..tiledb.operators import HostOperatorEvaluator
+    from ..tiledb.locations import is_shipped_location
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise XfcError("--evaluators: give at least one of " + ", ".join(EVALUATOR_NAMES))
+    out = []
+    for name in dict.fromkeys(names):
+        kind = source_kind(name)
+        if name == "static":
+            out.append(StaticDbEvaluator())
+        elif name == "host":
+            if hw.kind != "host":
+                raise XfcError(f"--evaluators host times kernels on this machine; it needs --hw host, not {hw.name}")
+            if is_shipped_location(db_path):
+                raise XfcError(f"--db {db_path}: host measurements go to the per-user database, never into the "
+                               "shipped tile_db/")
+            out += [HostMicroKernelEvaluator(), HostOperatorEvaluator()]
+        elif name == "llvm-mca":
+            from .. import mca
+            if hw.target_arch != "aarch64":
+                raise XfcError(f"--evaluators llvm-mca analyses AArch64 kernels; {hw.name} is {hw.target_arch}")
+            mca.require_tools()
+            out.append(McaMicroKernelEvaluator())
+        elif kind == "llvm-mca":
+            raise XfcError(f"--evaluators {name}: give 'llvm-mca'; the model comes from each core's entry in "
+                           "xfc.mca.MODELS")
+        elif kind == "adb":
+            raise XfcError("--evaluators adb: device measurement is not part of this xfc yet")
+        else:
+            raise XfcError(f"--evaluators: unknown evaluator {name!r} (available: {', '.join(EVALUATOR_NAMES)})")
+    return out
+
+
+def cmd_build(args) -> int:
+    from ..hardware.load import load
+    from ..tiledb.build import OP_CHOICES, parse_tiles, plan_tasks, register_hardware, run_build
+    hw = load(args.hw)
+    if not hw.clusters:
+        raise XfcError(f"--hw {args.hw}: {hw.name} has no CPU clusters; GPU tiles are not built yet")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    for op in ops:
+        if op not in OP_CHOICES:
+            raise XfcError(f"--ops: unknown operator class {op!r} (available: {', '.join(OP_CHOICES)})")
+    if args.jobs < 1:
+        raise XfcError(f"--jobs must be >= 1, got {args.jobs}")
+    tiles = parse_tiles(args.tiles) if args.tiles else None
+    path = _db_path(args)
+    evaluators = _evaluators(args.evaluators, hw, path)
+    with TileDb.open(path) as db:
+        if db.migrated_from is not None:
+            print(f"note: {path}: migrated from schema {db.migrated_from}", file=sys.stderr)
+        register_hardware(db, hw, args.cluster)
+        tasks = plan_tasks(db, hw, evaluators, ops, args.cluster, tiles)
+        summary = run_build(db, tasks, jobs=args.jobs,
+                            progress=None if args.quiet else sys.stderr, created_at=timestamps(os.environ))
+    print(f"{path}: {summary.planned} task(s) for {hw.name}: {summary.evaluated} evaluated, "
+          f"{summary.skipped} already present, {summary.taken_by_others} done by another builder"
+          + (f", {summary.replaced} recomputed (other xfc version)" if summary.replaced else "")
+          + (f", {summary.conflicts} conflict(s) kept as they were" if summary.conflicts else ""))
+    return 0
+
+
+def _print_table(rows, header) -> None:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _num(v, fmt="{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def cmd_show(args) -> int:
+    path = _db_path(args)
+    with TileDb.open(path, readonly=True) as db:
+        where, params = [], []
+        if args.hw:
+            from ..hardware.load import load
+            from ..tiledb.fingerprint import fingerprint
+            hw = load(args.hw)
+            clusters = (hw.cluster(args.cluster),) if args.cluster else hw.clusters
+            fps = [fingerprint(hw, c) for c in clusters]
+            where.append(f"fingerprint IN ({', '.join('?' * len(fps))})")
+            params += fps
+        if args.source:
+            where.append("source = ?")
+            params.append(args.source)
+        if args.isa:
+            where.append("isa = ?")
+            params.append(args.isa)
+        rows = db.rows("tile", " AND ".join(where), params)
+        labels = db.labels()
+    rows.sort(key=lambda r: (r.fingerprint, r.isa, r.params, -r.rank, r.source, r.origin))
+    if args.limit:
+        rows = rows[:args.limit]
+    if args.json:
+        from ..tiledb.records import as_dict
+        print(json.dumps([as_dict(r) for r in rows], indent=1))
+        return 0
+    if not rows:
+        print(f"{path}: no tile rows" + (" for that selection" if where else ""))
+        return 0
+    table = []
+    for r in rows:
+        p = json.loads(r.params)
+        tile = f"{p.get('mr')}x{p.get('nr_vectors', 0) * p.get('lanes', 0)}" if "mr" in p else r.params
+        table.append([",".join(labels.get(r.fingerprint, ["?"])), r.isa, tile, p.get("a_load_bits", "-"),
+                      r.source + (" (emulated)" if r.emulated else ""), _num(r.cycles_per_k), _num(r.gflops, "{:.1f}"),
+                      _num(r.efficiency, "{:.0%}"), r.bound, r.repeats, _num(r.spread, "{:.1%}"), r.created_at])
+    _print_table(table, ["hardware", "isa", "tile", "A bits", "source", "cycles/k", "GFLOP/s", "eff", "bound",
+                         "reps", "spread", "when"])
+    return 0
+
+
+def cmd_stats(args) -> int:
+    path = _db_path(args)
+    with TileDb.open(path, readonly=True) as db:
+        by = db.query("SELECT fingerprint, source, COUNT(*), SUM(emulated) FROM tile GROUP BY fingerprint, source")
+        labels = db.labels()
+        counts = {t: db.count(t) for t in ("hardware", "tile", "operator", "calibration", "claim")}
+        from ..tiledb.schema import user_version
+        version, db_id = user_version(db.conn), db.db_id
+    size = path.stat().st_size
+    measured = sorted({lab for fp, src, n, emulated in by if RANKS[source_kind(src)] == RANKS["host"]
+                       and n > (emulated or 0) for lab in labels.get(fp, [fp[:12]])})
+    if args.json:
+        print(json.dumps({"path": str(path), "schema_version": version, "db_id": db_id, "bytes": size,
+                          "counts": counts, "measured_hardware": measured,
+                          "tiles": [{"fingerprint": fp, "labels": labels.get(fp, []), "source": src, "rows": n,
+                                     "emulated": int(e or 0)} for fp, src, n, e in by]}, indent=1))
+        return 0
+    print(f"{path}: schema {version}, id {db_id}, {size / 1024:.0f} KiB")
+    print("rows: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
+    print("hardware with measured rows: " + (", ".join(measured) if measured else "none"))
+    if by:
+        _print_table([[",".join(labels.get(fp, ["?"])), fp[:12], src, n] for fp, src, n, _ in sorted(
+            by, key=lambda r: (",".join(labels.get(r[0], [])), r[1]))], ["hardware", "fingerprint", "source", "tiles"])
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ..tiledb.exchange import export_lines, write_export
+    path = _db_path(args)
+    with TileDb.open(path, readonly=True) as db:
+        if args.output and args.output != "-":
+            n = write_export(db, Path(args.output))
+            print(f"{args.output}: {n} record(s) from {path}", file=sys.stderr)
+        else:
+            for line in export_lines(db):
+                sys.stdout.write(line + "\n")
+    return 0
+
+
+def _report_merge(report, what: str, dest: Path) -> int:
+    inserted = ", ".join(f"{k} {v}" for k, v in sorted(report.inserted.items())) or "nothing"
+    print(f"{dest}: from {what}: inserted {inserted}; {report.unchanged} already present; "
+          f"{len(report.conflicts)} conflict(s)")
+    for line in report.conflicts[:10]:
+        print(f"  conflict (existing row kept): {line}", file=sys.stderr)
+    if len(report.conflicts) > 10:
+        print(f"  ... and {len(report.conflicts) - 10} more", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args) -> int:
+    from ..tiledb.exchange import merge_records, read_export_file
+    dest = _db_path(args)
+    records = []
+    for f in args.files:
+        records += read_export_file(Path(f))
+    with TileDb.open(dest) as db:
+        return _report_merge(merge_records(db, records), ", ".join(args.files), dest)
+
+
+def cmd_merge(args) -> int:
+    from ..tiledb.exchange import merge_records, rows_of_database
+    dest = _db_path(args)
+    records = []
+    for src in args.sources:
+        if Path(src).resolve() == dest.resolve():
+            raise XfcError(f"{src}: is the destination database itself")
+        records += rows_of_database(Path(src))
+    with TileDb.open(dest) as db:
+        return _report_merge(merge_records(db, records), ", ".join(args.sources), dest)
+
+
+def cmd_verify(args) -> int:
+    from ..tiledb.verify import verify
+    path = _db_path(args)
+    problems, checked = verify(path)
+    for p in problems[:50]:
+        print(f"problem: {p}")
+    if problems:
+        raise TileDbError(f"{path}: {len(problems)} problem(s) found (listed above)")
+    print(f"{path}: ok ({checked} rows checked)")
+    return 0
+
+
+def cmd_gc(args) -> int:
+    from ..tiledb.gc import collect
+    path = _db_path(args)
+    with TileDb.open(path, create=False) as db:
+        lines = collect(db, stale=args.stale, dry_run=args.dry_run)
+    for line in lines:
+        print(line)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    raise XfcError("xfc tiledb calibrate: not yet available (the database stores calibration facts and the host "
+                   "probe fills them; fitting the cost model is the next step)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tiledb", help="build, inspect and exchange offline tile databases",
+                       description="The offline tile database: evaluated micro-tiles per hardware fingerprint "
+                       "(see docs/tile-db.md).")
+    tsub = p.add_subparsers(dest="tiledb_command", metavar="SUBCOMMAND")
+    db_help = "database file (default: the per-user database, $XDG_CACHE_HOME/xfc/tile-db.sqlite)"
+
+    b = tsub.add_parser("build", help="evaluate every micro-tile of a description into a database (resumable)")
+    b.add_argument("--hw", required=True, metavar="HW", help="hardware: shipped name, file, or 'host'")
+    b.add_argument("--cluster", choices=("prime", "big", "mid", "little"), help="one cluster (default: all)")
+    b.add_argument("--evaluators", default="static", metavar="E[,E...]",
+                   help="static (the cost model), host (time the rendered micro-kernels here; --hw host only), "
+                        "llvm-mca (the rendered AArch64 micro-kernel's K loop under llvm-mca-16; ARM descriptions)")
+    b.add_argument("--ops", default="gemm", metavar="OP[,OP...]",
+                   help="gemm (GEMM micro-kernels), operators (the workload suite at 1 and all cores: operator table)")
+    b.add_argument("--tiles", metavar="MRxNR[,...]", help="only these register tiles (default: every tile that fits)")
+    b.add_argument("--jobs", type=int, default=1, help="tasks evaluated at once (host timing stays one at a time)")
+    b.add_argument("--db", metavar="PATH", help=db_help)
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=cmd_build)
+
+    s = tsub.add_parser("show", help="tile rows, best source first")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("--hw", metavar="HW", help="only this description's fingerprints")
+    s.add_argument("--cluster", choices=("prime", "big", "mid", "little"))
+    s.add_argument("--source", help="only rows of this source (static, host, llvm-mca:<model>, ...)")
+    s.add_argument("--isa", help="only this ISA")
+    s.add_argument("--limit", type=int, default=0, help="at most this many rows")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_show)
+
+    s = tsub.add_parser("stats", help="row counts per hardware and source")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    s = tsub.add_parser("export", help="deterministic sorted JSON lines (stdout or -o FILE)")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("-o", "--output", metavar="FILE", help="write here atomically instead of stdout")
+    s.set_defaults(func=cmd_export)
+
+    s = tsub.add_parser("import", help="add the rows of exports (all or nothing; conflicts kept, reported)")
+    s.add_argument("files", nargs="+", metavar="EXPORT.jsonl")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.set_defaults(func=cmd_import)
+
+    s = tsub.add_parser("merge", help="add the rows of other databases, keeping every provenance")
+    s.add_argument("sources", nargs="+", metavar="OTHER.sqlite")
+    s.add_argument("--db", metavar="PATH", help="destination " + db_help)
+    s.set_defaults(func=cmd_merge)
+
+    s = tsub.add_parser("verify", help="integrity, schema and row checks")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.set_defaults(func=cmd_verify)
+
+    s = tsub.add_parser("gc", help="drop dead build claims and xfc's own stray temporary files; compact")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("--stale", action="store_true",
+                   help="also delete rows of fingerprints whose description has changed since (resolved by label)")
+    s.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    s.set_defaults(func=cmd_gc)
+
+    s = tsub.add_parser("calibrate", help="fit the cost model's constants from measured rows (not yet available)")
+    s.add_argument("--hw", metavar="HW")
+    s.add_argument("--db", metavar="PATH", help=db_help)
+    s.set_defaults(func=cmd_calibrate)
+
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -1,0 +1,183 @@
+"""The static CPU cost model: the only place CPU times are predicted (docs/cost-model.md).
+
+Two levels, both predictions from the hardware description, never measurements:
+
+  StaticEvaluator   one k step of a micro-kernel: FMA pipes and latency, vector loads per cycle,
+                    the in-order load rules (a tiles.MicroTileEvaluator; a measured tile database
+                    implements the same interface and replaces it)
+  gemm_estimate     a whole GEMM-lowered plan: a roofline over compute (with packing and C
+                    passes), L2->L1 and shared-cache->L2 traffic, and DRAM
+  depthwise_estimate  a direct depthwise plan: compute (with load and staging overhead) and DRAM
+
+The estimates read the plan's fields (tiles and code shape, e.g. the transposed store keys off
+GemmSchedule.c_store), the same fields code generation renders from. The constants below are
+the model's assumptions; each scales predictions only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from .ir import DepthwiseSchedule, GemmSchedule
+from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
+
+# ---- bandwidths and cache shares ----------------------------------------------------------------
+L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
+SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
+DRAM_FALLBACK_GBPS = 10.0            # when the description gives no memory bandwidth
+DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a streaming kernel sustains
+# Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
+# whatever the hardware prefetcher brings in. Chosen from the host measurements in
+# docs/notes/host-kernels.md and the usual BLIS practice of leaving about half of L1 free.
+L1_FILL = 0.5
+L2_FILL = 0.5
+L3_FILL = 0.5
+# ---- micro-kernel issue ---------------------------------------------------------------------------
+NARROW_LOAD_SHARE = 0.5              # a 64-bit load takes half a vector-load slot (out-of-order cores)
+# ---- stores and packing (cycles or elements per cycle per core) -----------------------------------
+SCALAR_TRANSPOSED_STORE_CYCLES = 1.0   # per element of a transposed C tile merged with scalar code
+VECTOR_TRANSPOSED_STORE_CYCLES = 0.3   # per element through the 16x16 register transpose (c_store)
+TRANSPOSE_PACK_RATE = 1                # A into MR-row panels (a matrix transpose)
+IM2COL_PACK_RATE_PER_LANE = 0.25       # im2col runs (short contiguous copies): lanes / 4
+ROW_COPY_RATE_PER_LANE = 0.5           # whole rows (pointwise input, staging the padded image): lanes / 2
+# ---- depthwise ---------------------------------------------------------------------------------------
+DEPTHWISE_LOAD_COST = 2              # FMA slots one input-vector load costs in the depthwise inner loop
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    flops: int
+    seconds_by_bound: tuple[tuple[str, float], ...]   # ('compute', s), ('L2', s), ...
+    predicted_s: float
+    bound: str
+
+    @property
+    def predicted_gflops(self) -> float:
+        return self.flops / self.predicted_s / 1e9 if self.predicted_s > 0 else 0.0
+
+
+class StaticEvaluator:
+    """Static issue model of one k step of the micro-kernel (XFC's static analysis)."""
+
+    def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
+        fmas = tile.accumulator_registers
+        wide_loads, narrow_loads = tile.loads_per_k(isa)
+        fma_cycles = fmas / core.fma_per_cycle
+        rules = core.load_rules
+        if core.pipeline == "in_order" and not rules.ld128_dual_issues_with_fma:
+            # 128-bit loads stall the FMA pipe; 64-bit loads pair with FMAs while slots last.
+            stall = wide_loads * max(rules.ld128_blocking_cycles, 1)
+            narrow_extra = max(0.0, narrow_loads - fma_cycles) if rules.ld64_dual_issues_with_fma else narrow_loads
+            cycles = fma_cycles + stall + narrow_extra
+            bound = "in-order load stalls" if stall + narrow_extra > 0 else "fma"
+        else:
+            load_cycles = (wide_loads + narrow_loads * NARROW_LOAD_SHARE) / rules.vector_loads_per_cycle
+            cycles = max(fma_cycles, load_cycles)
+            bound = "fma" if fma_cycles >= load_cycles else "load"
+        # Each accumulator is updated once per k step: a step cannot finish faster than one
+        # FMA latency, so too few accumulators leave the pipes idle.
+        if core.fma_latency_cycles > cycles:
+            cycles, bound = float(core.fma_latency_cycles), "latency"
+        return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound, source="static")
+
+
+def split_imbalance(tiles: int, threads: int) -> float:
+    """Work of the busiest thread relative to an even split, when `tiles` tiles go to `threads`."""
+    return math.ceil(tiles / threads) * threads / tiles
+
+
+def l2_per_core_bytes(cluster: CpuCluster) -> float:
+    return cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
+
+
+def dram_bytes_per_second(hw: HardwareDescription) -> float:
+    return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * DRAM_EFFICIENCY
+
+
+def _batch(spec: OperatorSpec) -> int:
+    return spec.batch if isinstance(spec, MatmulSpec) else spec.n
+
+
+def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, tile: MicroTile,
+                  score: MicroTileScore, sched: GemmSchedule, transposed: bool) -> CostEstimate:
+    """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan."""
+    core = cluster.core
+    m, n, k = gemm_view(spec, transposed)
+    batch = _batch(spec)
+    conv = isinstance(spec, Conv2dSpec)
+    mr, nr, kc, mc, nc, threads = sched.mr, sched.nr, sched.kc, sched.mc, sched.nc, sched.threads
+    imbalance = split_imbalance(math.ceil(n / nr) if sched.parallel_axis == "n" else math.ceil(m / mr), threads)
+    clock_hz = cluster.clock_ghz * 1e9
+    # Tail tiles have their own micro-kernels: no row padding, columns padded to whole vectors.
+    n_computed = (n // nr) * nr + round_up(n % nr, tile.lanes)
+    padded_flops = 2 * batch * m * n_computed * k
+    peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
+    compute_s = padded_flops / (peak_flops_per_core * score.efficiency * threads / imbalance)
+    if sched.c_store != "direct":  # the transposed store, once per KC slice
+        store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
+                                    else SCALAR_TRANSPOSED_STORE_CYCLES)
+        compute_s *= 1 + store_cycles_per_element * tile.lanes / kc
+    k_slices = math.ceil(k / kc)
+    # Per KC slice: A block streamed from L2 once per NR column of B; B micro-panel from L2
+    # once per MC block; C tile read+written once per KC slice.
+    l2_bytes = batch * FLOAT_BYTES * (m * k * math.ceil(n / nr) + k * n * math.ceil(m / mc)
+                                      + 2 * m * n * k_slices)
+    l2_s = l2_bytes / (L2_BYTES_PER_CYCLE * clock_hz * threads)
+    shared_bytes_moved = batch * FLOAT_BYTES * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
+    shared_s = shared_bytes_moved / (SHARED_CACHE_BYTES_PER_CYCLE * clock_hz * threads)
+    # DRAM: every tensor once (inputs, weights, output).
+    dram_bytes = FLOAT_BYTES * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
+    dram_s = dram_bytes / dram_bytes_per_second(hw)
+    # Packing is extra work on the cores (rates in elements per cycle per core, see the constants).
+    # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.
+    im2col_rate = max(tile.lanes * IM2COL_PACK_RATE_PER_LANE, 1)
+    rows_rate = max(tile.lanes * ROW_COPY_RATE_PER_LANE, 1)
+    pack_cycles = 0.0
+    if sched.a_pack == "packed":  # A panels: the im2col rows (transposed conv) or a matrix transpose
+        pack_cycles += batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed else TRANSPOSE_PACK_RATE)
+    if conv and not transposed:  # the B panel: input rows or im2col runs, every call
+        pack_cycles += batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
+    if conv and (transposed or not spec.pointwise):  # staging the zero-padded image once per call
+        staged = batch * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)
+        pack_cycles += staged / rows_rate
+    pack_s = pack_cycles / (clock_hz * threads)
+    # Every KC slice after the first reads and writes C again; that traffic waits on the level C
+    # lives in and does not overlap the FMAs of the tile it belongs to.
+    c_bytes = batch * FLOAT_BYTES * m * n
+    c_rate = (L2_BYTES_PER_CYCLE if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
+              else SHARED_CACHE_BYTES_PER_CYCLE)
+    c_pass_s = (k_slices - 1) * 2 * c_bytes / (c_rate * clock_hz * threads)
+    parts = (("compute", compute_s + pack_s + c_pass_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
+    bound, worst = max(parts, key=lambda p: p[1])
+    return CostEstimate(flops=batch * 2 * m * n * k, seconds_by_bound=parts, predicted_s=worst, bound=bound)
+
+
+def depthwise_fmas_and_loads(spec: DepthwiseSpec, oh_rows: int, ow_vectors: int) -> tuple[int, int]:
+    """(FMAs, vector loads) of one register tile: each distinct input vector is loaded once and
+    feeds every tap that reads it."""
+    fmas = oh_rows * ow_vectors * spec.r * spec.s
+    loads = spec.window_rows(oh_rows) * spec.s * ow_vectors
+    return fmas, loads
+
+
+def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster,
+                       sched: DepthwiseSchedule, lanes: int) -> CostEstimate:
+    """Compute (load and staging overhead included) against DRAM for a direct depthwise plan."""
+    core = cluster.core
+    fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
+    threads_used = sched.threads
+    window = spec.r * spec.s
+    hp = spec.window_rows(sched.oh_rows)  # rows staged per row block
+    wp = spec.w + spec.pad_left + spec.pad_right
+    clock_hz = cluster.clock_ghz * 1e9
+    compute_s = (spec.flops / (core.fp32_flop_per_cycle * clock_hz * threads_used)
+                 * max(1.0, loads / fmas * DEPTHWISE_LOAD_COST))
+    bytes_moved = FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * window)
+    dram_s = bytes_moved / dram_bytes_per_second(hw)
+    blocks = math.ceil(spec.out_h / sched.oh_rows)
+    stage_s = spec.n * spec.c * blocks * hp * wp / (clock_hz * threads_used * lanes * ROW_COPY_RATE_PER_LANE)
+    parts = (("compute", compute_s + stage_s), ("DRAM", dram_s))
+    bound, worst = max(parts, key=lambda p: p[1])
+    return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=worst, bound=bound)

@@ -1,0 +1,88 @@
+"""Code-shape decisions: the choices of a CPU kernel's shape that follow from the ISA row, the
+operator and the tiles. The synthesizer (synth.py) and hand plans (plans.py) both take them from
+here, so there is one planner; code generation only spells what the plan records.
+
+Loop order, C prefetch, B prefetch distance and the A-packing block were measured on the AVX-512
+host (docs/notes/host-kernels.md) and are the same for every ISA; the others follow from the
+dialect's capabilities (xfc/cpu/isa.py) and the operator's geometry.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
+from .isa import IsaRow
+
+LOOP_ORDER = "jr_ir"          # BLIS order: the KC x NR B micro-panel stays in L1 while every A panel passes
+PREFETCH_C = True             # prefetch the C tile for writing before the k loop
+PREFETCH_B_DISTANCE = 0       # k steps ahead to prefetch packed B: off (the hardware prefetcher keeps up)
+PACK_A_KB = 16                # k values per row copied together when packing A (blocked transpose)
+VECTOR_TRANSPOSE_MAX_MR = 16  # xfc_transpose16 transposes 16 rows: MR beyond that uses the scalar merge
+
+
+def c_store(row: IsaRow, transposed: bool, mr: int) -> str:
+    """How full tiles of C are stored: 'direct', or for a transposed C (implicit_gemm_t) through a
+    local tile, transposed in registers where the dialect has a 16x16 transpose and MR fits it."""
+    if not transposed:
+        return "direct"
+    return "vector_transpose" if row.transpose16 and mr <= VECTOR_TRANSPOSE_MAX_MR else "tile"
+
+
+def default_a_pack(row: IsaRow, transposed: bool, mr: int, out_w: Optional[int]) -> tuple[str, str]:
+    """(a_pack, reason) before the cache check of the synthesizer (synth.py may still pack a direct
+    A whose rows would crowd one L1 set).
+
+    Transposed conv: MR pixels of one output row are consecutive floats of the staged image, read
+    in place when MR divides OW, else packed im2col rows. Otherwise: lane-indexed FMAs read MR rows
+    per vector load, which needs A packed as [k][MR]; with broadcasts every row is its own load
+    anyway, so A is read in place and the packing pass disappears.
+    """
+    if transposed:
+        if out_w % mr == 0:  # a tile's pixels lie in one output row: consecutive staged floats
+            return "im2col_direct", f"MR={mr} pixels of one output row read from the staged image"
+        return "packed", f"im2col rows of output pixels (MR={mr} does not divide OW={out_w})"
+    if row.lane_indexed:
+        return "packed", "lane-indexed FMAs read MR rows per load"
+    return "direct", "one broadcast per row either way"
+
+
+def stage_copy(spec: OperatorSpec, transposed: bool) -> str:
+    """How the zero-padded input is staged: 'none' (matmul, pointwise conv: the input is the GEMM
+    operand), 'run' (one contiguous copy per row: stride 1) or 'strided' (column phases)."""
+    if isinstance(spec, MatmulSpec):
+        return "none"
+    if isinstance(spec, Conv2dSpec) and not transposed and spec.pointwise:
+        return "none"
+    return "run" if spec.stride_w == 1 else "strided"
+
+
+def gemm_code_shape(row: IsaRow, spec: OperatorSpec, transposed: bool, mr: int) -> dict:
+    """The code-shape fields of a GemmSchedule (ir.GemmSchedule.CODE_SHAPE_FIELDS)."""
+    return {"c_store": c_store(row, transposed, mr), "loop_order": LOOP_ORDER, "prefetch_c": PREFETCH_C,
+            "prefetch_b_distance": PREFETCH_B_DISTANCE, "pack_a_kb": PACK_A_KB,
+            "stage_copy": stage_copy(spec, transposed)}
+
+
+def depthwise_tail_vectors(lanes: int, out_w: int, ow_vectors: int) -> list[int]:
+    """Valid outputs per vector of the last (ragged) block of a row; [] when OW fills whole blocks."""
+    block = ow_vectors * lanes
+    if out_w % block == 0:
+        return []
+    ow0 = (out_w // block) * block
+    return [max(0, min(lanes, out_w - ow0 - j * lanes)) for j in range(ow_vectors)]
+
+
+def row_tail(row: IsaRow, lanes: int, out_w: int, ow_vectors: int) -> str:
+    """The ragged right edge of a depthwise row: a separate block with half-width vectors where the
+    dialect has them and some vector of the tail holds at most half the lanes (a half-width FMA costs
+    half on cores that split wide FMAs); else masked stores where the dialect has them, else a small
+    buffer."""
+    if row.half_vectors and any(0 < v <= lanes // 2 for v in depthwise_tail_vectors(lanes, out_w, ow_vectors)):
+        return "half_width"
+    return "masked" if row.has_mask else "buffer"
+
+
+def depthwise_code_shape(row: IsaRow, spec: DepthwiseSpec, lanes: int, ow_vectors: int) -> dict:
+    """The code-shape fields of a DepthwiseSchedule (ir.DepthwiseSchedule.CODE_SHAPE_FIELDS)."""
+    return {"row_tail": row_tail(row, lanes, spec.out_w, ow_vectors),
+            "stage_copy": "run" if spec.stride_w == 1 else "strided"}

@@ -1,0 +1,97 @@
+"""The CPU instruction sets xfc generates code for: one row per ISA, the only place ISA facts live.
+
+Every `isa == ...` question in synthesis, planning and code generation is a field of this table:
+
+  dialect prelude     templates/cpu/dialect_<isa>.h.j2: the one macro vocabulary (XFC_VLOAD, XFC_VFMA,
+                      XFC_ALOADw/XFC_AFMAw, ...) the GEMM and depthwise templates are written against
+  lanes               fp32 lanes a plan may use (None: any power of two: the generic dialect is plain
+                      GCC vector extensions); `fixed_lanes` when synthesis ignores the core's width
+  has_mask            XFC_VLOAD_TAIL / XFC_VSTORE_TAIL: partial vectors without touching the lanes past
+                      the end, so column tails need no scalar merge
+  a_operand           how the MR values of A at one k step reach the FMAs: 'lane_indexed' (one vector
+                      load feeds MR rows through lane-indexed FMAs; needs A packed as [k][MR]) or
+                      'broadcast' (one broadcast per row)
+  a_load_bits         the A load widths micro-tiles are enumerated with
+  transpose16         a 16x16 in-register transpose (xfc_transpose16): transposed C tiles are stored
+                      with vector code instead of a scalar loop
+  half_vectors        half-width vectors (xfc_hv): a row tail of at most half the lanes at half cost
+  required_features   what a core must list to run the dialect (most specific ISA first in ISAS)
+  hand_*              what hand plans (plans.py) choose when the caller does not: tile and -march
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import OperatorError
+from ..hardware.model import CpuCore
+
+
+@dataclass(frozen=True)
+class IsaRow:
+    name: str
+    prelude: str                          # dialect template, relative to templates/
+    lanes: Optional[tuple[int, ...]]      # lanes the dialect supports; None = any power of two
+    fixed_lanes: Optional[int]            # lanes synthesis uses regardless of the core (generic: 4)
+    has_mask: bool
+    a_operand: str                        # 'lane_indexed' | 'broadcast'
+    a_load_bits: tuple[int, ...]          # A load widths micro-tiles are enumerated with
+    transpose16: bool
+    half_vectors: bool
+    required_features: tuple[str, ...]
+    hand_lanes: int                       # lanes of hand plans
+    hand_tile: tuple[int, int]            # (MR, NR) of hand plans
+    hand_depthwise_rows: int              # oh_rows of hand depthwise plans
+    hand_depthwise_vectors: int           # ow_vectors of hand depthwise plans
+    hand_march: str                       # -march of hand plans ('' = the compiler's default)
+
+    @property
+    def lane_indexed(self) -> bool:
+        return self.a_operand == "lane_indexed"
+
+    def synthesis_lanes(self, core: CpuCore) -> int:
+        """fp32 lanes of the vectors synthesis builds tiles from on this core."""
+        return self.fixed_lanes or core.fp32_lanes
+
+
+ISAS = ("avx512", "avx2", "neon", "generic")
+
+ISA_TABLE: dict[str, IsaRow] = {
+    "avx512": IsaRow(
+        name="avx512", prelude="cpu/dialect_avx512.h.j2", lanes=(16,), fixed_lanes=None, has_mask=True,
+        a_operand="broadcast", a_load_bits=(32,), transpose16=True, half_vectors=True,
+        required_features=("avx512f",), hand_lanes=16, hand_tile=(14, 32), hand_depthwise_rows=4,
+        hand_depthwise_vectors=2, hand_march="native"),
+    "avx2": IsaRow(
+        name="avx2", prelude="cpu/dialect_avx2.h.j2", lanes=(8,), fixed_lanes=None, has_mask=False,
+        a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
+        required_features=("avx2", "fma"), hand_lanes=8, hand_tile=(6, 16), hand_depthwise_rows=2,
+        hand_depthwise_vectors=2, hand_march="x86-64-v3"),
+    "neon": IsaRow(
+        name="neon", prelude="cpu/dialect_neon.h.j2", lanes=(4,), fixed_lanes=None, has_mask=False,
+        a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
+        required_features=("neon",), hand_lanes=4, hand_tile=(6, 8), hand_depthwise_rows=4,
+        hand_depthwise_vectors=4, hand_march="armv8.2-a"),
+    "generic": IsaRow(
+        name="generic", prelude="cpu/dialect_generic.h.j2", lanes=None, fixed_lanes=4, has_mask=False,
+        a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
+        required_features=(), hand_lanes=4, hand_tile=(4, 8), hand_depthwise_rows=2,
+        hand_depthwise_vectors=4, hand_march=""),
+}
+
+# Which dialect a core gets: the first whose features it lists (most specific first).
+_PREFERENCE = ("neon", "avx512", "avx2", "generic")
+
+
+def isa_row(isa: str) -> IsaRow:
+    """The row of `isa`, or a one-line OperatorError naming the known ones."""
+    row = ISA_TABLE.get(isa)
+    if row is None:
+        raise OperatorError(f"isa '{isa}' is not one of {', '.join(ISAS)}")
+    return row
+
+
+def isa_for(core: CpuCore) -> str:
+    """The dialect that fits a core: neon, avx512, avx2 or generic."""
+    features = set(core.features)
+    return next(isa for isa in _PREFERENCE if set(ISA_TABLE[isa].required_features) <= features)

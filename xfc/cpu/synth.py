@@ -1,0 +1,299 @@
+"""Bottom-up CPU synthesis: register micro-tiles first, then L1, L2, outer tiles, then cores.
+
+Pure and deterministic: (spec, hardware, cluster role, threads) -> CpuSynthesis. No clock,
+environment or file access happens here (the caller times it).
+
+  (a) enumerate micro-tiles whose accumulators + operand registers fit the core's SIMD
+      registers; score each through a MicroTileEvaluator (tiles.py; the static issue model of
+      cost_model.py, or a measured tile database);
+  (b) grow the best micro-tiles into cache tiles: KC so the B micro-panel and the streaming
+      A micro-panel fit L1, MC so the packed A block fits the core's L2, NC so the packed B
+      panel fits the shared L3 (or what is left of L2);
+  (c) split across the cluster's cores along the axis with the least load imbalance, and take
+      the code-shape decisions (decide.py);
+  (d) rank complete programs with the roofline cost model (cost_model.py) and pick the fastest;
+      ties break on a stable key.
+Growth (this module) and cost (cost_model.py) are separate: a grown GemmSchedule is handed to
+the cost model, which reads only its fields.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import OperatorError
+from ..hardware.model import CpuCluster, HardwareDescription
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from . import decide
+from .cost_model import (L1_FILL, L2_FILL, L3_FILL, CostEstimate, StaticEvaluator, depthwise_estimate,
+                         depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, split_imbalance)
+from .explain import CpuSynthesis, GemmReasons, TileLevel, depthwise_levels, gemm_levels, plan_header
+from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
+from .isa import IsaRow, isa_for, isa_row
+from .tiles import (FLOAT_BYTES, RANK_BUCKET, MicroTile, MicroTileEvaluator, MicroTileScore, rank_micro_tiles,
+                    round_down, round_up)
+
+L1_FILL_WIDE = 0.75              # a second KC candidate per micro-tile: three quarters of L1d
+L2_STREAM_FILL = 0.25            # deep-KC candidates: both micro-panels within this share of L2
+B_REUSE_FOR_L2_STREAM = 8        # row tiles that must reuse a B micro-panel before it may live in L2
+K_STEP_ALIGN = 8                 # KC is a multiple of this (keeps the unrolled body whole)
+K_UNROLL = 4                     # k steps unrolled in the micro-kernel (when K allows)
+PACKED_SPLIT_TOLERANCE = 1.10    # prefer the axis that splits the per-call packed operand within 10%
+TOP_MICRO_TILES = 6              # micro-tiles expanded per orientation
+DEPTHWISE_MAX_ROWS = 8           # output rows of a depthwise register tile
+DEPTHWISE_MAX_VECTORS = 8        # output vectors per row of a depthwise register tile
+DEPTHWISE_INPUT_REGISTERS = 2    # registers a depthwise tile keeps for input vectors
+
+
+def _shared_cache_bytes(hw: HardwareDescription, cluster: CpuCluster) -> tuple[int, str]:
+    if hw.l3_bytes:
+        return hw.l3_bytes, "L3"
+    if hw.slc_bytes:
+        return hw.slc_bytes, "SLC"
+    return cluster.l2.size_bytes * cluster.count, "L2 (no shared L3 described)"
+
+
+def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
+    """Most of MR rows, lda floats apart, whose cache lines map to the same L1 set."""
+    sets = max(1, l1d.size_bytes // (l1d.line_bytes * l1d.ways))
+    counts: dict[int, int] = {}
+    for row in range(mr):
+        index = (row * lda * FLOAT_BYTES // l1d.line_bytes) % sets
+        counts[index] = counts.get(index, 0) + 1
+    return max(counts.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# (b)-(c) growth of a GEMM schedule.
+# ---------------------------------------------------------------------------------------------
+
+def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, threads: int,
+              row: IsaRow, kc_fill: float = L1_FILL, transposed: bool = False,
+              stream_b_from_l2: bool = False) -> tuple[GemmSchedule, GemmReasons]:
+    """Grow one micro-tile into a full GEMM schedule (tiles, thread split, code shape) and say why."""
+    core = cluster.core
+    m, n, k = gemm_view(spec, transposed)
+    conv = isinstance(spec, Conv2dSpec)
+    mr, nr = tile.mr, tile.nr
+    k_unroll = K_UNROLL if k >= K_UNROLL else 1
+    # L1: the KC x NR micro-panel of B is reused by every A micro-panel; it and the streaming
+    # MR x KC micro-panel of A must fit the L1 share.
+    l1_budget = core.l1d.size_bytes * kc_fill
+    kc_cap = int(l1_budget // ((mr + nr) * FLOAT_BYTES))
+    l2_per_core = l2_per_core_bytes(cluster)
+    if transposed and (mr + nr) * k * FLOAT_BYTES <= l2_per_core * L2_FILL:
+        # A transposed tile is stored through a local tile (and merged into C) once per KC slice:
+        # store it once, streaming both micro-panels (whole K) from L2 instead of L1.
+        kc, kc_reason = k, "transposed C tile stored once: both K-deep micro-panels fit the L2 share"
+    elif stream_b_from_l2:
+        # Deep slices streamed from L2: fewer passes over a large C, for micro-panels that many
+        # row tiles reuse (the caller only offers this when they do).
+        kc_cap_l2 = int(l2_per_core * L2_STREAM_FILL // ((mr + nr) * FLOAT_BYTES))
+        slices = math.ceil(k / max(round_down(kc_cap_l2, K_STEP_ALIGN), 1))
+        kc = min(k, round_up(math.ceil(k / slices), K_STEP_ALIGN))
+        kc_reason = (f"micro-panels streamed from L2 ({L2_STREAM_FILL:.0%} of the L2 share), {slices} slice(s) "
+                     f"of K={k}: fewer passes over C")
+    elif kc_cap >= k:
+        kc, kc_reason = k, "whole reduction K fits the L1 share"
+    else:
+        # As many slices as the cap needs, then equal slices: K=147 under a cap of 72 gives 3 x 56
+        # rather than 72 + 72 + 3 (a 3-deep slice costs a whole pass over C for 3 k steps).
+        slices = math.ceil(k / max(round_down(kc_cap, K_STEP_ALIGN), 1))
+        kc = round_up(math.ceil(k / slices), K_STEP_ALIGN)
+        kc_reason = f"L1 capacity ({kc_fill:.0%} of L1d), {slices} equal slices of K={k}"
+    kc = max(kc, 1)
+    # L2: the packed MC x KC block of A is reused across the whole NC panel.
+    mc_cap = int(l2_per_core * L2_FILL // (kc * FLOAT_BYTES))
+    m_padded = round_up(m, mr)
+    if mc_cap >= m_padded:
+        mc, mc_reason = m_padded, "whole M fits the L2 share"
+    else:
+        mc, mc_reason = round_down(mc_cap, mr), f"L2 capacity ({L2_FILL:.0%} of per-core L2)"
+    # Outer: the KC x NC panel of B stays in the shared cache while every MC block uses it.
+    shared_bytes, shared_name = _shared_cache_bytes(hw, cluster)
+    nc_cap = int(shared_bytes * L3_FILL // (kc * FLOAT_BYTES))
+    n_padded = round_up(n, nr)
+    if nc_cap >= n_padded:
+        nc, nc_reason = n_padded, f"whole N fits the {shared_name} share"
+    else:
+        nc, nc_reason = round_down(nc_cap, nr), f"{shared_name} capacity ({L3_FILL:.0%})"
+
+    # (c) Cores: split the axis whose tiles divide most evenly; prefer (within 10%) the axis that
+    # also splits the operand packed on every call (conv: the im2col matrix, B or, transposed, A),
+    # since splitting the other axis makes every thread pack all of it.
+    imbalance_n = split_imbalance(math.ceil(n / nr), threads)
+    imbalance_m = split_imbalance(math.ceil(m / mr), threads)
+    axis = "n" if imbalance_n <= imbalance_m else "m"
+    packed_axis = ("m" if transposed else "n") if conv else None
+    split_reason = "fewest idle tiles"
+    if packed_axis and axis != packed_axis:
+        packed_imbalance = imbalance_m if packed_axis == "m" else imbalance_n
+        if packed_imbalance <= PACKED_SPLIT_TOLERANCE * min(imbalance_n, imbalance_m):
+            axis, split_reason = packed_axis, "splits the input operand packed on every call (no duplicated packing)"
+    imbalance = imbalance_n if axis == "n" else imbalance_m
+    if threads == 1:
+        axis, imbalance = "n", 1.0
+    # A operand (decide.py), then the L1 check: rows of A read in place are lda floats apart; when
+    # that stride is a multiple of the L1 set span, many rows fall into one set and evict each other
+    # (lda = 1024 floats on an 8-way, 64-set L1 puts all MR rows in one set). Then packing pays for itself.
+    a_pack, a_reason = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None)
+    if a_pack == "direct":
+        crowded = a_rows_per_l1_set(mr, k, core.l1d)
+        if crowded > core.l1d.ways // 2:
+            a_pack, a_reason = "packed", f"{crowded} of {mr} rows in place would share one L1 set"
+    sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
+                         parallel_axis=axis, a_load_bits=tile.a_load_bits if row.lane_indexed else 128,
+                         a_pack=a_pack, **decide.gemm_code_shape(row, spec, transposed, mr))
+    reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
+                          imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
+    return sched, reasons
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One complete GEMM program: a grown schedule with its estimate."""
+
+    transposed: bool
+    tile: MicroTile
+    score: MicroTileScore
+    fill: float
+    sched: GemmSchedule
+    levels: tuple[TileLevel, ...]
+    estimate: CostEstimate
+
+    @property
+    def predicted_s(self) -> float:
+        return self.estimate.predicted_s
+
+    def rank_key(self, fastest: float) -> tuple:
+        """Times within RANK_BUCKET of each other tie; then plain orientation, more accumulators,
+        smaller MR, NR and L1 fill win."""
+        return (round((self.predicted_s / fastest - 1) / RANK_BUCKET), self.transposed,
+                -self.tile.accumulator_registers, self.tile.mr, self.tile.nr, self.fill)
+
+    def summary(self) -> str:
+        return f"{'transposed ' if self.transposed else ''}{self.sched.mr}x{self.sched.nr} kc={self.sched.kc}"
+
+
+def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator) -> list[Candidate]:
+    """Expand the best few micro-tiles (and two L1 fill targets) in each orientation the operator
+    allows. Conv2d may put vectors along output pixels (implicit_gemm) or along output channels
+    (implicit_gemm_t, no waste when the pixel count is ragged)."""
+    row = isa_row(isa)
+    orientations = (False, True) if isinstance(spec, Conv2dSpec) else (False,)
+    candidates = []
+    for transposed in orientations:
+        m, n, k = gemm_view(spec, transposed)
+        for tile, score, _ in rank_micro_tiles(cluster.core, isa, evaluator, m, n)[:TOP_MICRO_TILES]:
+            options = [(L1_FILL, False), (L1_FILL_WIDE, False)]
+            # Deep L2-streamed slices only for matmul, whose B is pre-packed once: a conv packs its
+            # im2col panel (KC x NC) on every call, and a deep one falls out of cache (measured:
+            # conv_r18_l1 kc=576 about 4% slower than kc=88 on the AVX-512 host).
+            if isinstance(spec, MatmulSpec) and math.ceil(m / tile.mr) >= B_REUSE_FOR_L2_STREAM:
+                options.append((1.0, True))
+            for fill, stream in options:
+                sched, reasons = grow_gemm(tile, spec, hw, cluster, threads, row, fill, transposed,
+                                           stream_b_from_l2=stream)
+                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed)
+                levels = gemm_levels(tile, score, sched, reasons, cluster, isa)
+                candidates.append(Candidate(transposed, tile, score, fill, sched, levels, estimate))
+    return candidates
+
+
+# ---------------------------------------------------------------------------------------------
+# Depthwise.
+# ---------------------------------------------------------------------------------------------
+
+def grow_depthwise(spec: DepthwiseSpec, cluster: CpuCluster, threads: int, row: IsaRow, lanes: int
+                   ) -> tuple[DepthwiseSchedule, int]:
+    """The register tile with the best FMA/load ratio and the fewest wasted lanes; returns the
+    schedule and the registers the window weights take."""
+    core = cluster.core
+    window = spec.r * spec.s
+    # Registers: the R x S weights stay in registers when they fit, plus the input vectors.
+    weight_regs = window if window <= core.vector_registers // 2 else 0
+    free = core.vector_registers - weight_regs - DEPTHWISE_INPUT_REGISTERS
+    ow_vectors_needed = math.ceil(spec.out_w / lanes)
+    best = None
+    for oh_rows in range(1, DEPTHWISE_MAX_ROWS + 1):
+        for ow_vectors in range(1, min(ow_vectors_needed, DEPTHWISE_MAX_VECTORS) + 1):
+            if oh_rows * ow_vectors > free:
+                continue
+            fmas, loads = depthwise_fmas_and_loads(spec, oh_rows, ow_vectors)
+            waste = math.ceil(spec.out_w / (ow_vectors * lanes)) * ow_vectors * lanes / spec.out_w
+            key = (-(fmas / loads) / waste, -oh_rows * ow_vectors, oh_rows)
+            if best is None or key < best[0]:
+                best = (key, oh_rows, ow_vectors)
+    _, oh_rows, ow_vectors = best
+    threads_used = max(1, min(threads, spec.n * spec.c))
+    sched = DepthwiseSchedule(ow_vectors=ow_vectors, oh_rows=oh_rows, threads=threads_used,
+                              **decide.depthwise_code_shape(row, spec, lanes, ow_vectors))
+    return sched, weight_regs
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point.
+# ---------------------------------------------------------------------------------------------
+
+def _check_request(spec: OperatorSpec, hw: HardwareDescription, cluster_role: Optional[str], threads: Optional[int]):
+    cluster = hw.cluster(cluster_role)
+    if threads is None:
+        threads = cluster.count
+    if not isinstance(threads, int) or threads < 1:
+        raise OperatorError(f"--threads must be a positive integer, got {threads!r}")
+    if threads > cluster.count:
+        raise OperatorError(f"--threads {threads} exceeds the {cluster.count} cores of {hw.name}'s "
+                            f"{cluster.role} cluster")
+    return cluster, threads
+
+
+def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
+                   threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
+                   isa: Optional[str] = None) -> CpuSynthesis:
+    """Construct a CPU kernel for spec on hw's cluster, bottom-up. Pure and deterministic."""
+    chosen, threads = _check_request(spec, hw, cluster, threads)
+    core = chosen.core
+    isa = isa or isa_for(core)
+    row = isa_row(isa)
+    if row.name == "neon" and hw.target_arch != "aarch64":
+        raise OperatorError(f"isa neon needs an AArch64 description, {hw.name} is {hw.target_arch}")
+    evaluator = evaluator or StaticEvaluator()
+    lanes = row.synthesis_lanes(core)
+    header_common = plan_header(hw, chosen, spec)
+    if isinstance(spec, DepthwiseSpec):
+        sched, weight_regs = grow_depthwise(spec, chosen, threads, row, lanes)
+        estimate = depthwise_estimate(spec, hw, chosen, sched, lanes)
+        fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
+        levels = depthwise_levels(spec, sched, chosen, lanes, weight_regs, fmas, loads)
+        tiles_line = f"tiles: oh_rows={sched.oh_rows} ow_vectors={sched.ow_vectors} lanes={lanes} threads={sched.threads}"
+        plan = CpuKernelPlan(
+            spec=spec, isa=isa, vector_lanes=lanes, lowering="direct_depthwise", gemm=None, depthwise=sched,
+            function_name="xfc_depthwise", header_lines=tuple(header_common + [tiles_line, f"isa: {isa}"]),
+            hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+        return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=levels,
+                            estimate=estimate, gemm_shape=None)
+
+    candidates = _gemm_candidates(spec, hw, chosen, threads, isa, evaluator)
+    fastest = min(c.predicted_s for c in candidates)
+    candidates.sort(key=lambda c: c.rank_key(fastest))
+    best = candidates[0]
+    sched, transposed = best.sched, best.transposed
+    view = gemm_view(spec, transposed)
+    seen, alternatives = {(transposed, sched)}, []
+    for c in candidates[1:]:
+        if (c.transposed, c.sched) not in seen:
+            seen.add((c.transposed, c.sched))
+            alternatives.append((c.summary(), c.predicted_s))
+    tiles_line = (f"tiles: mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
+                  f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}"
+                  + (f" a_load_bits={sched.a_load_bits}" if row.lane_indexed else ""))
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
+    gemm_line = f"lowered: {lowering} M={view.m} N={view.n} K={view.k}"
+    plan = CpuKernelPlan(
+        spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=sched, depthwise=None,
+        function_name=f"xfc_{spec.name}", header_lines=tuple(header_common + [gemm_line, tiles_line, f"isa: {isa}"]),
+        hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+    return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=best.levels,
+                        estimate=best.estimate, gemm_shape=tuple(view), alternatives=tuple(alternatives),
+                        micro_tile_source=best.score.source)

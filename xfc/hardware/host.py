@@ -1,0 +1,223 @@
+"""Describe the x86-64 machine xfc runs on, so the same synthesizer can target it ('--hw host').
+
+Facts are read from /proc/cpuinfo (flags, model, clock) and sysfs (cache sizes, CPU count);
+the parsing is split from the reading so tests can feed recorded text.
+
+The host can be made to look like a smaller x86-64 core, so that an AVX-512 machine synthesizes,
+builds, verifies and times the AVX2 and generic paths end to end:
+  --hw host:avx2 / host:generic / host:avx512   one run, that ISA (it must be one the CPU has);
+  XFC_HOST_ISA=avx512|avx2|generic              the environment variable (xfc.settings.host_isa_cap,
+                                                passed in as `cap`): plain 'host' becomes that ISA
+                                                and wider ones count as absent.
+The smaller description is a real core of that class (AVX2: 256-bit, 16 registers, x86-64-v3;
+generic: 128-bit, 16 registers, plain x86-64) and is named 'host:<isa>'. Asking for an ISA the
+CPU (or the XFC_HOST_ISA cap) lacks is a HardwareError (exit 2).
+"""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Optional
+
+from .. import settings
+from ..errors import HardwareError
+from ..settings import FROM_ENVIRONMENT, HOST_ISA_ENV
+from .model import CacheLevel, CpuCluster, CpuCore, HardwareDescription, LoadRules, MemoryDescription
+
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+# Vector FMA instructions per cycle assumed for x86 cores: two FMA pipes is the common case for
+# AVX2 and AVX-512 server cores of the last decade. It only scales predictions; marked uncertain.
+ASSUMED_FMA_PER_CYCLE = 2
+# A single-socket server/VM memory roof used only for the bytes/FLOP balance; marked uncertain.
+ASSUMED_DRAM_GBPS = 25.0
+
+# The x86-64 code paths xfc generates, widest first, with what each needs from the CPU and the
+# core it describes: (cpuinfo flags, vector bits, vector registers, gcc -march).
+HOST_ISAS = ("avx512", "avx2", "generic")
+_ISA_FACTS = {
+    "avx512": (("avx512f", "avx2", "fma"), 512, 32, "x86-64-v4"),
+    "avx2": (("avx2", "fma"), 256, 16, "x86-64-v3"),
+    "generic": ((), 128, 16, "x86-64"),
+}
+_LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "generic": "generic 128-bit x86-64 code"}
+
+
+def supported_isas(flags) -> tuple[str, ...]:
+    """The host ISAs a CPU with these /proc/cpuinfo flags runs, widest first (generic always)."""
+    flags = set(flags)
+    return tuple(isa for isa in HOST_ISAS if all(f in flags for f in _ISA_FACTS[isa][0]))
+
+
+def _check_isa_name(isa: str, where: str) -> str:
+    if isa not in HOST_ISAS:
+        raise HardwareError(f"{where}: unknown host ISA '{isa}' (expected one of: {', '.join(HOST_ISAS)})")
+    return isa
+
+
+def capped_isas(flags, cap: Optional[str] = None) -> tuple[str, ...]:
+    """supported_isas(flags), limited to `cap` and narrower ones (the XFC_HOST_ISA value)."""
+    isas = supported_isas(flags)
+    if cap is None:
+        return isas
+    _check_isa_name(cap, f"{HOST_ISA_ENV}={cap}")
+    if cap not in isas:
+        raise HardwareError(f"{HOST_ISA_ENV}={cap}: this CPU cannot run {cap} code "
+                            f"(its /proc/cpuinfo flags lack {_missing(flags, cap)}; it runs: {', '.join(isas)})")
+    return isas[isas.index(cap):]
+
+
+def _missing(flags, isa: str) -> str:
+    return " ".join(f for f in _ISA_FACTS[isa][0] if f not in set(flags))
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """First processor block of /proc/cpuinfo as a dict (flags split into a set)."""
+    info: dict = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if info:
+                break
+            continue
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    info["flags"] = set(info.get("flags", "").split())
+    return info
+
+
+def _size_kib(text: str) -> Optional[float]:
+    text = text.strip().upper()
+    try:
+        if text.endswith("K"):
+            return float(text[:-1])
+        if text.endswith("M"):
+            return float(text[:-1]) * 1024
+        return float(text) / 1024
+    except ValueError:
+        return None
+
+
+def read_caches(cpu_dir: Path = SYSFS_CPU / "cpu0" / "cache") -> dict[str, dict]:
+    """{'L1d': {...}, 'L2': {...}, 'L3': {...}} from sysfs; empty dict when unavailable."""
+    caches: dict[str, dict] = {}
+    for index in sorted(cpu_dir.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            ctype = (index / "type").read_text().strip()
+            size_kib = _size_kib((index / "size").read_text())
+            line = int((index / "coherency_line_size").read_text())
+            ways = int((index / "ways_of_associativity").read_text() or 0)
+            shared = (index / "shared_cpu_list").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if ctype == "Instruction" or size_kib is None:
+            continue
+        label = f"L{level}d" if level == "1" else f"L{level}"
+        caches[label] = {"size_kib": size_kib, "line_bytes": line, "ways": max(ways, 1),
+                         "shared_by_cores": _count_cpus(shared)}
+    return caches
+
+
+def _count_cpus(cpu_list: str) -> int:
+    count = 0
+    for part in filter(None, cpu_list.split(",")):
+        lo, _, hi = part.partition("-")
+        count += (int(hi) - int(lo) + 1) if hi else 1
+    return max(count, 1)
+
+
+def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: Optional[str] = None,
+                  cap: Optional[str] = None) -> HardwareDescription:
+    """Build the host description from parsed facts. Pure: same facts, same description.
+
+    isa: the code path asked for ('--hw host:avx2'); None means the widest one available.
+    cap: the XFC_HOST_ISA value (the widest ISA the host may claim); None means no cap.
+    """
+    if machine not in ("x86_64", "AMD64"):
+        raise HardwareError(f"--hw host: this machine is {machine}; host synthesis supports x86-64 only")
+    flags = cpuinfo.get("flags", set())
+    available = capped_isas(flags, cap)
+    if isa is not None:
+        _check_isa_name(isa, f"--hw host:{isa}")
+        if isa not in available:
+            why = (f"{HOST_ISA_ENV}={cap} limits the host to {cap}" if isa in supported_isas(flags)
+                   else f"its /proc/cpuinfo flags lack {_missing(flags, isa)}")
+            raise HardwareError(f"--hw host:{isa}: this CPU cannot run {isa} code ({why}; "
+                                f"available: {', '.join('host:' + i for i in available)})")
+    chosen = isa or available[0]
+    needed, vector_bits, registers, march = _ISA_FACTS[chosen]
+    # Only the features of the chosen code path: xfc.cpu.isa.isa_for then picks that dialect.
+    features = [f for f in ("avx2", "fma", "avx512f") if f in needed]
+    forced = isa is not None or cap is not None
+    try:
+        clock_ghz = round(float(cpuinfo.get("cpu MHz", "0")) / 1000.0, 3)
+    except ValueError:
+        clock_ghz = 0.0
+    uncertain = ["fma_per_cycle", "fma_latency_cycles", "memory.peak_bandwidth_gbps"]
+    if clock_ghz <= 0:
+        clock_ghz = 2.0
+        uncertain.append("clock_ghz")
+    l1 = caches.get("L1d", {"size_kib": 32, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
+    l2 = caches.get("L2", {"size_kib": 1024, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
+    l3 = caches.get("L3")
+    for label, present in (("l1d", "L1d" in caches), ("l2", "L2" in caches)):
+        if not present:
+            uncertain.append(f"{label}.size_kib")
+    core = CpuCore(
+        name="host", vendor="x86", isa="x86-64", features=tuple(features), gcc_march=march, qemu_cpu="",
+        pipeline="out_of_order", decode_width=4, vector_bits=vector_bits, vector_registers=registers,
+        fma_per_cycle=ASSUMED_FMA_PER_CYCLE, fma_latency_cycles=4,
+        load_rules=LoadRules(vector_loads_per_cycle=2, ld128_dual_issues_with_fma=True,
+                             ld128_blocking_cycles=0, ld64_dual_issues_with_fma=True),
+        l1d=CacheLevel(int(l1["size_kib"] * 1024), l1["line_bytes"], l1["ways"], 1),
+        l2=CacheLevel(int(l2["size_kib"] * 1024), l2["line_bytes"], l2["ways"], l2["shared_by_cores"]),
+        typical_max_clock_ghz=clock_ghz)
+    cluster = CpuCluster(role="big", core=core, count=n_cpus, clock_ghz=clock_ghz,
+                         cpu_ids=tuple(range(n_cpus)), l2=core.l2)
+    model = cpuinfo.get("model name", "unknown x86-64 CPU")
+    how = f"--hw host:{isa}" if isa is not None else f"{HOST_ISA_ENV}={cap}"
+    marketing = f"{model} ({n_cpus} CPUs)" + (f" limited to {_LABELS[chosen]} by {how}" if forced else "")
+    notes = "detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions"
+    if forced:
+        notes += (f"; made to look like a {chosen} core ({vector_bits}-bit, {registers} vector registers, "
+                  f"-march={march}) by {how}")
+    return HardwareDescription(
+        name=f"host:{chosen}" if forced else "host", kind="host", marketing_name=marketing,
+        clusters=(cluster,), gpu=None,
+        l3_bytes=int(l3["size_kib"] * 1024) if l3 else None, slc_bytes=None,
+        memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=ASSUMED_DRAM_GBPS, channels=1),
+        target_arch="x86_64", sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache"),
+        uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
+        notes=notes)
+
+
+def _cap(cap) -> Optional[str]:
+    return settings.host_isa_cap() if cap is FROM_ENVIRONMENT else cap
+
+
+def _read_flags() -> set[str]:
+    try:
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"]
+    except OSError:
+        return set()
+
+
+def available_isas(cap=FROM_ENVIRONMENT) -> tuple[str, ...]:
+    """The host ISAs this machine runs, widest first, after the cap (default: XFC_HOST_ISA)."""
+    return capped_isas(_read_flags(), _cap(cap))
+
+
+def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT) -> HardwareDescription:
+    """Read this machine's facts (the only I/O) and describe it; isa and cap as in describe_host
+    (cap default: the XFC_HOST_ISA setting)."""
+    try:
+        cpuinfo_text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo_text = ""
+    try:
+        n_cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n_cpus = os.cpu_count() or 1
+    return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine(),
+                         isa=isa, cap=_cap(cap))
