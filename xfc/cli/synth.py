@@ -80,8 +80,8 @@ def print_summary(report: dict) -> None:
 
 def cmd_synth(args) -> int:
     import sys
-    from ..hardware.load import load
-    hw = load(args.hw)
+    from .hardware import load_for_command_line
+    hw = load_for_command_line(args.hw)
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
     quiet = args.json

@@ -59,7 +59,7 @@ def _evaluators(text: str, hw, db_path: Path) -> list:
 
 
 def cmd_build(args) -> int:
-    from ..hardware.load import load
+    from .hardware import load_for_command_line as load
     from ..tiledb.build import OP_CHOICES, parse_tiles, plan_tasks, register_hardware, run_build
     hw = load(args.hw)
     if not hw.clusters:
@@ -104,7 +104,7 @@ def cmd_show(args) -> int:
     with TileDb.open(path, readonly=True) as db:
         where, params = [], []
         if args.hw:
-            from ..hardware.load import load
+            from .hardware import load_for_command_line as load
             from ..tiledb.fingerprint import fingerprint
             hw = load(args.hw)
             clusters = (hw.cluster(args.cluster),) if args.cluster else hw.clusters
