@@ -11,7 +11,7 @@ marks them uncertain, and the caller gets one warning line.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping
 
 from ..hardware.load import is_host_name, load
 from ..hardware.model import HardwareDescription
@@ -52,8 +52,3 @@ def measured_or_assumed(hw: HardwareDescription) -> dict[str, str]:
     out["clock_ghz"] = ("assumed" if "clock_ghz" in uncertain
                         else "measured" if probed else "read from /proc/cpuinfo (not measured)")
     return out
-
-
-def remeasure_warning(probe_ran: Optional[bool]) -> str:
-    return "" if probe_ran else "the host probe could not run; figures stay assumed"
-
