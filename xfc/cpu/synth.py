@@ -277,26 +277,60 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
         return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=levels,
                             estimate=estimate, gemm_shape=None)
 
-    candidates = _gemm_candidates(spec, hw, chosen, threads, isa, evaluator, constants)
-    fastest = min(c.predicted_s for c in candidates)
-    candidates.sort(key=lambda c: c.rank_key(fastest))
+    candidates = ranked_gemm_candidates(spec, hw, chosen, threads, isa, evaluator, constants)
     best = candidates[0]
-    sched, transposed = best.sched, best.transposed
-    view = gemm_view(spec, transposed)
-    seen, alternatives = {(transposed, sched)}, []
+    seen, alternatives = {(best.transposed, best.sched)}, []
     for c in candidates[1:]:
         if (c.transposed, c.sched) not in seen:
             seen.add((c.transposed, c.sched))
             alternatives.append((c.summary(), c.predicted_s))
+    return _gemm_synthesis(spec, hw, chosen, isa, best, tuple(alternatives))
+
+
+def ranked_gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
+    """Every GEMM candidate, best first (the synthesizer's order)."""
+    candidates = _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants)
+    fastest = min(c.predicted_s for c in candidates)
+    candidates.sort(key=lambda c: c.rank_key(fastest))
+    return candidates
+
+
+def _gemm_synthesis(spec, hw, chosen, isa, best: Candidate, alternatives: tuple) -> CpuSynthesis:
+    core = chosen.core
+    row = isa_row(isa)
+    sched, transposed = best.sched, best.transposed
+    view = gemm_view(spec, transposed)
+    header_common = plan_header(hw, chosen, spec)
     tiles_line = (f"tiles: mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
                   f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}"
                   + (f" a_load_bits={sched.a_load_bits}" if row.lane_indexed else ""))
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
     gemm_line = f"lowered: {lowering} M={view.m} N={view.n} K={view.k}"
     plan = CpuKernelPlan(
-        spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=sched, depthwise=None,
+        spec=spec, isa=isa, vector_lanes=row.synthesis_lanes(core), lowering=lowering, gemm=sched, depthwise=None,
         function_name=f"xfc_{spec.name}", header_lines=tuple(header_common + [gemm_line, tiles_line, f"isa: {isa}"]),
         hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
     return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=best.levels,
-                        estimate=best.estimate, gemm_shape=tuple(view), alternatives=tuple(alternatives),
+                        estimate=best.estimate, gemm_shape=tuple(view), alternatives=alternatives,
                         micro_tile_source=best.score.source)
+
+
+def candidate_syntheses(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
+                        threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
+                        isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS,
+                        top: int = 10) -> list[CpuSynthesis]:
+    """The cost model's `top` best distinct GEMM programs for spec, best first (the first is what
+    synthesize_cpu returns). For measuring how much the ranking leaves on the table (regret)."""
+    chosen, threads = _check_request(spec, hw, cluster, threads)
+    if isinstance(spec, DepthwiseSpec):
+        raise OperatorError("candidate_syntheses: depthwise plans have no ranked GEMM candidates")
+    isa = isa or isa_for(chosen.core)
+    out, seen = [], set()
+    for c in ranked_gemm_candidates(spec, hw, chosen, threads, isa, evaluator or StaticEvaluator(), constants):
+        if (c.transposed, c.sched) in seen:
+            continue
+        seen.add((c.transposed, c.sched))
+        out.append(_gemm_synthesis(spec, hw, chosen, isa, c, ()))
+        if len(out) == top:
+            break
+    return out
