@@ -500,7 +500,9 @@ def test_cli_build_show_stats_verify_gc(tmp_path):
                                   str(REPO / "tile_db" / "host.sqlite")), "per-user")
     assert not (REPO / "tile_db" / "host.sqlite").exists()
     assert_one_line_error(run_xfc("tiledb", "build", "--hw", "cortex-a53", "--tiles", "4by8", "--db", db), "MRxNR")
-    assert_one_line_error(run_xfc("tiledb", "calibrate", "--hw", "host"), "not yet available")
+    assert_one_line_error(run_xfc("tiledb", "calibrate", "--hw", "host", "--db", str(REPO / "tile_db" / "host.sqlite")),
+                          "shipped databases hold computed rows only")
+    assert not (REPO / "tile_db" / "host.sqlite").exists()
 
 
 @pytest.mark.parametrize("sub", ["", "build", "show", "stats", "export", "import", "merge", "verify", "gc",

@@ -238,9 +238,9 @@ def cmd_gc(args) -> int:
 def cmd_calibrate(args) -> int:
     import sys
     from ..hardware.load import is_host_name
-    from .calibrate import fit, measure, store_fit, training_specs
-    from .hostdesc import load_for_command_line
-    from .locations import is_shipped_location
+    from ..tiledb.calibrate import fit, measure, store_fit, training_specs
+    from .hardware import load_for_command_line
+    from ..tiledb.locations import is_shipped_location
     if not is_host_name(args.hw):
         raise XfcError(f"--hw {args.hw}: only the host can be measured here, so only the host is calibrated "
                        "(phones keep the static constants until a device has been measured)")
@@ -264,7 +264,7 @@ def cmd_calibrate(args) -> int:
     result = fit(items, hw, cluster)
     with TileDb.open(path) as db:
         store_fit(db, hw, cluster, result, threads)
-    from .calibrate import predicted_s
+    from ..tiledb.calibrate import predicted_s
     from ..cpu.cost_model import DEFAULT_CONSTANTS
     rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
              f"{predicted_s(i, hw, cluster, DEFAULT_CONSTANTS) * 1e3:.3f}",
