@@ -97,3 +97,41 @@ def test_calibrate_on_the_host_times_fits_and_stores(tmp_path):
     with TileDb.open(db, readonly=True) as handle:
         names = {r.name for r in handle.rows("calibration") if r.name.startswith("cost.")}
     assert names == {f"cost.{k}" for k in DEFAULT_CONSTANTS.as_dict()}
+
+
+@pytest.mark.host
+def test_synth_reads_calibrated_constants_from_the_tile_db_and_survives_a_broken_one(tmp_path):
+    """--tile-db auto picks up this machine's calibration (per-user database); off ignores it; a
+    corrupt database costs one warning line and the static model. Every kernel still verifies."""
+    import json
+    from xfc.tiledb.hostdesc import load_hardware
+    env_cache = tmp_path / "cache"
+    environ = {**os.environ, "XFC_CACHE_DIR": str(env_cache)}
+    hw = load_hardware("host", environ)          # probes once and caches, as the CLI will read it
+    cluster = hw.cluster()
+    truth = replace(DEFAULT_CONSTANTS, depthwise_efficiency=0.3, dram_efficiency=4.0)
+    items = []
+    for spec in training_specs()[-4:]:
+        plan = synthesize_cpu(spec, hw, cluster.role, 1).plan
+        item = Measured(spec=spec, threads=1, plan=plan, measured_s=1.0, spread=0.0)
+        items.append(replace(item, measured_s=predicted_s(item, hw, cluster, truth)))
+    with TileDb.open(env_cache / "tile-db.sqlite") as db:
+        store_fit(db, hw, cluster, fit(items, hw, cluster), (1,))
+    argv = ["synth", "depthwise", "--hw", "host", "--shape", "c=19,h=23,w=17,r=3,s=3", "--pad", "1",
+            "--threads", "1", "--verify", "--json"]
+    reports = {}
+    for choice in ("auto", "off"):
+        proc = _xfc(*argv, "--tile-db", choice, "-o", str(tmp_path / choice), tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        reports[choice] = json.loads(proc.stdout)
+        assert reports[choice]["verified"] is True
+    assert reports["auto"]["tile_db"]["constants"] == "calibrated"
+    assert reports["off"]["tile_db"]["constants"] == "static"
+    assert reports["auto"]["predicted_seconds"] != reports["off"]["predicted_seconds"]
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"this is not a database" * 100)
+    proc = _xfc(*argv, "--tile-db", str(broken), "-o", str(tmp_path / "broken-out"), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and str(broken) in warnings[0] and "static model" in warnings[0]
+    assert json.loads(proc.stdout)["verified"] is True and "Traceback" not in proc.stderr
