@@ -5,6 +5,12 @@
     .venv/bin/python benchmarks/bench_cpu.py --only mm_512,dw_mbv2_s1 --threads 1
     .venv/bin/python benchmarks/bench_cpu.py --plans hand    # hand plans instead of the synthesizer
     .venv/bin/python benchmarks/bench_cpu.py --sweep conv_r18_l1   # tile-parameter sweep (notes table)
+    .venv/bin/python benchmarks/bench_cpu.py --isa avx2      # xfc's AVX2 kernels vs peers held to AVX2
+
+--isa avx2 (or generic) targets `--hw host:avx2` and holds the peers to that ISA where they have a
+switch: oneDNN (PyTorch) through ONEDNN_MAX_CPU_ISA, OpenBLAS (numpy) through OPENBLAS_CORETYPE.
+onnxruntime's MLAS chooses its kernels from CPUID and has no such switch: it runs unrestricted and
+the results say so (HELD_TO below). On a machine that lacks AVX-512, plain runs are AVX2 already.
 
 Every peer runs in its own child process (one per library and thread count) with
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before import, so thread pools never compete with each
@@ -101,6 +107,7 @@ def _peer_numpy(names, threads):
         if spec.name != "matmul":
             continue
         a, b, _ = make_inputs(spec)
+        # (OPENBLAS_CORETYPE, when set by --isa, is read by OpenBLAS when numpy loads it)
         a2, b2 = a[0], b[0]
         out[name] = time_fn(lambda: a2 @ b2, spec.flops)
     info = {}
@@ -183,9 +190,31 @@ def _peer_onnxruntime(names, threads):
 PEERS = {"numpy": _peer_numpy, "torch": _peer_torch, "onnxruntime": _peer_onnxruntime}
 
 
-def run_peer_child(peer, names, threads, timeout=900):
+# How each peer is held to a narrower ISA: environment for its child process, or None when it
+# cannot be held (it then runs unrestricted, and the results record that).
+HELD_TO = {
+    "avx2": {"numpy": {"OPENBLAS_CORETYPE": "Haswell"}, "torch": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "onnxruntime": None},
+    "generic": {"numpy": {"OPENBLAS_CORETYPE": "Prescott"}, "torch": {"ONEDNN_MAX_CPU_ISA": "SSE41"},
+                "onnxruntime": None},
+}
+
+
+def peer_isa_note(isa: str | None, peer: str) -> str:
+    if isa is None:
+        return "unrestricted"
+    held = HELD_TO[isa][peer]
+    if held is None:
+        return f"unrestricted: {peer} has no switch to hold it to {isa} (it picks kernels from CPUID)"
+    return "held to " + isa + " by " + ", ".join(f"{k}={v}" for k, v in held.items())
+
+
+def run_peer_child(peer, names, threads, timeout=900, isa=None):
     env = dict(os.environ)
     env.pop("XFC_BENCH_REEXEC", None)
+    held = (HELD_TO[isa][peer] or {}) if isa else {}
+    env.update(held)
+    if held:
+        env["XFC_BENCH_REEXEC"] = "1"   # the child keeps OPENBLAS_CORETYPE (the scrub at the top is for users' leftovers)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)
     argv = [sys.executable, str(Path(__file__).resolve()), "--peer-child", peer, "--threads", str(threads),
@@ -204,15 +233,20 @@ def run_peer_child(peer, names, threads, timeout=900):
 # Ours
 # ---------------------------------------------------------------------------------------------
 
-def get_planner(kind):
-    """(plan_fn(name, spec, threads) -> plan, description)."""
+def get_planner(kind, isa=None):
+    """(plan_fn(name, spec, threads) -> plan, description). The host as `xfc synth --hw host`
+    sees it: measured by the host probe (xfc.tiledb.hostdesc), and `host:<isa>` with --isa."""
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.synth import synthesize_cpu
-    from xfc.hardware.host import detect_host
+    from xfc.tiledb.hostdesc import load_hardware
     if kind != "hand":
-        hw = detect_host()
+        hw = load_hardware(f"host:{isa}" if isa else "host", os.environ,
+                           warn=lambda m: print(f"bench_cpu: {m}", file=sys.stderr))
         return ((lambda name, spec, threads: synthesize_cpu(spec, hw, threads=threads).plan),
-                f"xfc.cpu.synth.synthesize_cpu ({hw.name})")
+                f"xfc.cpu.synth.synthesize_cpu ({hw.name}; {hw.notes})")
+
+    if isa not in (None, "avx512"):
+        raise XfcError(f"--plans hand: the hand plans are AVX-512 tiles; use --plans synth with --isa {isa}")
 
     def hand(name, spec, threads):
         return hand_plan(spec, "avx512", threads, **HAND_TILES.get(name, {}))
@@ -296,8 +330,14 @@ def main(argv=None):
                          "(default 3)")
     ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
     ap.add_argument("--sweep", default="", help="run the tile sweep for these workloads instead")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "cpu_host.json"))
+    ap.add_argument("--isa", choices=("avx2", "generic"),
+                    help="xfc targets host:<isa> and the peers are held to that ISA where they can be "
+                         "(default: the widest the CPU has, peers unrestricted)")
+    ap.add_argument("--out", help="result file (default benchmarks/results/cpu_host.json, "
+                                  "cpu_host_<isa>.json with --isa)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = str(REPO / "benchmarks" / "results" / (f"cpu_host_{args.isa}.json" if args.isa else "cpu_host.json"))
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
@@ -335,7 +375,11 @@ def main(argv=None):
         return best
 
     rounds = max(1, args.rounds)
-    planner, planner_desc = get_planner(args.plans)
+    try:
+        planner, planner_desc = get_planner(args.plans, args.isa)
+    except XfcError as exc:
+        print(f"bench_cpu: error: {exc}", file=sys.stderr)
+        return 2
     peer_rounds, our_rounds, peer_info = {}, {}, {}
     for round_no in range(1, rounds + 1):
         tag = f"[round {round_no}/{rounds}] "
@@ -343,7 +387,9 @@ def main(argv=None):
             for peer in PEERS:
                 for t in thread_counts:
                     print(f"{tag}measuring {peer} ({t} thread{'s' if t > 1 else ''}) ...", file=sys.stderr, flush=True)
-                    res, info = run_peer_child(peer, names, t)
+                    res, info = run_peer_child(peer, names, t, isa=args.isa)
+                    if isinstance(info, dict):
+                        info = {**info, "isa": peer_isa_note(args.isa, peer)}
                     peer_info[f"{peer}_t{t}"] = info
                     for name, r in res.items():
                         peer_rounds.setdefault((name, str(t), peer), []).append(r)
@@ -365,8 +411,11 @@ def main(argv=None):
     for name in names:
         o1 = ours[name].get("1", {}).get("gflops")
         o2 = ours[name].get("2", {}).get("gflops")
-        p1 = peers.get(name, {}).get("1", {})
-        p2 = peers.get(name, {}).get("2", {})
+        # With --isa only the peers held to that ISA are compared (an unrestricted one would
+        # compare AVX-512 code with AVX2 code); they stay in the JSON.
+        comparable = (lambda peer: args.isa is None or HELD_TO[args.isa][peer] is not None)
+        p1 = {k: v for k, v in peers.get(name, {}).get("1", {}).items() if comparable(k)}
+        p2 = {k: v for k, v in peers.get(name, {}).get("2", {}).items() if comparable(k)}
         best1 = max(p1.items(), key=lambda kv: kv[1]["gflops"]) if p1 else None
         best2 = max(p2.items(), key=lambda kv: kv[1]["gflops"]) if p2 else None
         ratio = o1 / best1[1]["gflops"] if (o1 and best1) else None
@@ -390,6 +439,9 @@ def main(argv=None):
         print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes competed for the cores")
     print("ours = weights pre-packed once (untimed), like onnxruntime's initializers; "
           "'1T pack/call' = the same kernel packing its weights on every call")
+    if args.isa:
+        for peer in PEERS:
+            print(f"{peer}: {peer_isa_note(args.isa, peer)}")
     if geo:
         print(f"geometric mean ours/best-peer (matmul+conv, 1T): {geo:.2f}x; "
               f"min {min(ratios_mm):.2f}x" + (f"; depthwise min {min(ratios_dw):.2f}x" if ratios_dw else ""))
@@ -397,6 +449,8 @@ def main(argv=None):
     data = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
         "plans": planner_desc,
+        "isa": args.isa or "widest available",
+        "peer_isa": {peer: peer_isa_note(args.isa, peer) for peer in PEERS},
         "scrubbed_env": os.environ.get("XFC_BENCH_SCRUBBED", ""),
         "load_average_at_end": os.getloadavg(),
         "note": "this 2-core VM may be shared; a load average above the thread count means contended timings",

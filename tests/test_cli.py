@@ -298,7 +298,7 @@ def test_synth_text_summary(tmp_path, capfd):
     for prefix in ("  tiles: ", "  synthesis: ", "  predicted: ", "  verified: yes on host (native)", "  measured: ",
                    "            ", f"  output: {tmp_path / 'd'}"):
         assert any(ln.startswith(prefix) for ln in lines), (prefix, out)
-    assert "static cost model, not a measurement" in out and "packed inside every call" in out
+    assert "static cost model; not a measurement" in out and "packed inside every call" in out
     assert "[xfc] synthesized in" in err and "[xfc] built in" in err
 
 

@@ -500,7 +500,9 @@ def test_cli_build_show_stats_verify_gc(tmp_path):
                                   str(REPO / "tile_db" / "host.sqlite")), "per-user")
     assert not (REPO / "tile_db" / "host.sqlite").exists()
     assert_one_line_error(run_xfc("tiledb", "build", "--hw", "cortex-a53", "--tiles", "4by8", "--db", db), "MRxNR")
-    assert_one_line_error(run_xfc("tiledb", "calibrate", "--hw", "host"), "not yet available")
+    assert_one_line_error(run_xfc("tiledb", "calibrate", "--hw", "host", "--db", str(REPO / "tile_db" / "host.sqlite")),
+                          "shipped databases hold computed rows only")
+    assert not (REPO / "tile_db" / "host.sqlite").exists()
 
 
 @pytest.mark.parametrize("sub", ["", "build", "show", "stats", "export", "import", "merge", "verify", "gc",
@@ -522,7 +524,8 @@ def test_default_database_is_the_per_user_cache(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def test_probe_analysis_of_recorded_output():
-    from xfc.tiledb.probe import HostProbe, analyse, host_overrides, widths_for
+    from xfc.tiledb.probe import HostProbe, analyse, widths_for
+    from xfc.hardware.host import describe_host
     # A 3 GHz core, 4-cycle FMA latency, two 256-bit FMAs per cycle but one 512-bit (split) FMA.
     clock = 3e9
     text = "\n".join([
@@ -538,8 +541,15 @@ def test_probe_analysis_of_recorded_output():
     assert widths_for({"fma", "avx", "avx512f"}) == (128, 256, 512)
     probe = HostProbe(cpu_key="0" * 32, cpu_model="x", clock_ghz=3.0, fma_per_cycle=((256, 1.93), (512, 0.97)),
                       fma_latency_cycles=4.2, method="m", repeats=2, spread=0.1, measured_at=FIXED)
-    assert host_overrides(probe, 256) == {"clock_ghz": 3.0, "fma_latency_cycles": 4, "fma_per_cycle": 2.0}
-    assert host_overrides(probe, 512)["fma_per_cycle"] == 1.0 and "fma_per_cycle" not in host_overrides(probe, 128)
+    # The description takes the figures quantized: rate to half an FMA, latency to a cycle, clock to 0.05 GHz.
+    facts = dict(flags={"fma", "avx", "avx2", "avx512f"}, **{"model name": "x", "cpu MHz": "2100.0"})
+    for isa, want_rate in (("avx512", 1.0), ("avx2", 2.0)):
+        core = describe_host(facts, {}, 2, "x86_64", isa=isa, measured=probe.measurement()).cluster().core
+        assert (core.fma_per_cycle, core.fma_latency_cycles) == (want_rate, 4)
+    hw = describe_host(facts, {}, 2, "x86_64", isa="generic", measured=probe.measurement())
+    assert hw.cluster().core.fma_per_cycle == 2.0, "no 128-bit figure measured: the assumption stays"
+    assert "host:fma_per_cycle" in hw.uncertain and "host:fma_latency_cycles" not in hw.uncertain
+    assert hw.cluster().clock_ghz == 3.0 and "measured by the host FMA probe" in hw.notes
     with pytest.raises(XfcError):
         analyse("add 1 0.5\n", (256,))
 

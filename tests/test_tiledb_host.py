@@ -25,7 +25,8 @@ from xfc.cpu.isa import isa_for
 from xfc.cpu.synth import synthesize_cpu
 from xfc.tiledb.build import plan_tasks, register_hardware, run_build
 from xfc.tiledb.evaluators import HostMicroKernelEvaluator, TileDbEvaluator, open_for_synthesis, tile_params
-from xfc.tiledb.probe import host_overrides, host_probe
+from xfc.tiledb.probe import host_probe
+from xfc.hardware.host import detect_host
 from xfc.tiledb.records import as_dict, check_record
 from xfc.tiledb.store import TileDb
 
@@ -168,10 +169,8 @@ def test_probe_is_plausible_cached_and_remeasured(tmp_path):
     assert not third.cached
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
         assert len(db.rows("calibration")) == 2 + len(first.fma_per_cycle)   # replaced, not added
-    bits = max(b for b, _ in third.fma_per_cycle)
-    overrides = host_overrides(third, bits)
-    assert set(overrides) == {"clock_ghz", "fma_latency_cycles", "fma_per_cycle"}
-    assert overrides["fma_per_cycle"] * 2 == int(overrides["fma_per_cycle"] * 2)
+    core = detect_host(measured=third.measurement()).cluster().core
+    assert core.fma_per_cycle * 2 == int(core.fma_per_cycle * 2)
 
 
 def test_host_operator_row_is_the_verified_synthesized_plan(host):

@@ -108,25 +108,33 @@ def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, thr
 # CPU: xfc synth --target cpu
 # ---------------------------------------------------------------------------------------------
 
-def synthesize_timed(spec, hw, cluster=None, threads=None):
-    """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured."""
+def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, constants=None):
+    """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured.
+    evaluator / constants: a tile-database evaluator and calibrated cost-model constants
+    (xfc.tiledb, chosen by the command line's --tile-db); None: the static model."""
     start = time.perf_counter()
-    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads)
+    extra = {} if constants is None else {"constants": constants}
+    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, **extra)
     return result, time.perf_counter() - start
 
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
-            repeat=20, seed=0, progress=None, force=False, mca=False) -> dict:
+            repeat=20, seed=0, progress=None, force=False, mca=False, evaluator=None, constants=None,
+            tile_db: Optional[dict] = None) -> dict:
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
-    Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files)."""
+    Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files).
+    evaluator, constants: see synthesize_timed; tile_db: what the caller says about the database
+    they came from (recorded in the report as 'tile_db')."""
 
     say = progress or (lambda msg: None)
-    result, synth_s = synthesize_timed(spec, hw, cluster, threads)
+    result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants)
     say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
     rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
     report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
               "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
               "explain": result.explain()}
+    if tile_db is not None:
+        report["tile_db"] = tile_db
     with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} for {hw.name} (cpu)", force=force) as staging:
         start = time.perf_counter()
         if hw.target_arch == "x86_64":

@@ -55,7 +55,7 @@ def cmd_bench(args) -> int:
 
 def _device_and_description(args, say):
     """(hardware description, runner or None, identity or None, match or None), before building."""
-    from ..hardware.load import load
+    from .hardware import load_for_command_line as load
     from ..runners import get_runner
     from ..hardware.identity import match_identity, pick_description
 

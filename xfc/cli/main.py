@@ -81,13 +81,20 @@ def hardware_summary(hw) -> dict:
         "derived": derived_figures(hw), "uncertain": list(hw.uncertain), "sources": list(hw.sources),
         "notes": hw.notes,
     }
+    if hw.kind == "host":
+        from ..tiledb.hostdesc import measured_or_assumed
+        data["host_figures"] = measured_or_assumed(hw)
     return data
 
 
 def cmd_hw_show(args) -> int:
-    from ..hardware.load import load
+    from ..hardware.load import is_host_name
     from ..hardware.figures import derived_figures
-    hw = load(args.name)
+    from ..tiledb.hostdesc import measured_or_assumed
+    from .hardware import load_for_command_line
+    if args.remeasure and not is_host_name(args.name):
+        raise XfcError(f"--remeasure: only the host is measured ('xfc hw show host --remeasure'), not {args.name}")
+    hw = load_for_command_line(args.name, remeasure=args.remeasure)
     if args.json:
         print(json.dumps(hardware_summary(hw), indent=2, default=list))
         return 0
@@ -123,6 +130,16 @@ def cmd_hw_show(args) -> int:
     for key, label in (("cpu_bytes_per_flop", "CPU balance"), ("gpu_bytes_per_flop", "GPU balance")):
         if key in figs:
             print(f"  {label}: {figs[key]:.4f} bytes/FLOP (DRAM bandwidth / peak)")
+    if hw.kind == "host":
+        figures = measured_or_assumed(hw)
+        core, cluster = hw.cluster().core, hw.cluster()
+        values = {"fma_per_cycle": f"{core.fma_per_cycle:g} vector FMA/cycle at {core.vector_bits} bit",
+                  "fma_latency_cycles": f"{core.fma_latency_cycles} cycles FMA latency",
+                  "clock_ghz": f"{cluster.clock_ghz:g} GHz"}
+        print("\nHost figures:")
+        for field, how in figures.items():
+            print(f"  {values[field]:<36} {how}")
+        print(f"  ({hw.notes})")
     if hw.uncertain:
         print(f"\nUncertain values (check on a device): {', '.join(hw.uncertain)}")
     return 0
@@ -167,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = hw_sub.add_parser("show", help="resolved description and derived figures")
     p.add_argument("name", metavar="NAME|PATH", help="e.g. snapdragon.yaml, snapdragon-865, cortex-a76, host, ./my.yaml")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--remeasure", action="store_true",
+                   help="host only: run the FMA probe again (under a second) instead of using its cached result")
     p.set_defaults(func=cmd_hw_show)
     p = hw_sub.add_parser("validate", help="check files; prints OK or the error for each")
     p.add_argument("paths", nargs="+", metavar="PATH")

@@ -17,7 +17,7 @@ def default_out_dir(hw, model_path: str) -> Path:
 
 
 def cmd_model(args) -> int:
-    from ..hardware.load import load
+    from .hardware import load_for_command_line as load
     from ..model.load import parse_input_shapes
     from ..model.pipeline import raise_if_unverified, run_model
     from ..model.report import format_report

@@ -53,8 +53,13 @@ def print_summary(report: dict) -> None:
     print(f"  synthesis: {report['synthesis_seconds'] * 1e3:.1f} ms"
           + (f", build: {report['build_seconds']:.2f} s" if report.get("build_seconds") is not None else ""))
     if report.get("predicted_gflops") is not None:
+        tdb = report.get("tile_db") or {}
+        source = report.get("micro_tile_source", "static")
+        model = ("cost model calibrated on this machine" if tdb.get("constants") == "calibrated" else "static cost model")
+        if source != "static":
+            model += f", micro-tiles from {source}"
         print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
-              f"static cost model, not a measurement)")
+              f"{model}; not a measurement)")
     if report.get("verified") is not None:
         ratio = report.get("error_to_bound_ratio", report.get("worst_error_ratio"))
         where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
@@ -80,8 +85,8 @@ def print_summary(report: dict) -> None:
 
 def cmd_synth(args) -> int:
     import sys
-    from ..hardware.load import load
-    hw = load(args.hw)
+    from .hardware import load_for_command_line
+    hw = load_for_command_line(args.hw)
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
     quiet = args.json
@@ -104,8 +109,14 @@ def cmd_synth(args) -> int:
         if args.bench and hw.target_arch != "x86_64" and progress:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
-        report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
-                         bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca)
+        evaluator, constants, tile_db = _tile_db_inputs(args.tile_db, hw, args.cluster)
+        try:
+            report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
+                             bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca,
+                             evaluator=evaluator, constants=constants, tile_db=tile_db)
+        finally:
+            if evaluator is not None:
+                evaluator.close()
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -114,6 +125,27 @@ def cmd_synth(args) -> int:
         print()
     print_summary(report)
     return 0
+
+
+def _tile_db_inputs(choice: str, hw, cluster_role):
+    """(evaluator or None, cost-model constants or None, report entry) for --tile-db PATH|auto|off.
+    A missing, locked, corrupt or stale database costs one warning line and leaves the static model."""
+    import os
+    import sys
+    from ..tiledb.evaluators import synthesis_evaluator
+    from ..tiledb.locations import resolve
+    if choice == "off" or not hw.clusters:
+        return None, None, {"choice": choice, "path": None, "constants": "static"}
+    warn = lambda message: print(f"xfc: {message}", file=sys.stderr, flush=True)  # noqa: E731
+    evaluator = synthesis_evaluator(choice, hw, cluster_role, os.environ, warn)
+    path = resolve(choice, hw, os.environ)
+    if evaluator is None:
+        return None, None, {"choice": choice, "path": str(path) if path else None, "constants": "static"}
+    constants = evaluator.constants()
+    entry = {"choice": choice, "path": str(path) if path else None, "opened": evaluator.db is not None,
+             "constants": "calibrated" if evaluator.calibrated else "static",
+             "constant_values": constants.as_dict(), "notes": list(evaluator.notes)}
+    return evaluator, constants, entry
 
 
 def add_operator_arguments(p) -> None:
@@ -156,5 +188,9 @@ def register(sub) -> None:
     p.add_argument("--mca", action="store_true",
                    help="ARM descriptions: run llvm-mca-16 on the kernel's inner FMA loop (FMA per cycle, share of the "
                         "core's FMA pipes, bottleneck, spills; a static estimate) and add it to report.json")
+    p.add_argument("--tile-db", default="auto", metavar="PATH|auto|off",
+                   help="CPU: answer micro-tile scores and cost-model constants from a tile database (docs/tile-db.md): "
+                        "auto (default) = the shipped database for shipped hardware, the per-user one (measured and "
+                        "calibrated rows: 'xfc tiledb calibrate') for host and your own files; off = the static model")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(func=cmd_synth)

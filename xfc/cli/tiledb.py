@@ -59,7 +59,7 @@ def _evaluators(text: str, hw, db_path: Path) -> list:
 
 
 def cmd_build(args) -> int:
-    from ..hardware.load import load
+    from .hardware import load_for_command_line as load
     from ..tiledb.build import OP_CHOICES, parse_tiles, plan_tasks, register_hardware, run_build
     hw = load(args.hw)
     if not hw.clusters:
@@ -104,7 +104,7 @@ def cmd_show(args) -> int:
     with TileDb.open(path, readonly=True) as db:
         where, params = [], []
         if args.hw:
-            from ..hardware.load import load
+            from .hardware import load_for_command_line as load
             from ..tiledb.fingerprint import fingerprint
             hw = load(args.hw)
             clusters = (hw.cluster(args.cluster),) if args.cluster else hw.clusters
@@ -236,8 +236,48 @@ def cmd_gc(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    raise XfcError("xfc tiledb calibrate: not yet available (the database stores calibration facts and the host "
-                   "probe fills them; fitting the cost model is the next step)")
+    import sys
+    from ..hardware.load import is_host_name
+    from ..tiledb.calibrate import fit, measure, store_fit, training_specs
+    from .hardware import load_for_command_line
+    from ..tiledb.locations import is_shipped_location
+    if not is_host_name(args.hw):
+        raise XfcError(f"--hw {args.hw}: only the host can be measured here, so only the host is calibrated "
+                       "(phones keep the static constants until a device has been measured)")
+    try:
+        threads = sorted({int(t) for t in args.threads.split(",") if t.strip()})
+    except ValueError:
+        raise XfcError(f"--threads {args.threads!r}: expected thread counts such as 1,2") from None
+    hw = load_for_command_line(args.hw)
+    cluster = hw.cluster()
+    if not threads or threads[0] < 1 or threads[-1] > cluster.count:
+        raise XfcError(f"--threads {args.threads}: between 1 and the {cluster.count} cores of {hw.name}")
+    if args.repeats < 3:
+        raise XfcError(f"--repeats {args.repeats}: at least 3")
+    path = _db_path(args)
+    if is_shipped_location(path):
+        raise XfcError(f"--db {path}: the shipped databases hold computed rows only; calibrate into your own database")
+    say = (lambda m: None) if args.quiet else (lambda m: print(f"xfc: {m}", file=sys.stderr, flush=True))
+    with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
+        pass
+    items = measure(hw, cluster, training_specs(), threads, repeats=args.repeats, progress=say)
+    result = fit(items, hw, cluster)
+    with TileDb.open(path) as db:
+        store_fit(db, hw, cluster, result, threads)
+    from ..tiledb.calibrate import predicted_s
+    from ..cpu.cost_model import DEFAULT_CONSTANTS
+    rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
+             f"{predicted_s(i, hw, cluster, DEFAULT_CONSTANTS) * 1e3:.3f}",
+             f"{predicted_s(i, hw, cluster, result.constants) * 1e3:.3f}"] for i in items]
+    _print_table(rows, ["operator", "T", "measured ms (fastest)", "static ms", "calibrated ms"])
+    print(f"\nmean |error| {result.error_before:.1%} -> {result.error_after:.1%}; "
+          f"worst {result.worst_before:.1%} -> {result.worst_after:.1%} ({result.cases} timed operators, "
+          f"outside the benchmark suite)")
+    print("fitted: " + ", ".join(f"{k}={v:g}" if not isinstance(v, bool) else f"{k}={v}"
+                                 for k, v in result.constants.as_dict().items()))
+    print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "
+          "benchmarks/prediction_error.py use them")
+    return 0
 
 
 def register(sub) -> None:
@@ -302,8 +342,14 @@ def register(sub) -> None:
     s.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     s.set_defaults(func=cmd_gc)
 
-    s = tsub.add_parser("calibrate", help="fit the cost model's constants from measured rows (not yet available)")
-    s.add_argument("--hw", metavar="HW")
+    s = tsub.add_parser("calibrate", help="time operators here and fit the cost model's constants to them (host)",
+                        description="Synthesize, build, verify and time a fixed set of operators outside the "
+                        "benchmark suite on this machine, fit the CPU cost model's constants to the times "
+                        "(xfc/tiledb/calibrate.py) and store them in the database. About a minute.")
+    s.add_argument("--hw", default="host", metavar="HW", help="host or host:<isa> (default host)")
+    s.add_argument("--threads", default="1,2", metavar="T[,T...]", help="thread counts to time (default 1,2)")
+    s.add_argument("--repeats", type=int, default=15, help="timed runs per operator (the fastest counts; default 15)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     s.add_argument("--db", metavar="PATH", help=db_help)
     s.set_defaults(func=cmd_calibrate)
 

@@ -16,7 +16,7 @@ the model's assumptions; each scales predictions only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
@@ -44,6 +44,27 @@ IM2COL_PACK_RATE_PER_LANE = 0.25       # im2col runs (short contiguous copies): 
 ROW_COPY_RATE_PER_LANE = 0.5           # whole rows (pointwise input, staging the padded image): lanes / 2
 # ---- depthwise ---------------------------------------------------------------------------------------
 DEPTHWISE_LOAD_COST = 2              # FMA slots one input-vector load costs in the depthwise inner loop
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """The model's per-hardware assumptions in one value: the defaults are the constants above;
+    `xfc tiledb calibrate` fits some of them to measurements of one machine (xfc.tiledb.calibrate)
+    and synthesis takes the fitted set as a parameter. Every field scales predictions only."""
+    compute_efficiency: float = 1.0            # share of the micro-kernel's static FMA rate whole GEMMs sustain
+    l2_bytes_per_cycle: float = L2_BYTES_PER_CYCLE
+    shared_cache_bytes_per_cycle: float = SHARED_CACHE_BYTES_PER_CYCLE
+    dram_efficiency: float = DRAM_EFFICIENCY
+    pack_rate_scale: float = 1.0               # multiplies every packing/staging rate
+    depthwise_load_cost: float = DEPTHWISE_LOAD_COST
+    depthwise_efficiency: float = 1.0          # share of the depthwise compute model the kernel sustains
+    depthwise_from_cache: bool = False         # depthwise data in L2/L3 (not DRAM) when it fits the shared cache
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_CONSTANTS = CostConstants()
 
 
 @dataclass(frozen=True)
@@ -92,8 +113,8 @@ def l2_per_core_bytes(cluster: CpuCluster) -> float:
     return cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
 
 
-def dram_bytes_per_second(hw: HardwareDescription) -> float:
-    return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * DRAM_EFFICIENCY
+def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * constants.dram_efficiency
 
 
 def _batch(spec: OperatorSpec) -> int:
@@ -101,9 +122,11 @@ def _batch(spec: OperatorSpec) -> int:
 
 
 def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, tile: MicroTile,
-                  score: MicroTileScore, sched: GemmSchedule, transposed: bool) -> CostEstimate:
+                  score: MicroTileScore, sched: GemmSchedule, transposed: bool,
+                  constants: CostConstants = DEFAULT_CONSTANTS) -> CostEstimate:
     """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan."""
     core = cluster.core
+    k_ = constants
     m, n, k = gemm_view(spec, transposed)
     batch = _batch(spec)
     conv = isinstance(spec, Conv2dSpec)
@@ -114,7 +137,7 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     n_computed = (n // nr) * nr + round_up(n % nr, tile.lanes)
     padded_flops = 2 * batch * m * n_computed * k
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
-    compute_s = padded_flops / (peak_flops_per_core * score.efficiency * threads / imbalance)
+    compute_s = padded_flops / (peak_flops_per_core * score.efficiency * k_.compute_efficiency * threads / imbalance)
     if sched.c_store != "direct":  # the transposed store, once per KC slice
         store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
                                     else SCALAR_TRANSPOSED_STORE_CYCLES)
@@ -124,19 +147,20 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     # once per MC block; C tile read+written once per KC slice.
     l2_bytes = batch * FLOAT_BYTES * (m * k * math.ceil(n / nr) + k * n * math.ceil(m / mc)
                                       + 2 * m * n * k_slices)
-    l2_s = l2_bytes / (L2_BYTES_PER_CYCLE * clock_hz * threads)
+    l2_s = l2_bytes / (k_.l2_bytes_per_cycle * clock_hz * threads)
     shared_bytes_moved = batch * FLOAT_BYTES * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
-    shared_s = shared_bytes_moved / (SHARED_CACHE_BYTES_PER_CYCLE * clock_hz * threads)
+    shared_s = shared_bytes_moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads)
     # DRAM: every tensor once (inputs, weights, output).
     dram_bytes = FLOAT_BYTES * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
-    dram_s = dram_bytes / dram_bytes_per_second(hw)
+    dram_s = dram_bytes / dram_bytes_per_second(hw, k_)
     # Packing is extra work on the cores (rates in elements per cycle per core, see the constants).
     # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.
-    im2col_rate = max(tile.lanes * IM2COL_PACK_RATE_PER_LANE, 1)
-    rows_rate = max(tile.lanes * ROW_COPY_RATE_PER_LANE, 1)
+    im2col_rate = max(tile.lanes * IM2COL_PACK_RATE_PER_LANE, 1) * k_.pack_rate_scale
+    rows_rate = max(tile.lanes * ROW_COPY_RATE_PER_LANE, 1) * k_.pack_rate_scale
     pack_cycles = 0.0
     if sched.a_pack == "packed":  # A panels: the im2col rows (transposed conv) or a matrix transpose
-        pack_cycles += batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed else TRANSPOSE_PACK_RATE)
+        pack_cycles += batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed
+                                                             else TRANSPOSE_PACK_RATE * k_.pack_rate_scale)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
         pack_cycles += batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
     if conv and (transposed or not spec.pointwise):  # staging the zero-padded image once per call
@@ -146,8 +170,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
     c_bytes = batch * FLOAT_BYTES * m * n
-    c_rate = (L2_BYTES_PER_CYCLE if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
-              else SHARED_CACHE_BYTES_PER_CYCLE)
+    c_rate = (k_.l2_bytes_per_cycle if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
+              else k_.shared_cache_bytes_per_cycle)
     c_pass_s = (k_slices - 1) * 2 * c_bytes / (c_rate * clock_hz * threads)
     parts = (("compute", compute_s + pack_s + c_pass_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
@@ -163,21 +187,31 @@ def depthwise_fmas_and_loads(spec: DepthwiseSpec, oh_rows: int, ow_vectors: int)
 
 
 def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster,
-                       sched: DepthwiseSchedule, lanes: int) -> CostEstimate:
-    """Compute (load and staging overhead included) against DRAM for a direct depthwise plan."""
+                       sched: DepthwiseSchedule, lanes: int,
+                       constants: CostConstants = DEFAULT_CONSTANTS) -> CostEstimate:
+    """Compute (load and staging overhead included) against DRAM (or, calibrated, the shared
+    cache when the tensors fit it) for a direct depthwise plan."""
     core = cluster.core
+    k_ = constants
     fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
     threads_used = sched.threads
     window = spec.r * spec.s
     hp = spec.window_rows(sched.oh_rows)  # rows staged per row block
     wp = spec.w + spec.pad_left + spec.pad_right
     clock_hz = cluster.clock_ghz * 1e9
-    compute_s = (spec.flops / (core.fp32_flop_per_cycle * clock_hz * threads_used)
-                 * max(1.0, loads / fmas * DEPTHWISE_LOAD_COST))
+    compute_s = (spec.flops / (core.fp32_flop_per_cycle * clock_hz * threads_used * k_.depthwise_efficiency)
+                 * max(1.0, loads / fmas * k_.depthwise_load_cost))
     bytes_moved = FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * window)
-    dram_s = bytes_moved / dram_bytes_per_second(hw)
+    memory = "DRAM"
+    shared_bytes = hw.l3_bytes or hw.slc_bytes or 0
+    if k_.depthwise_from_cache and bytes_moved <= shared_bytes * L3_FILL:
+        memory = "L3"
+        dram_s = bytes_moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads_used)
+    else:
+        dram_s = bytes_moved / dram_bytes_per_second(hw, k_)
     blocks = math.ceil(spec.out_h / sched.oh_rows)
-    stage_s = spec.n * spec.c * blocks * hp * wp / (clock_hz * threads_used * lanes * ROW_COPY_RATE_PER_LANE)
-    parts = (("compute", compute_s + stage_s), ("DRAM", dram_s))
+    stage_s = spec.n * spec.c * blocks * hp * wp / (clock_hz * threads_used * lanes * ROW_COPY_RATE_PER_LANE
+                                                    * k_.pack_rate_scale)
+    parts = (("compute", compute_s + stage_s), (memory, dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
     return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=worst, bound=bound)

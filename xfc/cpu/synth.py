@@ -26,7 +26,8 @@ from ..errors import OperatorError
 from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from . import decide
-from .cost_model import (L1_FILL, L2_FILL, L3_FILL, CostEstimate, StaticEvaluator, depthwise_estimate,
+from .cost_model import (DEFAULT_CONSTANTS, L1_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
+                         StaticEvaluator, depthwise_estimate,
                          depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, split_imbalance)
 from .explain import CpuSynthesis, GemmReasons, TileLevel, depthwise_levels, gemm_levels, plan_header
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
@@ -176,7 +177,7 @@ class Candidate:
         return f"{'transposed ' if self.transposed else ''}{self.sched.mr}x{self.sched.nr} kc={self.sched.kc}"
 
 
-def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator) -> list[Candidate]:
+def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
     """Expand the best few micro-tiles (and two L1 fill targets) in each orientation the operator
     allows. Conv2d may put vectors along output pixels (implicit_gemm) or along output channels
     (implicit_gemm_t, no waste when the pixel count is ragged)."""
@@ -195,7 +196,7 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator) -> list[Candida
             for fill, stream in options:
                 sched, reasons = grow_gemm(tile, spec, hw, cluster, threads, row, fill, transposed,
                                            stream_b_from_l2=stream)
-                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed)
+                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants)
                 levels = gemm_levels(tile, score, sched, reasons, cluster, isa)
                 candidates.append(Candidate(transposed, tile, score, fill, sched, levels, estimate))
     return candidates
@@ -250,8 +251,10 @@ def _check_request(spec: OperatorSpec, hw: HardwareDescription, cluster_role: Op
 
 def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
                    threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
-                   isa: Optional[str] = None) -> CpuSynthesis:
-    """Construct a CPU kernel for spec on hw's cluster, bottom-up. Pure and deterministic."""
+                   isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS) -> CpuSynthesis:
+    """Construct a CPU kernel for spec on hw's cluster, bottom-up. Pure and deterministic.
+    constants: the cost model's assumptions (default: the static ones; a calibrated set from the
+    tile database changes predictions and, where it changes which bound dominates, choices)."""
     chosen, threads = _check_request(spec, hw, cluster, threads)
     core = chosen.core
     isa = isa or isa_for(core)
@@ -263,7 +266,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     header_common = plan_header(hw, chosen, spec)
     if isinstance(spec, DepthwiseSpec):
         sched, weight_regs = grow_depthwise(spec, chosen, threads, row, lanes)
-        estimate = depthwise_estimate(spec, hw, chosen, sched, lanes)
+        estimate = depthwise_estimate(spec, hw, chosen, sched, lanes, constants)
         fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
         levels = depthwise_levels(spec, sched, chosen, lanes, weight_regs, fmas, loads)
         tiles_line = f"tiles: oh_rows={sched.oh_rows} ow_vectors={sched.ow_vectors} lanes={lanes} threads={sched.threads}"
@@ -274,26 +277,60 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
         return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=levels,
                             estimate=estimate, gemm_shape=None)
 
-    candidates = _gemm_candidates(spec, hw, chosen, threads, isa, evaluator)
-    fastest = min(c.predicted_s for c in candidates)
-    candidates.sort(key=lambda c: c.rank_key(fastest))
+    candidates = ranked_gemm_candidates(spec, hw, chosen, threads, isa, evaluator, constants)
     best = candidates[0]
-    sched, transposed = best.sched, best.transposed
-    view = gemm_view(spec, transposed)
-    seen, alternatives = {(transposed, sched)}, []
+    seen, alternatives = {(best.transposed, best.sched)}, []
     for c in candidates[1:]:
         if (c.transposed, c.sched) not in seen:
             seen.add((c.transposed, c.sched))
             alternatives.append((c.summary(), c.predicted_s))
+    return _gemm_synthesis(spec, hw, chosen, isa, best, tuple(alternatives))
+
+
+def ranked_gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
+    """Every GEMM candidate, best first (the synthesizer's order)."""
+    candidates = _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants)
+    fastest = min(c.predicted_s for c in candidates)
+    candidates.sort(key=lambda c: c.rank_key(fastest))
+    return candidates
+
+
+def _gemm_synthesis(spec, hw, chosen, isa, best: Candidate, alternatives: tuple) -> CpuSynthesis:
+    core = chosen.core
+    row = isa_row(isa)
+    sched, transposed = best.sched, best.transposed
+    view = gemm_view(spec, transposed)
+    header_common = plan_header(hw, chosen, spec)
     tiles_line = (f"tiles: mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
                   f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}"
                   + (f" a_load_bits={sched.a_load_bits}" if row.lane_indexed else ""))
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")
     gemm_line = f"lowered: {lowering} M={view.m} N={view.n} K={view.k}"
     plan = CpuKernelPlan(
-        spec=spec, isa=isa, vector_lanes=lanes, lowering=lowering, gemm=sched, depthwise=None,
+        spec=spec, isa=isa, vector_lanes=row.synthesis_lanes(core), lowering=lowering, gemm=sched, depthwise=None,
         function_name=f"xfc_{spec.name}", header_lines=tuple(header_common + [gemm_line, tiles_line, f"isa: {isa}"]),
         hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
     return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=best.levels,
-                        estimate=best.estimate, gemm_shape=tuple(view), alternatives=tuple(alternatives),
+                        estimate=best.estimate, gemm_shape=tuple(view), alternatives=alternatives,
                         micro_tile_source=best.score.source)
+
+
+def candidate_syntheses(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
+                        threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
+                        isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS,
+                        top: int = 10) -> list[CpuSynthesis]:
+    """The cost model's `top` best distinct GEMM programs for spec, best first (the first is what
+    synthesize_cpu returns). For measuring how much the ranking leaves on the table (regret)."""
+    chosen, threads = _check_request(spec, hw, cluster, threads)
+    if isinstance(spec, DepthwiseSpec):
+        raise OperatorError("candidate_syntheses: depthwise plans have no ranked GEMM candidates")
+    isa = isa or isa_for(chosen.core)
+    out, seen = [], set()
+    for c in ranked_gemm_candidates(spec, hw, chosen, threads, isa, evaluator or StaticEvaluator(), constants):
+        if (c.transposed, c.sched) in seen:
+            continue
+        seen.add((c.transposed, c.sched))
+        out.append(_gemm_synthesis(spec, hw, chosen, isa, c, ()))
+        if len(out) == top:
+            break
+    return out

@@ -82,7 +82,11 @@ def lines_per_warp_load(s: Stream, tx: int, ty: int, eb: int, line: int) -> tupl
     return span_lines * rows, distinct * rows
 
 
-def evaluate(cand: Candidate, spec, gpu, half: bool, eb: int, line: int, dram_gbps: float):
+def evaluate(cand: Candidate, spec, gpu, half: bool, eb: int, line: int, dram_gbps: float,
+             alu_efficiency: float = 1.0):
+    """The candidate's time: the slowest of ALU, L1, local memory, L2, DRAM and latency terms.
+    alu_efficiency: the share of the description's FP32/FP16 FLOP rate the GPU really issues
+    (1.0 = the description; fitted from published measurements by xfc.tiledb.published)."""
     wg = cand.wx * cand.wy
     occ = occupancy(gpu, cand.registers, wg, cand.local_bytes, half)
     if occ is None:
@@ -106,7 +110,7 @@ def evaluate(cand: Candidate, spec, gpu, half: bool, eb: int, line: int, dram_gb
                                  + LOOP_OVERHEAD_INSTR / cand.k_unroll)
     flops_exec = 2.0 * cand.outputs_exec * spec.reduction_size
     hide = min(1.0, waves_res / FULL_ALU_WAVES)
-    t_alu = flops_exec / (cu_active * flop_rate * clock * issue * lane_util * hide)
+    t_alu = flops_exec / (cu_active * flop_rate * alu_efficiency * clock * issue * lane_util * hide)
 
     # L1 / local: per warp-wide load instruction, lines (cache) or distinct bytes (local SRAM)
     l1_lines = 0.0

@@ -193,8 +193,9 @@ def _decisions(ranked, gpu, cap, cap_reason, eb, line) -> list[str]:
 
 
 def synthesize_gpu(spec: OperatorSpec, hw, dtype: str = "fp32",
-                   max_work_group_size: Optional[int] = None) -> GpuSynthesis:
-    """Pick register, work-group and grid tiles for spec on hw's GPU. Pure and deterministic."""
+                   max_work_group_size: Optional[int] = None, alu_efficiency: float = 1.0) -> GpuSynthesis:
+    """Pick register, work-group and grid tiles for spec on hw's GPU. Pure and deterministic.
+    alu_efficiency: see xfc.gpu.cost_model.evaluate (1.0: the description's FLOP rate)."""
     start = time.perf_counter()
     hw_name, gpu = gpu_of(hw)
     if not isinstance(spec, (MatmulSpec, Conv2dSpec, DepthwiseSpec)):
@@ -219,7 +220,7 @@ def synthesize_gpu(spec: OperatorSpec, hw, dtype: str = "fp32",
     n = 0
     for cand in gen(spec, gpu, cap_eff, half, eb, line):
         n += 1
-        res = evaluate(cand, spec, gpu, half, eb, line, dram)
+        res = evaluate(cand, spec, gpu, half, eb, line, dram, alu_efficiency)
         if res is None:
             continue
         cost, occ, info = res

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -42,6 +43,35 @@ _ISA_FACTS = {
     "generic": ((), 128, 16, "x86-64"),
 }
 _LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "generic": "generic 128-bit x86-64 code"}
+
+
+# Measured figures are quantized before they enter the description, so that run-to-run noise of
+# the probe cannot change a synthesized kernel: the FMA rate to half an instruction per cycle
+# (a port count; a core that splits a wide FMA counts 0.5 per port), the clock to 0.05 GHz, the
+# latency to whole cycles.
+CLOCK_QUANTUM_GHZ = 0.05
+
+
+@dataclass(frozen=True)
+class HostMeasurement:
+    """What the host FMA probe measured on this machine (xfc.tiledb.probe fills it; this module
+    only applies it, so hardware description stays free of measuring and caching)."""
+    clock_ghz: float                                  # sustained clock while the probe ran
+    fma_per_cycle: tuple[tuple[int, float], ...]      # (vector bits, vector FMA instructions per cycle)
+    fma_latency_cycles: float
+    measured_at: str                                  # UTC timestamp of the measurement
+    cached: bool                                      # True: read back from the per-user cache
+
+    def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
+        return dict(self.fma_per_cycle).get(vector_bits)
+
+
+def quantized_fma_per_cycle(rate: float) -> float:
+    return max(0.5, round(rate * 2) / 2)
+
+
+def quantized_clock_ghz(clock_ghz: float) -> float:
+    return round(round(clock_ghz / CLOCK_QUANTUM_GHZ) * CLOCK_QUANTUM_GHZ, 3)
 
 
 def supported_isas(flags) -> tuple[str, ...]:
@@ -128,11 +158,14 @@ def _count_cpus(cpu_list: str) -> int:
 
 
 def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: Optional[str] = None,
-                  cap: Optional[str] = None) -> HardwareDescription:
+                  cap: Optional[str] = None, measured: Optional[HostMeasurement] = None) -> HardwareDescription:
     """Build the host description from parsed facts. Pure: same facts, same description.
 
     isa: the code path asked for ('--hw host:avx2'); None means the widest one available.
     cap: the XFC_HOST_ISA value (the widest ISA the host may claim); None means no cap.
+    measured: the host probe's figures; they replace the assumed FMA rate of the chosen width, the
+    FMA latency and the /proc/cpuinfo clock (quantized, see CLOCK_QUANTUM_GHZ). None: assumptions,
+    listed as uncertain.
     """
     if machine not in ("x86_64", "AMD64"):
         raise HardwareError(f"--hw host: this machine is {machine}; host synthesis supports x86-64 only")
@@ -158,6 +191,21 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     if clock_ghz <= 0:
         clock_ghz = 2.0
         uncertain.append("clock_ghz")
+    fma_per_cycle: float = ASSUMED_FMA_PER_CYCLE
+    fma_latency_cycles = 4
+    measured_fields: list[str] = []
+    if measured is not None:
+        rate = measured.fma_per_cycle_at(vector_bits)
+        if rate is not None and rate > 0:
+            fma_per_cycle = quantized_fma_per_cycle(rate)
+            measured_fields.append("fma_per_cycle")
+        if measured.fma_latency_cycles > 0:
+            fma_latency_cycles = max(1, round(measured.fma_latency_cycles))
+            measured_fields.append("fma_latency_cycles")
+        if measured.clock_ghz > 0:
+            clock_ghz = quantized_clock_ghz(measured.clock_ghz)
+            measured_fields.append("clock_ghz")
+        uncertain = [u for u in uncertain if u not in measured_fields]
     l1 = caches.get("L1d", {"size_kib": 32, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
     l2 = caches.get("L2", {"size_kib": 1024, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
     l3 = caches.get("L3")
@@ -167,7 +215,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     core = CpuCore(
         name="host", vendor="x86", isa="x86-64", features=tuple(features), gcc_march=march, qemu_cpu="",
         pipeline="out_of_order", decode_width=4, vector_bits=vector_bits, vector_registers=registers,
-        fma_per_cycle=ASSUMED_FMA_PER_CYCLE, fma_latency_cycles=4,
+        fma_per_cycle=fma_per_cycle, fma_latency_cycles=fma_latency_cycles,
         load_rules=LoadRules(vector_loads_per_cycle=2, ld128_dual_issues_with_fma=True,
                              ld128_blocking_cycles=0, ld64_dual_issues_with_fma=True),
         l1d=CacheLevel(int(l1["size_kib"] * 1024), l1["line_bytes"], l1["ways"], 1),
@@ -178,7 +226,13 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     model = cpuinfo.get("model name", "unknown x86-64 CPU")
     how = f"--hw host:{isa}" if isa is not None else f"{HOST_ISA_ENV}={cap}"
     marketing = f"{model} ({n_cpus} CPUs)" + (f" limited to {_LABELS[chosen]} by {how}" if forced else "")
-    notes = "detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions"
+    if measured_fields:
+        when = "cached" if measured.cached else "just now"
+        notes = (f"detected at run time; {', '.join(measured_fields)} measured by the host FMA probe "
+                 f"at {measured.measured_at} ({when}; 'xfc hw show host --remeasure' measures again); "
+                 f"DRAM bandwidth is an assumption")
+    else:
+        notes = "detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions"
     if forced:
         notes += (f"; made to look like a {chosen} core ({vector_bits}-bit, {registers} vector registers, "
                   f"-march={march}) by {how}")
@@ -187,7 +241,9 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         clusters=(cluster,), gpu=None,
         l3_bytes=int(l3["size_kib"] * 1024) if l3 else None, slc_bytes=None,
         memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=ASSUMED_DRAM_GBPS, channels=1),
-        target_arch="x86_64", sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache"),
+        target_arch="x86_64",
+        sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache",
+                 *(("host FMA probe (xfc.tiledb.probe)",) if measured_fields else ())),
         uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
         notes=notes)
 
@@ -208,9 +264,10 @@ def available_isas(cap=FROM_ENVIRONMENT) -> tuple[str, ...]:
     return capped_isas(_read_flags(), _cap(cap))
 
 
-def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT) -> HardwareDescription:
-    """Read this machine's facts (the only I/O) and describe it; isa and cap as in describe_host
-    (cap default: the XFC_HOST_ISA setting)."""
+def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT,
+                measured: Optional[HostMeasurement] = None) -> HardwareDescription:
+    """Read this machine's facts (the only I/O) and describe it; isa, cap and measured as in
+    describe_host (cap default: the XFC_HOST_ISA setting)."""
     try:
         cpuinfo_text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -220,4 +277,4 @@ def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT) -> HardwareDesc
     except (AttributeError, OSError):
         n_cpus = os.cpu_count() or 1
     return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine(),
-                         isa=isa, cap=_cap(cap))
+                         isa=isa, cap=_cap(cap), measured=measured)

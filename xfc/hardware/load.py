@@ -285,10 +285,19 @@ def validate_file(path: str | os.PathLike) -> HardwareDescription:
     return load_path(Path(path))
 
 
-def load(name_or_path: str, *, host_isa_cap=FROM_ENVIRONMENT) -> HardwareDescription:
+def is_host_name(name_or_path: str) -> bool:
+    """True when --hw names this machine ('host' or 'host:<isa>')."""
+    text = str(name_or_path).strip()
+    return text == "host" or text.lower().startswith("host:")
+
+
+def load(name_or_path: str, *, host_isa_cap=FROM_ENVIRONMENT, host_measurement=None) -> HardwareDescription:
     """Resolve what a user typed after --hw: 'host', 'host:<isa>' (avx512, avx2, generic: the host
     seen as that smaller x86-64 core), a path, a shipped file name, or a bare name.
-    host_isa_cap: the widest ISA 'host' may claim (None: no cap; default: XFC_HOST_ISA)."""
+    host_isa_cap: the widest ISA 'host' may claim (None: no cap; default: XFC_HOST_ISA).
+    host_measurement: the host probe's figures (xfc.hardware.host.HostMeasurement) applied to a
+    host description; None keeps the assumed FMA figures (see xfc.tiledb.hostdesc for the loader
+    that measures)."""
     text = str(name_or_path).strip()
     if not text:
         raise HardwareError("--hw: empty hardware name")
@@ -296,7 +305,7 @@ def load(name_or_path: str, *, host_isa_cap=FROM_ENVIRONMENT) -> HardwareDescrip
         isa = text.partition(":")[2].strip().lower() if ":" in text else None
         if isa == "":
             raise HardwareError(f"--hw {text}: name an ISA after 'host:' (avx512, avx2 or generic)")
-        return detect_host(isa, host_isa_cap)
+        return detect_host(isa, host_isa_cap, measured=host_measurement)
     path = Path(text)
     if _is_file(path):
         return load_path(path)

@@ -324,6 +324,8 @@ class TileDbEvaluator:
     def __init__(self, db: Optional[TileDb], hw: HardwareDescription, cluster_role: Optional[str] = None, *,
                  dtype: str = "fp32", warn: Optional[Callable[[str], None]] = None):
         self.db = db
+        self._hw = hw
+        self.calibrated = False
         self.cluster = hw.cluster(cluster_role)
         self.fingerprint = fingerprint(hw, self.cluster)
         self.label = label(hw, self.cluster)
@@ -337,6 +339,23 @@ class TileDbEvaluator:
         if self.db is not None:
             self.db.close()
             self.db = None
+
+    def constants(self):
+        """The cost-model constants for synthesis: the database's calibration for this cluster's
+        fingerprint (xfc tiledb calibrate), else the static ones. Never raises."""
+        from ..cpu.cost_model import DEFAULT_CONSTANTS
+        from .calibrate import calibrated_constants
+        if self.db is None:
+            return DEFAULT_CONSTANTS
+        try:
+            found = calibrated_constants(self.db, self._hw, self.cluster)
+        except TileDbError as exc:
+            self._note(f"warning: {exc}; using the static cost-model constants")
+            return DEFAULT_CONSTANTS
+        if found is None:
+            return DEFAULT_CONSTANTS
+        self.calibrated = True
+        return found
 
     def _note(self, message: str) -> None:
         self.notes.append(message)

@@ -30,18 +30,22 @@ from typing import Callable, Mapping, Optional
 from .._version import __version__
 from ..errors import ToolchainError, XfcError
 from ..build.toolchain import run
-from ..hardware.host import parse_cpuinfo
+from ..hardware.host import HostMeasurement, parse_cpuinfo
 from . import hostcc
 from .locations import user_db_path
 from .records import CalibrationRow, canonical_json
 from .store import TileDb, TileDbError, store_row, utc_now
 
-REPEATS = 5
+REPEATS = 7
 CHAINS = {128: 12, 256: 12, 512: 16}
 ITERS = {"add": 120_000, "fma128": 1_000_000, "fma256": 1_000_000, "fma512": 750_000, "lat": 1_500_000}
 ADDS_PER_ITER = 100
 WIDTH_FLAGS = {128: ("fma",), 256: ("avx", "fma"), 512: ("avx512f",)}
 FACT_NAMES = ("clock_ghz", "fma_latency_cycles")
+ATTEMPTS = 3                      # probe runs before an implausible result is given up on
+MIN_CLOCK_GHZ, MAX_CLOCK_GHZ = 0.4, 7.0
+MIN_FMA_LATENCY, MAX_FMA_LATENCY = 2.5, 10.0
+MAX_FMA_PER_CYCLE = 2.6           # two FMA ports plus measurement margin
 
 
 def _fma_function(bits: int) -> str:
@@ -165,10 +169,11 @@ class HostProbe:
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
 
-    def nominal_fma_per_cycle(self, vector_bits: int) -> Optional[float]:
-        """The measured rate rounded to the nearest half (a port count, split FMAs count 0.5)."""
-        rate = self.fma_per_cycle_at(vector_bits)
-        return None if rate is None else max(0.5, round(rate * 2) / 2)
+    def measurement(self) -> HostMeasurement:
+        """The figures the host description takes (it quantizes them: xfc.hardware.host)."""
+        return HostMeasurement(clock_ghz=self.clock_ghz, fma_per_cycle=self.fma_per_cycle,
+                               fma_latency_cycles=self.fma_latency_cycles, measured_at=self.measured_at,
+                               cached=self.cached)
 
 
 def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float], float, int, float]:
@@ -195,6 +200,21 @@ def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float
     return clock_hz / 1e9, fma, latency, min(len(ts) for ts in times.values()), spread
 
 
+def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float) -> str:
+    """Why a probe result cannot be right ('' when it can). Another process taking the core during
+    the integer-add clock runs makes the clock read low, which inflates FMAs per cycle and shrinks
+    the FMA latency; the FMA latency of every x86-64 core with FMA is 3-6 cycles and none issues
+    more than two vector FMAs per cycle, so a result outside these (with margin) is rejected."""
+    if not MIN_CLOCK_GHZ <= clock_ghz <= MAX_CLOCK_GHZ:
+        return f"clock {clock_ghz:.2f} GHz"
+    if not MIN_FMA_LATENCY <= latency_cycles <= MAX_FMA_LATENCY:
+        return f"FMA latency {latency_cycles:.2f} cycles"
+    worst = max(fma.values(), default=0.0)
+    if worst > MAX_FMA_PER_CYCLE:
+        return f"{worst:.2f} FMAs per cycle"
+    return ""
+
+
 def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float], float, int, float, dict, str]:
     """Build and run the probe: (clock GHz, FMAs/cycle by width, latency, repeats, spread,
     conditions, compiler). ToolchainError when it cannot run here."""
@@ -207,11 +227,19 @@ def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float]
         src = Path(tmp) / "probe.c"
         src.write_text(probe_source())
         exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2"], "host probe compile")
-        before = hostcc.snapshot()
-        out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
-                  hostcc.RUN_TIMEOUT_S).stdout
-        after = hostcc.snapshot()
-    clock, fma, latency, reps, spread = analyse(out, widths)
+        problem = ""
+        for _attempt in range(ATTEMPTS):
+            before = hostcc.snapshot()
+            out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
+                      hostcc.RUN_TIMEOUT_S).stdout
+            after = hostcc.snapshot()
+            clock, fma, latency, reps, spread = analyse(out, widths)
+            problem = implausible(clock, fma, latency)
+            if not problem:
+                break
+        else:
+            raise ToolchainError(f"host probe: implausible figures in {ATTEMPTS} attempts ({problem}); "
+                                 "the machine is probably busy, nothing cached")
     return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version()
 
 
@@ -302,14 +330,3 @@ def host_probe_or_none(environ: Mapping[str, str], *, remeasure: bool = False,
     except XfcError as exc:
         warn(f"warning: {exc}; host FMA figures stay assumed")
         return None
-
-
-def host_overrides(probe: HostProbe, vector_bits: int) -> dict:
-    """Fields of the host CpuCore/CpuCluster the probe replaces, for a core of vector_bits:
-    {'fma_per_cycle', 'fma_latency_cycles', 'clock_ghz'} (measured values, the FMA rate rounded
-    to the nearest half so contention noise does not leak into the description)."""
-    out = {"clock_ghz": round(probe.clock_ghz, 3), "fma_latency_cycles": max(1, round(probe.fma_latency_cycles))}
-    nominal = probe.nominal_fma_per_cycle(vector_bits)
-    if nominal is not None:
-        out["fma_per_cycle"] = nominal
-    return out

@@ -1,0 +1,137 @@
+"""Calibration of the CPU cost model (issue 11 part 5): the fitter, the stored constants, the CLI."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from xfc.cpu.cost_model import DEFAULT_CONSTANTS, CostConstants
+from xfc.cpu.synth import synthesize_cpu
+from xfc.hardware.host import HostMeasurement, describe_host
+from xfc.tiledb.calibrate import (GRIDS, Measured, calibrated_constants, fit, predicted_s, store_fit,
+                                  training_specs)
+from xfc.tiledb.store import TileDb
+
+FACTS = {"flags": {"fma", "avx", "avx2", "avx512f"}, "model name": "Recorded CPU", "cpu MHz": "3000.000"}
+HW = describe_host(FACTS, {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}, 2,
+                   "x86_64", measured=HostMeasurement(3.0, ((256, 2.0), (512, 1.0)), 4.0, "2026-01-01T00:00:00Z", True))
+CLUSTER = HW.cluster()
+
+
+def _synthetic(truth: CostConstants, threads=(1, 2)) -> list[Measured]:
+    """'Measurements' that are the model's own predictions under known constants."""
+    items = []
+    for spec in training_specs():
+        for t in threads:
+            plan = synthesize_cpu(spec, HW, CLUSTER.role, t).plan
+            item = Measured(spec=spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
+            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
+    return items
+
+
+@pytest.mark.unit
+def test_re_estimating_a_plan_reproduces_the_synthesizers_estimate():
+    for spec in training_specs():
+        result = synthesize_cpu(spec, HW, CLUSTER.role, 2)
+        item = Measured(spec=spec, threads=2, plan=result.plan, measured_s=1.0, spread=0.0)
+        assert predicted_s(item, HW, CLUSTER, DEFAULT_CONSTANTS) == pytest.approx(result.estimate.predicted_s, rel=1e-12)
+
+
+@pytest.mark.unit
+def test_the_fit_recovers_known_constants_from_their_predictions():
+    truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.8, pack_rate_scale=0.5, depthwise_efficiency=0.6,
+                    depthwise_from_cache=True, dram_efficiency=1.5)
+    for field, value in truth.as_dict().items():
+        assert value in GRIDS[field], field       # reachable, so an exact recovery is possible
+    items = _synthetic(truth)
+    result = fit(items, HW, CLUSTER)
+    assert result.error_before > 0.15            # the static constants are visibly wrong for this 'machine'
+    assert result.error_after < 0.01 and result.worst_after < 0.03
+    assert result.constants.compute_efficiency == pytest.approx(0.8)
+    assert fit(items, HW, CLUSTER) == result     # deterministic
+
+
+@pytest.mark.unit
+def test_a_fit_to_the_static_model_changes_nothing():
+    items = _synthetic(DEFAULT_CONSTANTS)
+    result = fit(items, HW, CLUSTER)
+    assert result.constants == DEFAULT_CONSTANTS and result.error_after == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.unit
+def test_stored_constants_round_trip_and_follow_the_fingerprint(tmp_path):
+    truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, depthwise_from_cache=True)
+    result = fit(_synthetic(truth, threads=(1,)), HW, CLUSTER)
+    with TileDb.open(tmp_path / "db.sqlite") as db:
+        assert calibrated_constants(db, HW, CLUSTER) is None
+        store_fit(db, HW, CLUSTER, result, (1,))
+        assert calibrated_constants(db, HW, CLUSTER) == result.constants
+        other = describe_host(FACTS, {}, 2, "x86_64")           # another description: other fingerprint
+        assert calibrated_constants(db, other, other.cluster()) is None
+
+
+def _xfc(*args, tmp_path):
+    env = {**os.environ, "XFC_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "xfc", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.unit
+def test_calibrate_refuses_hardware_it_cannot_measure(tmp_path):
+    proc = _xfc("tiledb", "calibrate", "--hw", "snapdragon-865", "--db", str(tmp_path / "x.sqlite"), tmp_path=tmp_path)
+    assert proc.returncode == 2 and "only the host can be measured here" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.sqlite").exists()
+    proc = _xfc("tiledb", "calibrate", "--threads", "0", "--db", str(tmp_path / "x.sqlite"), tmp_path=tmp_path)
+    assert proc.returncode == 2 and "--threads 0" in proc.stderr
+
+
+@pytest.mark.host
+def test_calibrate_on_the_host_times_fits_and_stores(tmp_path):
+    db = tmp_path / "cal.sqlite"
+    proc = _xfc("tiledb", "calibrate", "--threads", "1", "--repeats", "3", "--quiet", "--db", str(db), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "mean |error|" in proc.stdout and "fitted: compute_efficiency=" in proc.stdout
+    assert proc.stdout.count("depthwise N=1") == 4 and proc.stdout.count("matmul M=") == 3
+    with TileDb.open(db, readonly=True) as handle:
+        names = {r.name for r in handle.rows("calibration") if r.name.startswith("cost.")}
+    assert names == {f"cost.{k}" for k in DEFAULT_CONSTANTS.as_dict()}
+
+
+@pytest.mark.host
+def test_synth_reads_calibrated_constants_from_the_tile_db_and_survives_a_broken_one(tmp_path):
+    """--tile-db auto picks up this machine's calibration (per-user database); off ignores it; a
+    corrupt database costs one warning line and the static model. Every kernel still verifies."""
+    import json
+    from xfc.tiledb.hostdesc import load_hardware
+    env_cache = tmp_path / "cache"
+    environ = {**os.environ, "XFC_CACHE_DIR": str(env_cache)}
+    hw = load_hardware("host", environ)          # probes once and caches, as the CLI will read it
+    cluster = hw.cluster()
+    truth = replace(DEFAULT_CONSTANTS, depthwise_efficiency=0.3, dram_efficiency=4.0)
+    items = []
+    for spec in training_specs()[-4:]:
+        plan = synthesize_cpu(spec, hw, cluster.role, 1).plan
+        item = Measured(spec=spec, threads=1, plan=plan, measured_s=1.0, spread=0.0)
+        items.append(replace(item, measured_s=predicted_s(item, hw, cluster, truth)))
+    with TileDb.open(env_cache / "tile-db.sqlite") as db:
+        store_fit(db, hw, cluster, fit(items, hw, cluster), (1,))
+    argv = ["synth", "depthwise", "--hw", "host", "--shape", "c=19,h=23,w=17,r=3,s=3", "--pad", "1",
+            "--threads", "1", "--verify", "--json"]
+    reports = {}
+    for choice in ("auto", "off"):
+        proc = _xfc(*argv, "--tile-db", choice, "-o", str(tmp_path / choice), tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        reports[choice] = json.loads(proc.stdout)
+        assert reports[choice]["verified"] is True
+    assert reports["auto"]["tile_db"]["constants"] == "calibrated"
+    assert reports["off"]["tile_db"]["constants"] == "static"
+    assert reports["auto"]["predicted_seconds"] != reports["off"]["predicted_seconds"]
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"this is not a database" * 100)
+    proc = _xfc(*argv, "--tile-db", str(broken), "-o", str(tmp_path / "broken-out"), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and str(broken) in warnings[0] and "static model" in warnings[0]
+    assert json.loads(proc.stdout)["verified"] is True and "Traceback" not in proc.stderr

@@ -1,0 +1,125 @@
+"""The host description as measured (issue 17 part 2): the probe's figures enter `--hw host`,
+quantized so noise cannot change a kernel; `xfc hw show host` says which figures were measured;
+`--remeasure`; the assumed fallback when the probe cannot run."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xfc.hardware.host import HostMeasurement, describe_host
+from xfc.ops.spec import make_spec
+from xfc.cpu.synth import synthesize_cpu
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+FACTS = {"flags": {"fma", "avx", "avx2", "avx512f"}, "model name": "Recorded CPU", "cpu MHz": "2100.000"}
+
+
+def _measurement(clock_ghz, rate512, rate256, latency, cached=True):
+    return HostMeasurement(clock_ghz=clock_ghz, fma_per_cycle=((128, 2.0), (256, rate256), (512, rate512)),
+                           fma_latency_cycles=latency, measured_at="2026-01-01T00:00:00Z", cached=cached)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("isa,rate512,rate256,want", [
+    ("avx512", 1.04, 2.0, 1.0),      # Zen 4: 512-bit FMAs split in two
+    ("avx512", 1.96, 2.0, 2.0),      # two full-width ports
+    ("avx2", 2.0, 0.97, 1.0),        # Zen 1: 256-bit split
+    ("avx2", 2.0, 1.48, 1.5),
+])
+def test_measured_rate_replaces_the_assumption(isa, rate512, rate256, want):
+    hw = describe_host(FACTS, {}, 2, "x86_64", isa=isa, measured=_measurement(3.61, rate512, rate256, 4.1))
+    core, cluster = hw.cluster().core, hw.cluster()
+    assert core.fma_per_cycle == want and core.fma_latency_cycles == 4
+    assert cluster.clock_ghz == pytest.approx(3.6), "clock quantized to 0.05 GHz"
+    assert not any(u in hw.uncertain for u in ("host:fma_per_cycle", "host:fma_latency_cycles", "host:clock_ghz"))
+    assert "measured by the host FMA probe" in hw.notes and "2026-01-01T00:00:00Z" in hw.notes
+
+
+@pytest.mark.unit
+def test_probe_noise_cannot_change_the_kernel():
+    """Two probe runs that differ by run-to-run noise give one description and one plan (the
+    quantization absorbs noise inside one bin; across machines or sessions the cached result keeps
+    the description stable until --remeasure)."""
+    spec = make_spec("conv2d", dict(c=64, h=28, w=28, k=64, r=3, s=3), pad=1)
+    a = describe_host(FACTS, {}, 2, "x86_64", measured=_measurement(3.612, 1.93, 1.97, 4.2))
+    b = describe_host(FACTS, {}, 2, "x86_64", measured=_measurement(3.621, 2.07, 2.02, 3.8, cached=False))
+    assert a.clusters == b.clusters
+    assert synthesize_cpu(spec, a, threads=1).plan == synthesize_cpu(spec, b, threads=1).plan
+
+
+@pytest.mark.unit
+def test_without_a_measurement_the_figures_stay_assumed_and_say_so():
+    hw = describe_host(FACTS, {}, 2, "x86_64")
+    assert hw.cluster().core.fma_per_cycle == 2 and hw.cluster().clock_ghz == 2.1
+    assert {"host:fma_per_cycle", "host:fma_latency_cycles"} <= set(hw.uncertain)
+    assert "assumptions" in hw.notes
+
+
+def _xfc(*args, env_extra=None, tmp_path: Path):
+    env = {**os.environ, "XFC_CACHE_DIR": str(tmp_path / "cache"), **(env_extra or {})}
+    env.pop("XFC_HOST_ISA", None)
+    return subprocess.run([sys.executable, "-m", "xfc", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+pytestmark_host = pytest.mark.skipif(not X86 or shutil.which("gcc") is None, reason="the host probe needs x86-64 and gcc")
+
+
+@pytest.mark.host
+@pytestmark_host
+def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
+    first = _xfc("hw", "show", "host", "--json", tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    data = json.loads(first.stdout)
+    assert data["host_figures"] == {"fma_per_cycle": "measured", "fma_latency_cycles": "measured",
+                                    "clock_ghz": "measured"}
+    assert "just now" in data["notes"] and "host:fma_per_cycle" not in data["uncertain"]
+    core = data["clusters"][0]["core"]
+    assert core["fma_per_cycle"] * 2 == int(core["fma_per_cycle"] * 2) and 0.5 <= core["fma_per_cycle"] <= 4
+    again = json.loads(_xfc("hw", "show", "host", "--json", tmp_path=tmp_path).stdout)
+    assert "(cached;" in again["notes"] and again["clusters"] == data["clusters"]
+    table = _xfc("hw", "show", "host", "--remeasure", tmp_path=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "Host figures:" in table.stdout and "just now" in table.stdout
+    assert table.stdout.count("measured") >= 3
+
+
+@pytest.mark.host
+@pytestmark_host
+def test_probe_off_or_impossible_keeps_assumptions_with_one_warning(tmp_path):
+    off = json.loads(_xfc("hw", "show", "host", "--json", env_extra={"XFC_HOST_PROBE": "off"}, tmp_path=tmp_path).stdout)
+    assert off["host_figures"]["fma_per_cycle"] == "assumed" and "host:fma_per_cycle" in off["uncertain"]
+    # No compiler on PATH: the probe cannot run; the description still loads, one warning line.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = _xfc("hw", "show", "host", "--json", tmp_path=tmp_path,
+                env_extra={"PATH": str(bare), "XFC_CACHE_DIR": str(tmp_path / "empty-cache")})
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout)["host_figures"]
+    assert figures["fma_per_cycle"] == "assumed" and figures["clock_ghz"] != "measured"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "host FMA figures stay assumed" in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.unit
+def test_remeasure_is_for_the_host_only(tmp_path):
+    proc = _xfc("hw", "show", "cortex-a55", "--remeasure", tmp_path=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("xfc: error: --remeasure: only the host is measured "
+                                                    "('xfc hw show host --remeasure'), not cortex-a55")
+
+
+@pytest.mark.unit
+def test_a_probe_disturbed_by_another_process_is_rejected():
+    from xfc.tiledb.probe import implausible
+    assert implausible(3.6, {256: 2.0, 512: 1.0}, 4.0) == ""
+    # The integer-add clock run shared its core: clock reads low, FMAs per cycle high, latency short.
+    assert "FMA latency" in implausible(1.6, {512: 4.5}, 1.8)
+    assert "FMAs per cycle" in implausible(3.0, {512: 3.1}, 4.0)
+    assert "clock" in implausible(0.1, {512: 2.0}, 4.0)

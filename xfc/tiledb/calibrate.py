@@ -1,0 +1,208 @@
+"""Calibration: fit the CPU cost model's per-hardware constants to measurements of one machine.
+
+What is fitted (xfc.cpu.cost_model.CostConstants): the share of the micro-kernel's FMA rate whole
+GEMMs sustain, the L2 and shared-cache bandwidths, a DRAM factor, a scale on every packing
+rate, and the depthwise model (its load cost, its efficiency, and whether its tensors come from
+the shared cache rather than DRAM). The FMA rate and clock themselves are measured by the host
+probe (xfc.tiledb.probe) and enter through the host description, not through this fit.
+
+How: operators that are NOT in the benchmark suite (TRAINING_SHAPES, so the suite stays a
+held-out check) are synthesized with the static constants, built, verified and timed here with
+the weights pre-packed, as the model assumes (the fastest of the repeats: contention only slows). The fitted plan of each measurement is re-estimated
+under candidate constants (the plan that ran, not a re-synthesized one), and a deterministic
+coordinate descent over fixed grids minimizes the mean |log(predicted / measured)|. The fitted
+constants are stored in the database's `calibration` table under the hardware fingerprint (names
+`cost.<field>`, source 'host'); synthesis reads them back with `calibrated_constants`.
+
+Only the host can be measured here. Phones keep the static constants until a device has been
+measured (the shipped databases hold no measured rows).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from .._version import __version__
+from ..cpu.cost_model import (DEFAULT_CONSTANTS, CostConstants, StaticEvaluator, depthwise_estimate,
+                              gemm_estimate)
+from ..cpu.ir import CpuKernelPlan
+from ..cpu.synth import synthesize_cpu
+from ..cpu.tiles import MicroTile
+from ..errors import VerificationError, XfcError
+from ..hardware.model import CpuCluster, HardwareDescription
+from ..ops.spec import OperatorSpec, make_spec
+from . import hostcc
+from .fingerprint import fingerprint
+from .records import CalibrationRow, canonical_json
+from .store import TileDb, store_row, utc_now
+
+# Operators outside the suite (xfc/ops/workloads.py), chosen to cover what the constants govern:
+# square and skinny GEMMs, 3x3/1x1/strided and first-layer convolutions, depthwise 3x3 and 5x5
+# at both strides, with ragged sizes. (operator, shape, options)
+TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
+    ("matmul", dict(m=384, n=384, k=384), {}),
+    ("matmul", dict(m=200, n=1000, k=300), {}),
+    ("matmul", dict(m=64, n=2048, k=512), {}),
+    ("conv2d", dict(c=32, h=56, w=56, k=64, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=128, h=28, w=28, k=128, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=256, h=14, w=14, k=512, r=1, s=1), {}),
+    ("conv2d", dict(c=64, h=56, w=56, k=128, r=3, s=3), dict(pad=1, stride=2)),
+    ("conv2d", dict(c=3, h=112, w=112, k=32, r=3, s=3), dict(pad=1, stride=2)),
+    ("depthwise", dict(c=32, h=112, w=112, r=3, s=3), dict(pad=1)),
+    ("depthwise", dict(c=240, h=28, w=28, r=5, s=5), dict(pad=2)),
+    ("depthwise", dict(c=576, h=14, w=14, r=3, s=3), dict(pad=1, stride=2)),
+    ("depthwise", dict(c=72, h=56, w=56, r=3, s=3), dict(pad=1, stride=2)),
+)
+
+# The grids the descent walks, per fitted field (values in the field's unit).
+GRIDS: dict[str, tuple] = {
+    "compute_efficiency": tuple(round(0.40 + 0.02 * i, 2) for i in range(41)),          # 0.40 .. 1.20
+    "l2_bytes_per_cycle": (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
+    "shared_cache_bytes_per_cycle": (4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0),
+    "dram_efficiency": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0),
+    "pack_rate_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0),
+    "depthwise_load_cost": (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0),
+    "depthwise_efficiency": tuple(round(0.20 + 0.05 * i, 2) for i in range(21)),     # 0.20 .. 1.20
+    "depthwise_from_cache": (False, True),
+}
+SWEEPS = 4
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One timed operator: the plan that ran and its median time (weights pre-packed)."""
+    spec: OperatorSpec
+    threads: int
+    plan: CpuKernelPlan
+    measured_s: float
+    spread: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    constants: CostConstants
+    error_before: float          # mean |predicted / measured - 1| with the static constants
+    error_after: float
+    worst_before: float
+    worst_after: float
+    cases: int
+
+
+def training_specs() -> list[OperatorSpec]:
+    return [make_spec(op, shape, **options) for op, shape, options in TRAINING_SHAPES]
+
+
+def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, constants: CostConstants) -> float:
+    """The cost model's time for the plan that ran, under `constants`."""
+    plan = item.plan
+    if plan.depthwise is not None:
+        return depthwise_estimate(item.spec, hw, cluster, plan.depthwise, plan.vector_lanes, constants).predicted_s
+    g = plan.gemm
+    tile = MicroTile(mr=g.mr, nr_vectors=g.nr // plan.vector_lanes, lanes=plan.vector_lanes, a_load_bits=g.a_load_bits)
+    score = StaticEvaluator().evaluate(tile, cluster.core, plan.isa)
+    return gemm_estimate(item.spec, hw, cluster, tile, score, g, plan.lowering == "implicit_gemm_t",
+                         constants).predicted_s
+
+
+def relative_errors(items: Sequence[Measured], hw, cluster, constants: CostConstants) -> list[float]:
+    return [predicted_s(i, hw, cluster, constants) / i.measured_s - 1 for i in items]
+
+
+def _objective(items, hw, cluster, constants) -> float:
+    return statistics.fmean(abs(math.log(predicted_s(i, hw, cluster, constants) / i.measured_s)) for i in items)
+
+
+def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
+        start: CostConstants = DEFAULT_CONSTANTS) -> Fit:
+    """Coordinate descent over GRIDS (deterministic: fixed order, first best value wins ties)."""
+    if not items:
+        raise XfcError("calibrate: no measurements to fit")
+    best, best_score = start, _objective(items, hw, cluster, start)
+    for _ in range(SWEEPS):
+        improved = False
+        for field, grid in GRIDS.items():
+            for value in grid:
+                trial = replace(best, **{field: value})
+                score = _objective(items, hw, cluster, trial)
+                if score < best_score - 1e-12:
+                    best, best_score, improved = trial, score, True
+        if not improved:
+            break
+    before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
+    after = [abs(e) for e in relative_errors(items, hw, cluster, best)]
+    return Fit(constants=best, error_before=statistics.fmean(before), error_after=statistics.fmean(after),
+               worst_before=max(before), worst_after=max(after), cases=len(items))
+
+
+def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[OperatorSpec], threads: Sequence[int],
+            *, repeats: int = 15, progress: Callable[[str], None] = lambda message: None,
+            constants: CostConstants = DEFAULT_CONSTANTS) -> list[Measured]:
+    """Synthesize (with `constants`), build, verify and time each operator at each thread count here."""
+    from ..build.cpu import build_host
+    from ..cpu.codegen import render_cpu_kernel
+    from ..ops.reference import check_output, make_inputs
+    out = []
+    specs = list(specs)
+    total = len(specs) * len(threads)
+    with tempfile.TemporaryDirectory(prefix="xfc-calibrate-") as tmp:
+        for index, (spec, t) in enumerate(((s, t) for s in specs for t in threads), 1):
+            progress(f"[{index}/{total}] {spec.describe()} at {t} thread(s)")
+            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants).plan
+            kernel = build_host(render_cpu_kernel(plan), Path(tmp) / f"k{index}")
+            a, b, bias = make_inputs(spec, seed=0)
+            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
+            if not ok:
+                raise VerificationError(f"calibrate: {spec.describe()}: the kernel differs from the reference "
+                                        f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")
+            timing = kernel.time(a, b, bias, repeats=repeats, prepacked=True)
+            samples = timing.samples_s
+            # The fastest run: another process can only slow a run down (badly so for a
+            # multi-threaded kernel that waits at barriers for a descheduled thread), so the
+            # minimum is the best estimate of what the machine does; the spread shows the noise.
+            fastest = min(samples)
+            out.append(Measured(spec=spec, threads=t, plan=plan, measured_s=fastest,
+                                spread=(max(samples) - fastest) / statistics.median(samples)))
+    return out
+
+
+METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| on {cases} timed "
+          "operators outside the suite (threads {threads}; weights pre-packed; fastest of the repeats)")
+PREFIX = "cost."
+
+
+def store_fit(db: TileDb, hw: HardwareDescription, cluster: CpuCluster, result: Fit, threads: Sequence[int]) -> None:
+    """Replace this machine's fitted constants for the cluster's fingerprint."""
+    subject = fingerprint(hw, cluster)
+    origin = db.origin_for("host")
+    method = METHOD.format(cases=result.cases, threads=",".join(map(str, threads)))
+    conditions = canonical_json({"error_before": round(result.error_before, 4),
+                                 "error_after": round(result.error_after, 4),
+                                 "worst_after": round(result.worst_after, 4)})
+    now = utc_now()
+    rows = [CalibrationRow(subject=subject, name=PREFIX + name, value=float(value), unit="", method=method,
+                           source="host", origin=origin, repeats=result.cases, spread=None, conditions=conditions,
+                           compiler=hostcc.compiler_version(), xfc_version=__version__, created_at=now)
+            for name, value in result.constants.as_dict().items()]
+    db.transact(lambda conn: [store_row(conn, "calibration", row, replace=True) for row in rows],
+                "store the calibration")
+
+
+def calibrated_constants(db: TileDb, hw: HardwareDescription, cluster: CpuCluster) -> Optional[CostConstants]:
+    """The newest fitted constants for this cluster's fingerprint, or None (static constants)."""
+    rows = db.rows("calibration", "subject = ? AND name LIKE ?", (fingerprint(hw, cluster), PREFIX + "%"))
+    if not rows:
+        return None
+    newest: dict[str, CalibrationRow] = {}
+    for row in rows:
+        if row.name not in newest or row.created_at > newest[row.name].created_at:
+            newest[row.name] = row
+    values = {}
+    for name, default in DEFAULT_CONSTANTS.as_dict().items():
+        row = newest.get(PREFIX + name)
+        if row is not None:
+            values[name] = bool(row.value) if isinstance(default, bool) else float(row.value)
+    return CostConstants(**values)
