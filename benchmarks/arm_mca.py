@@ -18,6 +18,8 @@ replaced only if xfc wrote it, see xfc/outputs.py).
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 from pathlib import Path
 
@@ -116,6 +118,16 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(t, widths)).rstrip())
 
 
+def _host_cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cores", help="comma-separated core descriptions "
@@ -147,6 +159,8 @@ def main(argv=None) -> int:
                       f"{mca.MCA_ITERATIONS} -json; predicted GFLOP/s = FMA/cycle on the core's pipes x lanes x 2 x "
                       "clock",
             "tools": {"compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version()},
+            "machine": {"analysed_on": platform.platform(), "cpu_model": _host_cpu_model(), "cpus": os.cpu_count(),
+                        "note": "static analysis for the ARM cores named per row; the host CPU only runs the tools"},
             "models": {core: {"mcpu": m.mcpu, "scheduling_model": m.scheduling_model,
                               "model_fma_per_cycle": m.model_fma_per_cycle, "pipes_scale": m.pipes_scale,
                               "reliable": m.reliable, "why": m.why} for core, m in mca.MODELS.items()},

@@ -283,6 +283,18 @@ def run_ours(name, spec, threads, planner, build_root):
 RESULT_LEGACY_KEYS = ("geomean_ratio_1t_matmul_conv", "workloads", "machine")
 
 
+def machine_facts() -> dict:
+    """The CPU the figures were measured on (model, ISAs, core count), so results from different
+    machines are never compared by mistake."""
+    from xfc.hardware.host import available_isas, parse_cpuinfo
+    try:
+        cpuinfo = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        cpuinfo = {}
+    return {"cpu_model": cpuinfo.get("model name", platform.processor() or "unknown"),
+            "host_isas": list(available_isas(cap=None)), "cpus": os.cpu_count(), "platform": platform.platform()}
+
+
 def write_results(path: Path, data):
     """Atomic, and never over a file xfc did not write (xfc.outputs)."""
     from xfc.outputs import write_json_result
@@ -447,7 +459,7 @@ def main(argv=None):
               f"min {min(ratios_mm):.2f}x" + (f"; depthwise min {min(ratios_dw):.2f}x" if ratios_dw else ""))
 
     data = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
+        "machine": machine_facts(),
         "plans": planner_desc,
         "isa": args.isa or "widest available",
         "peer_isa": {peer: peer_isa_note(args.isa, peer) for peer in PEERS},

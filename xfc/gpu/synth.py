@@ -60,15 +60,6 @@ def gpu_of(hw):
     return hw.name, hw.gpu
 
 
-def _dram_gbps(hw) -> float:
-    soc = getattr(hw, "soc", None)
-    mem = getattr(soc, "memory", None) if soc is not None else getattr(hw, "memory", None)
-    bw = getattr(mem, "peak_bandwidth_gbps", None) if mem is not None else None
-    if bw is None and isinstance(mem, dict):
-        bw = mem.get("peak_bandwidth_gbps")
-    return 0.85 * float(bw) if bw else DRAM_GBPS_DEFAULT
-
-
 def _check_request(gpu, hw_name: str, dtype: str, max_work_group_size: Optional[int]) -> int:
     if dtype not in DTYPES:
         raise OperatorError(f"unknown dtype '{dtype}' for the GPU target (expected one of {', '.join(DTYPES)})")
