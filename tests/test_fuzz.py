@@ -391,7 +391,8 @@ def test_short_fixed_seed_fuzz_on_every_target(tmp_path):
                     "--save-dir", str(tmp_path / "saved"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert doc == json.loads(out.read_text())
+    written = json.loads(out.read_text())
+    assert written.pop("xfc_output")["kind"] == "fuzz_results" and doc == written
     assert doc["cases"] == 300 and doc["failures"] == 0 and doc["failed_cases"] == []
     assert {t: v["cases"] for t, v in doc["by_target"].items()} == {"host": 100, "qemu": 100, "pocl": 100}
     assert sum(v["cases"] for v in doc["by_operator"].values()) == 300
@@ -444,6 +445,17 @@ def test_bad_arguments_are_one_line(argv, needle):
     proc = _run_xfc("fuzz", *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("xfc: error:") and needle in proc.stderr
+
+
+@pytest.mark.unit
+def test_out_never_replaces_a_file_xfc_did_not_write(tmp_path):
+    """--out over a user's file is refused before any case runs, and the file is left as it was."""
+    theirs = tmp_path / "notes.json"
+    theirs.write_text('{"mine": true}\n')
+    proc = _run_xfc("fuzz", "--cases", "1", "--targets", "host", "--out", str(theirs))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("xfc: error: --out") and len(proc.stderr.strip().splitlines()) == 1
+    assert theirs.read_text() == '{"mine": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]
 
 
 def _processes_with(marker: str) -> list[int]:

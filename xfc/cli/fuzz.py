@@ -26,6 +26,7 @@ from typing import Optional
 
 from .._version import __version__
 from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
+from ..outputs import claim_file, json_is_ours, write_json_result, write_owned_file
 from ..fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
 from ..fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
@@ -244,20 +245,8 @@ def print_summary(doc: dict, out=sys.stdout) -> None:
             print(f"        or: {f['synth']}", file=out)
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+# Results files xfc fuzz wrote before they carried the "xfc_output" owner key are recognised by this one.
+RESULTS_LEGACY_KEYS = ("xfc_fuzz_results",)
 
 
 def save_case(save_dir: Path, case: FuzzCase, result: CaseResult, original: FuzzCase,
@@ -282,7 +271,8 @@ def save_case(save_dir: Path, case: FuzzCase, result: CaseResult, original: Fuzz
         "shrink": shrink_info, "replay": command_text(replay_argv(str(path))),
         "synth": command_text(synth) if synth else None,
     }
-    _write_json_atomic(path, doc)
+    # Never over a file that appeared meanwhile: nothing is recognised as ours to replace.
+    write_owned_file(path, json.dumps(doc, indent=2) + "\n", lambda existing: False, option="--save-dir")
     return path, doc
 
 
@@ -357,6 +347,8 @@ def cmd_fuzz(args) -> int:
     if args.timeout <= 0:
         raise OperatorError(f"--timeout must be > 0 seconds, got {args.timeout}")
     jobs = args.jobs or _cpu_count()
+    if args.out:   # refuse a file xfc did not write now, not after the cases have run
+        claim_file(Path(args.out), json_is_ours(RESULTS_LEGACY_KEYS), option="--out")
     check_toolchains(targets)
     pool_hw = hardware_pool(targets, _csv(args.hw))
     count = args.cases if args.time is None else None
@@ -394,7 +386,7 @@ def cmd_fuzz(args) -> int:
                            timeout_s=args.timeout, started_at=started_at, duration_s=time.monotonic() - t0,
                            command=_command(args, targets, jobs))
     if args.out:
-        _write_json_atomic(Path(args.out), doc)
+        write_json_result(Path(args.out), doc, kind="fuzz_results", legacy_keys=RESULTS_LEGACY_KEYS)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
