@@ -40,3 +40,21 @@ def test_compile_for_arm_needs_out_dir_and_is_not_callable(tmp_path):
     assert kernel.files["binary"].exists() and kernel.plan.isa == "neon"
     with pytest.raises(XfcError, match="aarch64 binary"):
         kernel(*make_inputs(spec, 0))
+
+
+def test_compile_into_a_users_directory_never_overwrites_their_files(tmp_path):
+    """xfc.compile(out_dir=...) follows the output-ownership rules of the command line."""
+    from xfc.outputs import OutputError
+    spec = xfc.make_spec("matmul", dict(m=5, n=6, k=7))
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    (theirs / "xfc_matmul.c").write_text("/* my own file */\n")
+    with pytest.raises(OutputError):
+        xfc.compile(spec, xfc.load_hardware("host"), threads=1, out_dir=theirs)
+    assert (theirs / "xfc_matmul.c").read_text() == "/* my own file */\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["xfc_matmul.c"]
+    ours = tmp_path / "ours"
+    kernel = xfc.compile(spec, xfc.load_hardware("host"), threads=1, out_dir=ours)
+    a, b, bias = make_inputs(spec, 0)
+    assert check_output(spec, kernel(a, b, bias), a, b, bias)[0]
+    assert (ours / ".xfc-output").exists() and (ours / "xfc_matmul.c").exists()

@@ -95,13 +95,26 @@ def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, thr
             with tempfile.TemporaryDirectory(prefix="xfc-compile-") as tmp:
                 host = build_host(rendered, tmp)   # loaded now: the mapping outlives the file
             return Kernel(spec=spec, hardware=hw.name, synthesis=result, host=host)
-        host = build_host(rendered, out_dir)
+        host = _build_owned(rendered, Path(out_dir), build_host, f"xfc.compile {spec.key()} for {hw.name}")
         return Kernel(spec=spec, hardware=hw.name, synthesis=result, files={"dir": Path(out_dir)}, host=host)
     if out_dir is None:
         raise XfcError(f"compile for {hw.name} ({hw.target_arch}) builds a binary that must outlive the call: "
                        f"pass out_dir")
-    binary = build_arm(rendered, out_dir)
+    binary = _build_owned(rendered, Path(out_dir), build_arm, f"xfc.compile {spec.key()} for {hw.name}")
     return Kernel(spec=spec, hardware=hw.name, synthesis=result, files={"dir": Path(out_dir), "binary": binary})
+
+
+def _build_owned(rendered, out_dir: Path, builder, what: str):
+    """Build into a staged directory and commit it to out_dir under the output-ownership rules
+    (xfc.outputs): a user's directory with files xfc did not write is refused, never overwritten.
+    A path the builder returns is mapped to its place in out_dir; a loaded host library keeps its
+    mapping across the rename."""
+    with OutputDir(out_dir, what=what) as staging:
+        built = builder(rendered, staging.path)
+        staging.commit()
+    if isinstance(built, Path):
+        return out_dir / built.relative_to(staging.path)
+    return built
 
 
 # ---------------------------------------------------------------------------------------------
