@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ..errors import HardwareError
+from .cpuinfo import Midr
+from .cpuinfo import parse_cpuinfo as read_cpuinfo
 from .load import SHIPPED_ROOT, validate_file
 from .model import CpuCluster, CpuCore, HardwareDescription
 
@@ -97,36 +99,17 @@ class DeviceIdentity:
                 f"ro.hardware '{self.hardware}', ABI '{self.abi}', {self.cpu_summary()}")
 
 
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        return None
-
-
 def parse_cpuinfo(text: str) -> tuple[CpuId, ...]:
     """Per-CPU implementer, part and Features from arm64 /proc/cpuinfo text.
 
-    Old kernels print one Features line before the first `processor`: it applies to all CPUs.
+    Older kernels print one MIDR block for whichever CPU read the file: no CPU gets a part then
+    (nobody can tell which it describes), and their Features line applies to every CPU.
     """
-    shared: tuple[str, ...] = ()
-    blocks: list[dict] = []
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip().lower(), value.strip()
-        if key == "processor" and value.isdigit():
-            blocks.append({"cpu": int(value)})
-        elif key == "features":
-            if blocks:
-                blocks[-1]["features"] = tuple(value.split())
-            else:
-                shared = tuple(value.split())
-        elif key in ("cpu implementer", "cpu part") and blocks:
-            blocks[-1][key] = _int(value)
-    return tuple(CpuId(cpu=b["cpu"], implementer=b.get("cpu implementer"), part=b.get("cpu part"),
-                       features=b.get("features", shared)) for b in blocks)
+    info = read_cpuinfo(text)
+    none = Midr(None, None)
+    return tuple(CpuId(cpu=c, implementer=info.midrs.get(c, none).implementer,
+                       part=info.midrs.get(c, none).part, features=info.features.get(c, ()))
+                 for c in info.cpus)
 
 
 def parse_getprop(text: str) -> dict[str, str]:

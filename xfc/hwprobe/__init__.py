@@ -15,7 +15,7 @@ from __future__ import annotations
 from .compare import Comparison, Difference, compare
 from .draft import CoreDraft, Draft, draft_description
 from .facts import ClusterFacts, DeviceFacts, cluster_facts, facts_from_files
-from .parse import Cpuinfo, parse_cpuinfo
+from xfc.hardware.cpuinfo import Cpuinfo, parse_cpuinfo
 from .render import draft_json, render_draft, validate_draft, write_draft
 
 __all__ = ["Comparison", "Difference", "compare", "CoreDraft", "Draft", "draft_description", "ClusterFacts",

@@ -22,7 +22,9 @@ from xfc.hardware.rules import cache_geometry_problem
 from xfc.hardware.identity import Match, match_identity, shipped_socs
 
 from .facts import CPUINFO, MEMINFO, ClusterFacts, DeviceFacts, cluster_facts, l3_entry, xfc_features
-from .parse import CacheEntry, Midr
+from xfc.hardware.cpuinfo import Midr
+
+from .parse import CacheEntry
 
 ROLES_BY_COUNT = {1: ("big",), 2: ("big", "little"), 3: ("prime", "big", "little"),
                   4: ("prime", "big", "mid", "little")}

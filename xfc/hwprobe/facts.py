@@ -12,8 +12,9 @@ from typing import Mapping, Optional
 from xfc.errors import HardwareError
 from xfc.hardware.identity import FEATURE_HWCAPS, CpuId, DeviceIdentity
 
-from .parse import (CPU_ROOT, CacheEntry, Cpuinfo, CpuSysfs, GpuFacts, Midr, cpu_sysfs,
-                    parse_cpuinfo, parse_gpu, parse_meminfo_bytes, source)
+from xfc.hardware.cpuinfo import Cpuinfo, Midr, parse_cpuinfo
+
+from .parse import CPU_ROOT, CacheEntry, CpuSysfs, GpuFacts, cpu_sysfs, parse_gpu, parse_meminfo_bytes, source
 
 CPUINFO = "/proc/cpuinfo"
 MEMINFO = "/proc/meminfo"

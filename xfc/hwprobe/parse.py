@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from xfc.hardware.cpuinfo import parse_int
+
 CPU_ROOT = "/sys/devices/system/cpu"
 # GPU driver files: Qualcomm's kgsl names the Adreno model and its top clock (Hz); Arm's Mali
 # kbase driver prints "<model> <n> cores r<x>p<y> 0x<id>" in gpuinfo.
@@ -26,98 +28,6 @@ CACHE_FILES = ("level", "type", "size", "ways_of_associativity", "coherency_line
 def source(serial: str, path: str) -> str:
     """How a value read from the device is cited: 'device:<serial> <path>'."""
     return f"device:{serial} {path}"
-
-
-# ---------------------------------------------------------------------------------------------
-# /proc/cpuinfo
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Midr:
-    """The MIDR fields /proc/cpuinfo prints for one CPU (None: the line was missing)."""
-    implementer: Optional[int]
-    part: Optional[int]
-    variant: Optional[int] = None
-    revision: Optional[int] = None
-
-    @property
-    def key(self) -> Optional[tuple[int, int]]:
-        if self.implementer is None or self.part is None:
-            return None
-        return (self.implementer, self.part)
-
-    @property
-    def text(self) -> str:
-        if self.key is None:
-            return "unknown CPU part"
-        return f"CPU implementer {self.implementer:#04x} part {self.part:#05x}"
-
-
-@dataclass(frozen=True)
-class Cpuinfo:
-    """What /proc/cpuinfo says.
-
-    format 'per-cpu': every `processor` block carries its own MIDR and Features (arm64 kernels
-    since about 3.19). format 'older-kernel': the CPUs are listed, but one block of MIDR and
-    Features follows (or precedes) them; it describes whichever CPU read the file, so it names
-    the core of one CPU only, and nobody can tell which."""
-    format: str
-    cpus: tuple[int, ...]                      # processor numbers listed
-    midrs: Mapping[int, Midr]                  # per-cpu format: CPU -> MIDR
-    shared_midr: Optional[Midr]                # older-kernel format: the one MIDR block
-    features: Mapping[int, tuple[str, ...]]    # CPU -> hwcaps (older format: the same for all)
-    hardware: str = ""
-
-    def midr(self, cpu: int) -> Optional[Midr]:
-        return self.midrs.get(cpu)
-
-
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        return None
-
-
-_MIDR_KEYS = {"cpu implementer": "implementer", "cpu part": "part", "cpu variant": "variant",
-              "cpu revision": "revision"}
-
-
-def parse_cpuinfo(text: str) -> Cpuinfo:
-    """Both arm64 formats (see Cpuinfo). Lines it does not know are ignored."""
-    pre: dict = {}
-    blocks: list[dict] = []
-    hardware = ""
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip().lower(), value.strip()
-        if key == "processor" and value.isdigit():
-            blocks.append({"cpu": int(value)})
-            continue
-        target = blocks[-1] if blocks else pre
-        if key == "features":
-            target["features"] = tuple(value.split())
-        elif key in _MIDR_KEYS:
-            target[_MIDR_KEYS[key]] = _int(value)
-        elif key == "hardware":
-            hardware = value
-    cpus = tuple(b["cpu"] for b in blocks)
-
-    def midr(d: dict) -> Midr:
-        return Midr(d.get("implementer"), d.get("part"), d.get("variant"), d.get("revision"))
-
-    if blocks and all("part" in b for b in blocks):
-        shared = pre.get("features", ())
-        return Cpuinfo("per-cpu", cpus, {b["cpu"]: midr(b) for b in blocks}, None,
-                       {b["cpu"]: b.get("features", shared) for b in blocks}, hardware)
-    # Older kernels: one block describes the reading CPU; Features (elf_hwcap) hold for all.
-    holder = next((b for b in reversed(blocks) if "part" in b), pre)
-    feats = holder.get("features") or pre.get("features") or next(
-        (b["features"] for b in blocks if "features" in b), ())
-    one = midr(holder) if "part" in holder else None
-    return Cpuinfo("older-kernel", cpus, {}, one, {c: feats for c in cpus}, hardware)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +126,7 @@ def cpu_sysfs(cpu: int, files: Mapping[str, str]) -> CpuSysfs:
 
     def num(path: str) -> Optional[int]:
         v = get(path)
-        return _int(v) if v else None
+        return parse_int(v) if v else None
 
     related = parse_cpulist(get(f"{d}/cpufreq/related_cpus") or "")
     indexes = sorted({p[len(d) + 7:].split("/")[0] for p in files if p.startswith(f"{d}/cache/index")},
@@ -253,7 +163,7 @@ def parse_gpu(serial: str, props: Mapping[str, str], files: Mapping[str, str]) -
     model = (files.get(ADRENO_MODEL) or "").strip()
     m = re.match(r"adreno\s*(\d{3})", model, re.IGNORECASE)
     if m:
-        hz = _int(files.get(ADRENO_MAX_CLOCK) or "")
+        hz = parse_int(files.get(ADRENO_MAX_CLOCK) or "")
         return GpuFacts("adreno", f"adreno-{m.group(1)}", None,
                         round(hz / 1e6, 1) if hz else None, source(serial, ADRENO_MODEL),
                         source(serial, ADRENO_MAX_CLOCK) if hz else "", model)
