@@ -8,6 +8,7 @@ import json
 import sys
 
 from ..errors import DeviceError
+from .adb_options import add_adb_server_options
 
 HINT = ("No device. Connect a phone with USB debugging enabled (Settings > Developer options), "
         "or start the virtual device:\n"
@@ -67,10 +68,5 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "devices", help="list connected Android devices and their matching hardware description")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--adb-host", default=None,
-                   help="adb server host (default: $ANDROID_ADB_SERVER_HOST or 127.0.0.1)")
-    p.add_argument("--adb-port", type=int, default=None,
-                   help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
-    p.add_argument("--no-start-server", action="store_true",
-                   help="do not start an adb server when none is running")
+    add_adb_server_options(p)
     p.set_defaults(func=cmd_devices)

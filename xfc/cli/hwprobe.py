@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from .adb_options import add_adb_server_options
+
 
 def cmd_hw_probe(args) -> int:
     from ..hardware import load
@@ -78,10 +80,5 @@ def register(hw_subparsers) -> None:
     p.add_argument("--compare", metavar="NAME",
                    help="report where this shipped SoC description disagrees with the device")
     p.add_argument("--json", action="store_true", help="print the draft, sources and comparison as JSON")
-    p.add_argument("--adb-host", default=None,
-                   help="adb server host (default: $ANDROID_ADB_SERVER_HOST or 127.0.0.1)")
-    p.add_argument("--adb-port", type=int, default=None,
-                   help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
-    p.add_argument("--no-start-server", action="store_true",
-                   help="do not start an adb server when none is running")
+    add_adb_server_options(p)
     p.set_defaults(func=cmd_hw_probe)
