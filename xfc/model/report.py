@@ -35,11 +35,11 @@ def short_shape(spec) -> str:
 
 def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, cluster: Optional[str],
                  threads: Optional[int], kernels: Optional[Mapping] = None, verification=None,
-                 explain: bool = False) -> dict:
+                 explain: bool = False, target: str = "cpu") -> dict:
     """Everything `xfc model` knows, JSON-ready (tuples become lists)."""
     loaded = net.loaded
     first = next(iter(syntheses.values()), None)
-    chosen = first.result.cluster if first else hw.cluster(cluster)
+    chosen = hw.cluster(cluster) if target == "gpu" or first is None else first.result.cluster
     checks = {c.name: c for c in verification.layers} if verification else {}
     layers = []
     for layer in net.layers:
@@ -58,12 +58,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
     for spec, syn in syntheses.items():
         entry = {"kernel": names[spec], "key": spec.key(), "spec": spec.describe(), "shape": short_shape(spec),
                  "instances": sum(1 for layer in net.layers if layer.spec == spec),
-                 "synthesis_seconds": syn.seconds, "tiles": syn.tiles, "lowering": syn.result.plan.lowering,
-                 "isa": syn.result.plan.isa,
-                 "levels": [{"level": lv.level, "tile": lv.tile, "usage": lv.usage, "decided_by": lv.decided_by}
-                            for lv in syn.result.levels],
-                 "predicted_seconds": syn.predicted_s, "predicted_gflops": syn.result.estimate.predicted_gflops,
-                 "predicted_bound": syn.result.estimate.bound, "prediction_source": syn.source}
+                 "synthesis_seconds": syn.seconds, "tiles": syn.tiles, **syn.details(),
+                 "predicted_seconds": syn.predicted_s, "prediction_source": syn.source}
         if kernels and spec in kernels:
             entry["files"] = [p.name for p in kernels[spec].files]
             entry["build_seconds"] = kernels[spec].build_seconds
@@ -73,8 +69,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
     synthesis_s = sum(s.seconds for s in syntheses.values())
     report = {
         "xfc_report": 1, "xfc_version": __version__, "kind": "model", "model": loaded.path, "opset": loaded.opset,
-        "hardware": hw.name, "target": "cpu", "cluster": chosen.role, "core": chosen.core.name,
-        "threads": threads or chosen.count,
+        "hardware": hw.name, "target": target, "cluster": chosen.role, "core": chosen.core.name,
+        "threads": threads or chosen.count, "gpu": hw.gpu.name if target == "gpu" else None,
         "inputs": {name: list(shape) for name, shape, _ in loaded.inputs}, "outputs": list(loaded.outputs),
         "layers": layers, "distinct_layers": distinct,
         "uncovered": [{"node": u.name, "op": u.op_type, "reason": u.reason, "flops": u.flops} for u in net.uncovered],
@@ -122,9 +118,12 @@ def _mflop(flops) -> str:
 
 def format_report(report: dict, explain: bool = False) -> str:
     """The per-layer table and the summary lines, for people."""
-    out = [f"xfc model {report['model']} for {report['hardware']} (cpu, {report['cluster']} cluster: "
-           f"{report['core']}, {report['threads']} thread{'s' if report['threads'] != 1 else ''}; "
-           f"opset {report['opset']})"]
+    if report.get("target") == "gpu":
+        where = f"gpu: {report['gpu']}, OpenCL"
+    else:
+        where = (f"cpu, {report['cluster']} cluster: {report['core']}, {report['threads']} "
+                 f"thread{'s' if report['threads'] != 1 else ''}")
+    out = [f"xfc model {report['model']} for {report['hardware']} ({where}; opset {report['opset']})"]
     if explain:
         for d in report["distinct_layers"]:
             out += ["", f"[{d['kernel']}] used by {d['instances']} layer{'s' if d['instances'] != 1 else ''}",
