@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from ..errors import OperatorError
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
+TOOLCHAIN_ENV = ("ANDROID_NDK_HOME", "XFC_ANDROID_API")   # --emit lib: the NDK's clang for arm64-v8a
 NOT_YET = "is not yet supported by 'xfc model'"
 
 
@@ -36,20 +38,20 @@ def cmd_model(args) -> int:
     from ..model.pipeline import raise_if_unverified, run_model
     from ..model.report import format_report
     from ..model.pipeline import check_request
-    for flag, given in (("--bench", args.bench), ("--emit lib", args.emit == "lib")):
-        if given:
-            raise OperatorError(f"{flag} {NOT_YET}")
+    if args.bench:
+        raise OperatorError(f"--bench {NOT_YET}")
     if args.dtype != "fp32":
         raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
     input_shapes = parse_input_shapes(args.input_shape)
     hw = load(args.hw)
-    check_request(hw, args.target, args.device)
+    check_request(hw, args.target, args.device, args.emit)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model, args.target)
     progress = None if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     runner = _device_runner(args, hw, progress or (lambda msg: None))
     report = run_model(args.model, hw, out_dir, input_shapes=input_shapes, cluster=args.cluster,
                        threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
+                       emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
                        progress=progress)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -100,7 +102,8 @@ def register(sub) -> None:
     p.add_argument("--adb-host", default=None, help="adb server host (default: 127.0.0.1)")
     p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
     p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
-                   help="kernels (one per distinct layer; default) or lib (not yet supported)")
+                   help="kernels (one per distinct layer, with its harness; default) or lib (a static library for "
+                        "the description's ABI with a C header, CMakeLists.txt and manifest.json, in DIR/lib)")
     p.add_argument("--explain", action="store_true",
                    help="print each distinct layer's tile program and the constraint behind each level")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

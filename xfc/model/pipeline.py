@@ -1,9 +1,12 @@
-"""load -> map -> synthesize each distinct layer -> build -> (verify) -> report, into one output directory.
+"""load -> map -> synthesize each distinct layer -> build -> (verify) -> [library] -> report, into one
+output directory.
 
 The output directory (xfc.outputs.OutputDir: new, empty or xfc's own; staged, committed whole)
 is flat: per distinct layer kernel `xfc_<kernel>.c`, its harness, `build_<kernel>.sh` and the
-built library (host) or static binary (ARM), then `report.json`. Kernels are built in a private
-scratch directory and copied in, so nothing half-built reaches the destination.
+built library (host) or static binary (ARM) -- for --target gpu `xfc_<kernel>.cl` and the OpenCL
+harness.c --, with --emit lib the static library and its header, CMakeLists.txt, manifest and
+weight blobs (library.py), then `report.json`. Kernels are built in a private scratch directory
+and copied in, so nothing half-built reaches the destination.
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ from .coverage import coverage
 from .load import load_model
 from .mapping import map_network
 from .report import build_report
+
+
+EMITS = ("kernels", "lib")
 
 
 def kernel_names(specs) -> dict:
@@ -44,11 +50,15 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
     return net, cov, syntheses, names
 
 
-def check_request(hw, target: str, device: Optional[str]) -> None:
+def check_request(hw, target: str, device: Optional[str], emit: str = "kernels") -> None:
     """Refuse combinations that cannot work before anything is read or built (exit 2)."""
     if target not in backend.TARGETS:
         raise OperatorError(f"--target {target}: expected one of {', '.join(backend.TARGETS)}")
+    if emit not in EMITS:
+        raise OperatorError(f"--emit {emit}: expected one of {', '.join(EMITS)}")
     if target == "gpu":
+        if emit == "lib":
+            raise OperatorError("--emit lib builds the CPU kernels into a static library; drop --target gpu")
         if getattr(hw, "gpu", None) is None:
             raise OperatorError(f"--target gpu: hardware '{hw.name}' has no GPU section (use a SoC description "
                                 f"with an Adreno or Mali GPU, e.g. snapdragon-865)")
@@ -71,14 +81,15 @@ def verified_on(hw, target: str, kernels) -> str:
 
 def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = None, threads: Optional[int] = None,
               verify: bool = False, explain: bool = False, force: bool = False, seed: int = 0,
-              target: str = "cpu", device: Optional[str] = None, runner=None,
-              progress: Optional[Callable[[str], None]] = None) -> dict:
+              target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
+              toolchain_env: Optional[dict] = None, progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
-    xfc Runner for that device when the caller made one already (it read the device's identity)."""
+    xfc Runner for that device when the caller made one already (it read the device's identity);
+    toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain)."""
     from .run import verify_network
     say = progress or (lambda msg: None)
-    check_request(hw, target, device)
+    check_request(hw, target, device, emit)
     placement = backend.Placement(device=device, runner=runner)
     what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.
@@ -87,8 +98,10 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
         net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
                                              progress=progress, target=target)
         kernels = {}
-        for i, (spec, syn) in enumerate(syntheses.items(), start=1):
-            say(f"building kernel {i}/{len(syntheses)}: {names[spec]} ({spec.describe()})")
+        # --emit lib without --verify: the library replaces the per-layer harness builds.
+        per_layer = syntheses if (emit == "kernels" or verify) else {}
+        for i, (spec, syn) in enumerate(per_layer.items(), start=1):
+            say(f"building kernel {i}/{len(per_layer)}: {names[spec]} ({spec.describe()})")
             kernel = backend.build_layer_kernel(spec, hw, name=names[spec], work_dir=Path(scratch), cluster=cluster,
                                                 threads=threads, synthesis=syn, target=target, placement=placement,
                                                 runnable=verify)
@@ -105,6 +118,10 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
             verification = verify_network(net, kernels, seed=seed, progress=progress, where=where)
         report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
                               verification=verification, explain=explain, target=target)
+        if emit == "lib":
+            from .library import emit_library
+            report["library"] = emit_library(net, syntheses, names, hw, staging.path, Path(path).stem,
+                                             scratch=Path(scratch), progress=progress, env=toolchain_env) if syntheses else None
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
     report["output_dir"] = str(out_dir)

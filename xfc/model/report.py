@@ -174,6 +174,11 @@ def format_report(report: dict, explain: bool = False) -> str:
             parts.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (outputs after them use a "
                          f"heuristic tolerance)")
         out += parts
+    lib = report.get("library")
+    if lib:
+        out.append(f"library: {lib['library']} ({lib['abi']}, {lib['functions']} layer functions, built with "
+                   f"{lib['compiler']}); {lib['header']}, {lib['cmake']} (add_subdirectory; target "
+                   f"{lib['cmake_target']}), {lib['manifest']}")
     if report.get("output_dir"):
         out.append(f"output: {report['output_dir']}")
     return "\n".join(out)
