@@ -379,7 +379,6 @@ def test_files_that_are_not_models(tmp_path, capsys):
 @pytest.mark.parametrize("args, needles", [
     (["--target", "gpu"], ["--target gpu", "no GPU section"]),
     (["--device", "qemu"], ["--device qemu", "x86-64 description"]),
-    (["--bench"], ["--bench is not yet supported"]),
     (["--dtype", "fp16"], ["fp16"]),
     (["--input-shape", "y=1x3x6x6"], ["has no input 'y'"]),
     (["--input-shape", "x=1x3x6"], ["rank 4, not 3"]),

@@ -10,7 +10,6 @@ from ..errors import OperatorError
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
 TOOLCHAIN_ENV = ("ANDROID_NDK_HOME", "XFC_ANDROID_API")   # --emit lib: the NDK's clang for arm64-v8a
-NOT_YET = "is not yet supported by 'xfc model'"
 
 
 def default_out_dir(hw, model_path: str, target: str = "cpu") -> Path:
@@ -38,13 +37,13 @@ def cmd_model(args) -> int:
     from ..model.pipeline import raise_if_unverified, run_model
     from ..model.report import format_report
     from ..model.pipeline import check_request
-    if args.bench:
-        raise OperatorError(f"--bench {NOT_YET}")
+    if args.repeat < 1:
+        raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     if args.dtype != "fp32":
         raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
     input_shapes = parse_input_shapes(args.input_shape)
     hw = load(args.hw)
-    check_request(hw, args.target, args.device, args.emit)
+    check_request(hw, args.target, args.device, args.emit, args.bench)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model, args.target)
     progress = None if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     runner = _device_runner(args, hw, progress or (lambda msg: None))
@@ -52,7 +51,7 @@ def cmd_model(args) -> int:
                        threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
-                       progress=progress)
+                       bench=args.bench, repeat=args.repeat, progress=progress)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -94,7 +93,10 @@ def register(sub) -> None:
                    help="run the network with xfc's kernels (host, qemu-aarch64 for ARM descriptions, a device with "
                         "--device, PoCL for --target gpu) and compare with onnxruntime")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
-    p.add_argument("--bench", action="store_true", help="time the layers (not yet supported)")
+    p.add_argument("--bench", action="store_true",
+                   help="--hw host: time every covered layer (weights pre-packed) and compare with onnxruntime's "
+                        "per-node profiler times (same thread count; fused nodes matched to layers)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per layer for --bench (default 20)")
     p.add_argument("--device", metavar="SERIAL|qemu", default=None,
                    help="ARM descriptions: run the layers under qemu-aarch64 ('qemu', the default for --verify) or on "
                         "an ADB device (a serial, see 'xfc devices'; implies --verify). The virtual device's and "

@@ -289,3 +289,30 @@ def _build_gpu(synthesis: LayerSynthesis, name: str, layer_dir: Path, runnable: 
         host = PoclKernel(opencl.build_harness(), kernel_file, synthesis.spec)
     return LayerKernel(name=name, synthesis=synthesis, files=(kernel_file,),
                        build_seconds=time.perf_counter() - start, host=host, where=PoclKernel.where)
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    median_s: float
+    min_s: float
+    samples_s: tuple[float, ...]
+    where: str                       # names emulation (qemu, the virtual device) and PoCL as such
+    prepacked: bool
+
+
+def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: int, prepacked: bool) -> LayerTiming:
+    """Time one built layer kernel (median of `repeats` after `warmup`). Host: in C through ctypes,
+    weights pre-packed once when `prepacked`; elsewhere through the runner / harness, which
+    packs per call."""
+    runner = kernel._need_host()
+    if hasattr(runner, "time"):                                     # HostKernel
+        m = runner.time(x, weight, bias, repeats=repeats, warmup=warmup, prepacked=prepacked)
+        return LayerTiming(median_s=m.median_s, min_s=m.min_s, samples_s=m.samples_s,
+                           where=f"{kernel.where}{', weights pre-packed' if prepacked else ''}", prepacked=prepacked)
+    runner.run(x, weight, bias, repeat=repeats, warmup=warmup)
+    last = runner.last
+    if isinstance(last, dict):                                      # PoCL harness report
+        return LayerTiming(median_s=last["median_s"], min_s=last["min_s"], samples_s=tuple(last["samples_s"]),
+                           where=kernel.where, prepacked=False)
+    return LayerTiming(median_s=last.median_s, min_s=last.min_s, samples_s=last.samples_s, where=last.where,
+                       prepacked=False)

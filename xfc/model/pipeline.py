@@ -50,8 +50,11 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
     return net, cov, syntheses, names
 
 
-def check_request(hw, target: str, device: Optional[str], emit: str = "kernels") -> None:
+def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False) -> None:
     """Refuse combinations that cannot work before anything is read or built (exit 2)."""
+    if bench and (target != "cpu" or hw.target_arch != "x86_64"):
+        raise OperatorError(f"--bench times host kernels against onnxruntime on this machine: use --hw host "
+                            f"(not {hw.name}{' --target gpu' if target == 'gpu' else ''})")
     if target not in backend.TARGETS:
         raise OperatorError(f"--target {target}: expected one of {', '.join(backend.TARGETS)}")
     if emit not in EMITS:
@@ -82,14 +85,14 @@ def verified_on(hw, target: str, kernels) -> str:
 def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = None, threads: Optional[int] = None,
               verify: bool = False, explain: bool = False, force: bool = False, seed: int = 0,
               target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
-              toolchain_env: Optional[dict] = None, progress: Optional[Callable[[str], None]] = None) -> dict:
+              toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20, progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
     xfc Runner for that device when the caller made one already (it read the device's identity);
     toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain)."""
     from .run import verify_network
     say = progress or (lambda msg: None)
-    check_request(hw, target, device, emit)
+    check_request(hw, target, device, emit, bench)
     placement = backend.Placement(device=device, runner=runner)
     what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.
@@ -99,12 +102,12 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
                                              progress=progress, target=target)
         kernels = {}
         # --emit lib without --verify: the library replaces the per-layer harness builds.
-        per_layer = syntheses if (emit == "kernels" or verify) else {}
+        per_layer = syntheses if (emit == "kernels" or verify or bench) else {}
         for i, (spec, syn) in enumerate(per_layer.items(), start=1):
             say(f"building kernel {i}/{len(per_layer)}: {names[spec]} ({spec.describe()})")
             kernel = backend.build_layer_kernel(spec, hw, name=names[spec], work_dir=Path(scratch), cluster=cluster,
                                                 threads=threads, synthesis=syn, target=target, placement=placement,
-                                                runnable=verify)
+                                                runnable=verify or bench)
             for file in kernel.files:
                 shutil.copy2(file, staging.path / file.name)
             kernels[spec] = kernel
@@ -116,8 +119,14 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
             say(f"verifying the network ({len(net.layers)} xfc layers on {where}, {len(net.uncovered)} nodes "
                 f"through onnx.reference) against onnxruntime")
             verification = verify_network(net, kernels, seed=seed, progress=progress, where=where)
+        timing = None
+        if bench and kernels:
+            from .bench import bench_network
+            first = next(iter(syntheses.values()))
+            timing = bench_network(net, kernels, threads=threads or first.result.cluster.count, repeats=repeat,
+                                   seed=seed, progress=progress)
         report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
-                              verification=verification, explain=explain, target=target)
+                              verification=verification, explain=explain, target=target, bench=timing)
         if emit == "lib":
             from .library import emit_library
             report["library"] = emit_library(net, syntheses, names, hw, staging.path, Path(path).stem,

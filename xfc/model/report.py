@@ -35,22 +35,26 @@ def short_shape(spec) -> str:
 
 def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, cluster: Optional[str],
                  threads: Optional[int], kernels: Optional[Mapping] = None, verification=None,
-                 explain: bool = False, target: str = "cpu") -> dict:
+                 explain: bool = False, target: str = "cpu", bench=None) -> dict:
     """Everything `xfc model` knows, JSON-ready (tuples become lists)."""
     loaded = net.loaded
     first = next(iter(syntheses.values()), None)
     chosen = hw.cluster(cluster) if target == "gpu" or first is None else first.result.cluster
     checks = {c.name: c for c in verification.layers} if verification else {}
+    timed = {b.name: b for b in bench.layers} if bench else {}
     layers = []
     for layer in net.layers:
         syn = syntheses[layer.spec]
         check = checks.get(layer.name)
+        timing = timed.get(layer.name)
         layers.append({
             "node": layer.name, "op": layer.label, "nodes": list(layer.nodes), "notes": list(layer.notes),
             "xfc_operator": layer.spec.name, "kernel": names[layer.spec], "key": layer.spec.key(),
             "shape": short_shape(layer.spec), "spec": layer.spec.describe(), "tiles": syn.tiles,
             "flops": layer.flops, "predicted_seconds": syn.predicted_s, "prediction_source": syn.source,
-            "measured_seconds": None,
+            "measured_seconds": timing.xfc_s if timing else None,
+            "onnxruntime_seconds": timing.onnxruntime_s if timing else None,
+            "onnxruntime_nodes": list(timing.onnxruntime_nodes) if timing else None,
             "max_abs_error": check.max_abs_error if check else None,
             "error_to_bound_ratio": check.error_to_bound_ratio if check else None,
         })
@@ -86,7 +90,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
         "synthesis_seconds": synthesis_s,
         "synthesis_ms_per_distinct_layer": (synthesis_s * 1e3 / len(syntheses)) if syntheses else 0.0,
         "build_seconds": sum(k.build_seconds for k in kernels.values()) if kernels else None,
-        "measured": "not timed (xfc model --bench is not yet supported)",
+        "measured": "timed: see bench" if bench else "not timed (add --bench on --hw host)",
+        "bench": bench.to_dict() if bench else None,
         "verification": None,
     }
     if verification is not None:
@@ -130,6 +135,7 @@ def format_report(report: dict, explain: bool = False) -> str:
                     d.get("explain", "")]
         out.append("")
     verified = report["verification"] is not None
+    bench = report.get("bench")
     rows = []
     for layer in report["layers"]:
         row = [layer["node"], layer["op"], layer["kernel"], layer["shape"], layer["tiles"], _mflop(layer["flops"]),
@@ -137,9 +143,13 @@ def format_report(report: dict, explain: bool = False) -> str:
         if verified:
             ratio = layer["error_to_bound_ratio"]
             row.append("-" if ratio is None else f"{ratio:.2f}")
+        if bench:
+            ort = layer["onnxruntime_seconds"]
+            row += [f"{layer['measured_seconds'] * 1e3:.4g}", "-" if ort is None else f"{ort * 1e3:.4g}"]
         rows.append(row)
-    header = ["node", "op", "kernel", "shape", "tiles", "MFLOP", "pred ms", "source"] + (["err/bound"] if verified else [])
-    out += _table(rows, header, right={5, 6, 8}) if rows else ["(no layer xfc can synthesize)"]
+    header = (["node", "op", "kernel", "shape", "tiles", "MFLOP", "pred ms", "source"] + (["err/bound"] if verified else [])
+              + (["xfc ms", "ort ms"] if bench else []))
+    out += _table(rows, header, right=set(range(5, len(header))) - {7}) if rows else ["(no layer xfc can synthesize)"]
     f = report["flops"]
     n = report["nodes"]
     out.append("")
@@ -158,6 +168,17 @@ def format_report(report: dict, explain: bool = False) -> str:
     if report["build_seconds"] is not None:
         line += f"; build: {report['build_seconds']:.1f} s"
     out.append(line)
+    if bench:
+        out.append(f"measured (median of {bench['repeats']}, {bench['threads']} thread{'s' if bench['threads'] != 1 else ''}; "
+                   f"xfc on {bench['xfc_measured_on']}; {bench['onnxruntime']}):")
+        out.append(f"  covered part: xfc {bench['xfc_covered_seconds'] * 1e3:.4g} ms over {bench['layers']} layers; on the "
+                   f"{bench['layers_matched']} layers matched to onnxruntime nodes: xfc {bench['xfc_matched_seconds'] * 1e3:.4g} ms, "
+                   f"onnxruntime {bench['onnxruntime_matched_seconds'] * 1e3:.4g} ms")
+        if bench["onnxruntime_unmatched"]:
+            ops = sorted({n["op"] for n in bench["onnxruntime_unmatched"]})
+            out.append(f"  onnxruntime nodes not matched to an xfc layer: {len(bench['onnxruntime_unmatched'])} "
+                       f"({', '.join(ops)}), {bench['onnxruntime_unmatched_seconds'] * 1e3:.4g} ms")
+        out.append(f"  note: {bench['note']}")
     v = report["verification"]
     if v is not None:
         parts = [f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}"]
