@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import model_nets as nets  # noqa: E402
 
 from xfc.cli import main  # noqa: E402
-from xfc.model.bench import ProfiledNode, match_profiled  # noqa: E402
+from xfc.model.bench import ProfiledNode, fused_away, match_profiled  # noqa: E402
 from xfc.model.load import load_model  # noqa: E402
 from xfc.model.mapping import map_network  # noqa: E402
 
@@ -39,6 +39,16 @@ def test_profiled_nodes_are_matched_to_layers_through_onnxruntime_rewrites(tmp_p
     assert [n.name for n in per_layer["fc2"]] == ["fc2", "clip2", f"{fc2.output}_nchwc"]
     assert [n.name for n in per_layer["fc3"]] == ["fc3/MatMulAddFusion"]
     assert [n.name for n in unmatched] == ["ReorderOutput_token_3", "somewhere/else"]
+
+
+@pytest.mark.unit
+def test_uncovered_nodes_missing_from_the_profile_are_reported_as_fused_away(tmp_path):
+    net = map_network(load_model(save(nets.resnet_net(blocks=1), tmp_path, "resnet")))
+    add = next(u for u in net.uncovered if u.name == "rb0_add")
+    profiled = [ProfiledNode(name=n, op_type="?", median_s=1e-6)
+                for n in ("maxpool", f"{add.node.output[0]}_nchwc", "rb1_add", "pool", "flatten")]
+    # rb0_add seen through its output tensor; the Relus after the Adds never appear
+    assert fused_away(net, profiled) == ("rb0_relu2", "rb1_relu2")
 
 
 @pytest.mark.host

@@ -55,6 +55,7 @@ class LayerBench:
 class NetworkBench:
     layers: tuple[LayerBench, ...]
     unmatched: tuple[ProfiledNode, ...]
+    fused_away: tuple[str, ...]       # uncovered ONNX nodes onnxruntime ran inside other nodes
     threads: int
     repeats: int
     warmup: int
@@ -78,6 +79,10 @@ class NetworkBench:
                                 if matched and sum(b.xfc_s for b in matched) > 0 else None),
             "onnxruntime_unmatched": [{"node": n.name, "op": n.op_type, "seconds": n.median_s} for n in self.unmatched],
             "onnxruntime_unmatched_seconds": sum(n.median_s for n in self.unmatched),
+            "onnxruntime_fused_away": list(self.fused_away),
+            "fused_away_note": ("ONNX nodes outside xfc's layers that onnxruntime ran inside other nodes (not in its "
+                                "profile); when fused into a matched node, that node's time covers more work than the "
+                                "xfc layer's") if self.fused_away else None,
         }
 
 
@@ -170,34 +175,46 @@ def profile_onnxruntime(net: MappedNetwork, feeds: Mapping[str, np.ndarray], *, 
     return nodes, label
 
 
-def _layer_keys(net: MappedNetwork) -> dict[str, str]:
-    """Names onnxruntime may give a layer's nodes -> the layer's name."""
+def _keys(groups) -> dict[str, str]:
+    """Names onnxruntime may give the nodes of each group (name, onnx nodes) -> the group's name."""
     keys = {}
-    for layer in net.layers:
-        for node in layer.onnx_nodes:
+    for group, nodes in groups:
+        for node in nodes:
             for name in [node.name, *[o for o in node.output if o]]:
                 if name:
-                    keys.setdefault(name, layer.name)
+                    keys.setdefault(name, group)
     return keys
+
+
+def _candidates(profiled_name: str) -> list[str]:
+    name = profiled_name[len("fused "):] if profiled_name.startswith("fused ") else profiled_name
+    candidates = [name] + ([name[:-len("_nchwc")]] if name.endswith("_nchwc") else [])
+    while "/" in name:                           # 'fc3/MatMulAddFusion' -> 'fc3' (names may hold '/')
+        name = name.rsplit("/", 1)[0]
+        candidates.append(name)
+    return candidates
 
 
 def match_profiled(net: MappedNetwork, profiled) -> tuple[dict[str, list], list]:
     """layer name -> the profiled nodes that ran its ONNX nodes; and the nodes that match no layer."""
-    keys = _layer_keys(net)
+    keys = _keys((layer.name, layer.onnx_nodes) for layer in net.layers)
     per_layer: dict[str, list] = {}
     unmatched = []
     for node in profiled:
-        name = node.name[len("fused "):] if node.name.startswith("fused ") else node.name
-        candidates = [name, name[:-len("_nchwc")] if name.endswith("_nchwc") else None]
-        while "/" in name:                       # 'fc3/MatMulAddFusion' -> 'fc3' (names may hold '/')
-            name = name.rsplit("/", 1)[0]
-            candidates.append(name)
-        layer = next((keys[c] for c in candidates if c and c in keys), None)
+        layer = next((keys[c] for c in _candidates(node.name) if c in keys), None)
         if layer is None:
             unmatched.append(node)
         else:
             per_layer.setdefault(layer, []).append(node)
     return per_layer, unmatched
+
+
+def fused_away(net: MappedNetwork, profiled) -> tuple[str, ...]:
+    """Nodes xfc leaves to onnx.reference that onnxruntime's profile does not show: it fused them into
+    another node (e.g. a residual Add and Relu into an NCHWc Conv), whose time then covers them."""
+    keys = _keys((u.name, [u.node]) for u in net.uncovered)
+    seen = {keys[c] for node in profiled for c in _candidates(node.name) if c in keys}
+    return tuple(u.name for u in net.uncovered if u.name not in seen)
 
 
 def bench_network(net: MappedNetwork, kernels: Mapping, *, threads: int, repeats: int = 20, warmup: int = 3,
@@ -216,5 +233,6 @@ def bench_network(net: MappedNetwork, kernels: Mapping, *, threads: int, repeats
                                  onnxruntime_s=sum(n.median_s for n in nodes) if nodes else None,
                                  onnxruntime_nodes=tuple(n.name for n in nodes)))
     where = ", ".join(sorted({t.where for t in timings.values()}))
-    return NetworkBench(layers=tuple(layers), unmatched=tuple(unmatched), threads=threads, repeats=repeats,
+    return NetworkBench(layers=tuple(layers), unmatched=tuple(unmatched), fused_away=fused_away(net, profiled),
+                        threads=threads, repeats=repeats,
                         warmup=warmup, where=where, onnxruntime=label)

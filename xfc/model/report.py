@@ -178,6 +178,9 @@ def format_report(report: dict, explain: bool = False) -> str:
             ops = sorted({n["op"] for n in bench["onnxruntime_unmatched"]})
             out.append(f"  onnxruntime nodes not matched to an xfc layer: {len(bench['onnxruntime_unmatched'])} "
                        f"({', '.join(ops)}), {bench['onnxruntime_unmatched_seconds'] * 1e3:.4g} ms")
+        if bench["onnxruntime_fused_away"]:
+            out.append(f"  onnxruntime fused into other nodes (their time included there): "
+                       f"{', '.join(bench['onnxruntime_fused_away'])}")
         out.append(f"  note: {bench['note']}")
     v = report["verification"]
     if v is not None:
