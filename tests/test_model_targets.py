@@ -51,7 +51,7 @@ def assert_verified(report, where_fragment: str):
 @needs_arm
 @pytest.mark.parametrize("name, builder, extra", [
     ("mobilenet", lambda: nets.mobilenet_net(blocks=1, hw=9), []),          # ragged 5x5 after the stride-2 stem
-    ("mlp", nets.mlp_net, ["--device", "qemu"]),                            # the explicit spelling
+    ("mlp", nets.mlp_net, ["--device", "qemu", "--bench", "--repeat", "2"]),   # the explicit spelling, timed
 ])
 def test_arm_verify_under_qemu(tmp_path, capsys, name, builder, extra):
     out_dir = tmp_path / "out"
@@ -66,6 +66,13 @@ def test_arm_verify_under_qemu(tmp_path, capsys, name, builder, extra):
         assert {f"xfc_{k}.c", f"xfc_{k}_harness.c", f"build_arm_{k}.sh"} <= files
         assert any(f.startswith(f"xfc_{k}_") and f.endswith(".aarch64") for f in files)
         assert d["isa"] == "neon"
+    bench = report["bench"]
+    if "--bench" in extra:        # emulated timings, labelled so; nothing compared with onnxruntime
+        assert bench["emulated"] and "emulated" in bench["xfc_measured_on"] and bench["onnxruntime"] is None
+        assert all(layer["measured_seconds"] > 0 and layer["onnxruntime_seconds"] is None
+                   for layer in report["layers"])
+    else:
+        assert bench is None and all(layer["measured_seconds"] is None for layer in report["layers"])
 
 
 @pytest.mark.emulated
@@ -102,10 +109,14 @@ def test_device_runs_the_layers_on_the_virtual_device(tmp_path, capsys, server):
     try:
         code, report, captured = run_json(capsys, [
             "model", str(save(nets.resnet_net(blocks=1, hw=7), tmp_path, "resnet")), "--hw", "snapdragon-865",
-            "--device", dev.serial, "--adb-port", str(server.port), "--json", "-o", str(tmp_path / "out")])
+            "--device", dev.serial, "--adb-port", str(server.port), "--bench", "--repeat", "2", "--json",
+            "-o", str(tmp_path / "out")])
         assert code == 0, captured.err
         assert_verified(report, "virtual-device")
         assert "emulated" in report["verification"]["verified_on"]     # never presented as phone figures
+        bench = report["bench"]
+        assert bench["emulated"] and "virtual-device" in bench["xfc_measured_on"] and bench["onnxruntime"] is None
+        assert all(layer["measured_seconds"] > 0 for layer in report["layers"])
         assert not [p for p in dev.sandbox_files() if p.startswith("/data/local/tmp/xfc/")]   # cleaned up
     finally:
         server.disconnect(dev.serial)

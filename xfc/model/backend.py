@@ -298,6 +298,8 @@ class LayerTiming:
     samples_s: tuple[float, ...]
     where: str                       # names emulation (qemu, the virtual device) and PoCL as such
     prepacked: bool
+    emulated: bool = False
+    throttled: Optional[bool] = None # from the device's frequencies and temperatures (ADB); None: unknown
 
 
 def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: int, prepacked: bool) -> LayerTiming:
@@ -315,4 +317,4 @@ def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: in
         return LayerTiming(median_s=last["median_s"], min_s=last["min_s"], samples_s=tuple(last["samples_s"]),
                            where=kernel.where, prepacked=False)
     return LayerTiming(median_s=last.median_s, min_s=last.min_s, samples_s=last.samples_s, where=last.where,
-                       prepacked=False)
+                       prepacked=False, emulated=bool(last.emulated), throttled=last.throttled)

@@ -1,5 +1,9 @@
 """`xfc model --bench`: time every covered layer and compare with onnxruntime's own per-node times.
 
+(ARM descriptions with --device: every distinct layer is timed through the runner -- a device over
+ADB, pinned to the cluster's CPUs with its thermal state recorded, or qemu-aarch64 -- and nothing
+is compared: emulated figures are labelled so.)
+
 xfc: each distinct layer kernel is timed once (median of repeats, weights pre-packed once and
 untimed, as an app with constant weights runs them; backend.time_layer) on the layer's real
 weights and a deterministic input, and every layer of that shape is given that time.
@@ -35,6 +39,11 @@ NOTE = ("measured on this machine in one process, xfc and onnxruntime one after 
         "loaded (shared) machine are noisy and say nothing about a quiet one")
 
 
+NOTE_DEVICE = ("xfc's layers timed through the runner (weights packed by the harness on each call, pinned to the "
+               "cluster's CPUs on a device); qemu-aarch64 and the virtual device give emulated figures, never phone "
+               "timings; no onnxruntime comparison (it runs on this machine, not on the device)")
+
+
 @dataclass(frozen=True)
 class ProfiledNode:
     name: str                        # onnxruntime's node name (after its graph rewrites)
@@ -60,7 +69,10 @@ class NetworkBench:
     repeats: int
     warmup: int
     where: str
-    onnxruntime: str                 # version and settings
+    onnxruntime: Optional[str]       # version and settings; None: not compared (ARM kernels on a device / qemu)
+    emulated: bool = False
+    throttled: tuple[str, ...] = ()  # kernels during whose runs the device throttled
+    throttling_known: bool = False
 
     @property
     def matched(self) -> tuple[LayerBench, ...]:
@@ -70,7 +82,8 @@ class NetworkBench:
         matched = self.matched
         return {
             "threads": self.threads, "repeats": self.repeats, "warmup": self.warmup, "xfc_measured_on": self.where,
-            "onnxruntime": self.onnxruntime, "note": NOTE,
+            "emulated": self.emulated, "throttled_kernels": list(self.throttled) if self.throttling_known else None,
+            "onnxruntime": self.onnxruntime, "note": NOTE if self.onnxruntime else NOTE_DEVICE,
             "xfc_covered_seconds": sum(b.xfc_s for b in self.layers),
             "layers_matched": len(matched), "layers": len(self.layers),
             "xfc_matched_seconds": sum(b.xfc_s for b in matched),
@@ -218,12 +231,16 @@ def fused_away(net: MappedNetwork, profiled) -> tuple[str, ...]:
 
 
 def bench_network(net: MappedNetwork, kernels: Mapping, *, threads: int, repeats: int = 20, warmup: int = 3,
-                  seed: int = 0, progress: Optional[Callable[[str], None]] = None) -> NetworkBench:
+                  seed: int = 0, compare: bool = True,
+                  progress: Optional[Callable[[str], None]] = None) -> NetworkBench:
+    """Time the layers; with compare, profile onnxruntime on this machine and match its nodes."""
     say = progress or (lambda msg: None)
     feeds = make_feeds(net, seed)
     timings = time_layers(net, kernels, feeds, repeats=repeats, warmup=warmup, progress=progress)
-    say(f"bench: onnxruntime, {warmup} + {repeats} runs with its profiler ({threads} threads)")
-    profiled, label = profile_onnxruntime(net, feeds, threads=threads, repeats=repeats, warmup=warmup)
+    profiled, label = [], None
+    if compare:
+        say(f"bench: onnxruntime, {warmup} + {repeats} runs with its profiler ({threads} threads)")
+        profiled, label = profile_onnxruntime(net, feeds, threads=threads, repeats=repeats, warmup=warmup)
     per_layer, unmatched = match_profiled(net, profiled)
     layers = []
     for layer in net.layers:
@@ -233,6 +250,10 @@ def bench_network(net: MappedNetwork, kernels: Mapping, *, threads: int, repeats
                                  onnxruntime_s=sum(n.median_s for n in nodes) if nodes else None,
                                  onnxruntime_nodes=tuple(n.name for n in nodes)))
     where = ", ".join(sorted({t.where for t in timings.values()}))
-    return NetworkBench(layers=tuple(layers), unmatched=tuple(unmatched), fused_away=fused_away(net, profiled),
-                        threads=threads, repeats=repeats,
-                        warmup=warmup, where=where, onnxruntime=label)
+    known = [t for t in timings.values() if t.throttled is not None]
+    return NetworkBench(layers=tuple(layers), unmatched=tuple(unmatched),
+                        fused_away=fused_away(net, profiled) if compare else (), threads=threads, repeats=repeats,
+                        warmup=warmup, where=where, onnxruntime=label,
+                        emulated=any(t.emulated for t in timings.values()),
+                        throttled=tuple(kernels[s].name for s, t in timings.items() if t.throttled),
+                        throttling_known=bool(known))

@@ -52,9 +52,10 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
 
 def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False) -> None:
     """Refuse combinations that cannot work before anything is read or built (exit 2)."""
-    if bench and (target != "cpu" or hw.target_arch != "x86_64"):
-        raise OperatorError(f"--bench times host kernels against onnxruntime on this machine: use --hw host "
-                            f"(not {hw.name}{' --target gpu' if target == 'gpu' else ''})")
+    if bench and (target != "cpu" or (hw.target_arch != "x86_64" and device is None)):
+        raise OperatorError(f"--bench times host kernels against onnxruntime (--hw host), or ARM kernels on a device "
+                            f"(--device SERIAL, or qemu: emulated); not {hw.name}"
+                            f"{' --target gpu' if target == 'gpu' else ' without --device'}")
     if target not in backend.TARGETS:
         raise OperatorError(f"--target {target}: expected one of {', '.join(backend.TARGETS)}")
     if emit not in EMITS:
@@ -124,7 +125,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
             from .bench import bench_network
             first = next(iter(syntheses.values()))
             timing = bench_network(net, kernels, threads=threads or first.result.cluster.count, repeats=repeat,
-                                   seed=seed, progress=progress)
+                                   seed=seed, compare=hw.target_arch == "x86_64", progress=progress)
         report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
                               verification=verification, explain=explain, target=target, bench=timing)
         if emit == "lib":

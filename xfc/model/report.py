@@ -90,7 +90,7 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
         "synthesis_seconds": synthesis_s,
         "synthesis_ms_per_distinct_layer": (synthesis_s * 1e3 / len(syntheses)) if syntheses else 0.0,
         "build_seconds": sum(k.build_seconds for k in kernels.values()) if kernels else None,
-        "measured": "timed: see bench" if bench else "not timed (add --bench on --hw host)",
+        "measured": "timed: see bench" if bench else "not timed (add --bench: --hw host, or an ARM description with --device)",
         "bench": bench.to_dict() if bench else None,
         "verification": None,
     }
@@ -145,10 +145,12 @@ def format_report(report: dict, explain: bool = False) -> str:
             row.append("-" if ratio is None else f"{ratio:.2f}")
         if bench:
             ort = layer["onnxruntime_seconds"]
-            row += [f"{layer['measured_seconds'] * 1e3:.4g}", "-" if ort is None else f"{ort * 1e3:.4g}"]
+            row.append(f"{layer['measured_seconds'] * 1e3:.4g}")
+            if bench["onnxruntime"]:
+                row.append("-" if ort is None else f"{ort * 1e3:.4g}")
         rows.append(row)
     header = (["node", "op", "kernel", "shape", "tiles", "MFLOP", "pred ms", "source"] + (["err/bound"] if verified else [])
-              + (["xfc ms", "ort ms"] if bench else []))
+              + ((["xfc ms", "ort ms"] if bench["onnxruntime"] else ["xfc ms"]) if bench else []))
     out += _table(rows, header, right=set(range(5, len(header))) - {7}) if rows else ["(no layer xfc can synthesize)"]
     f = report["flops"]
     n = report["nodes"]
@@ -168,7 +170,15 @@ def format_report(report: dict, explain: bool = False) -> str:
     if report["build_seconds"] is not None:
         line += f"; build: {report['build_seconds']:.1f} s"
     out.append(line)
-    if bench:
+    if bench and not bench["onnxruntime"]:
+        throttled = bench["throttled_kernels"]
+        out.append(f"measured (median of {bench['repeats']}) on {bench['xfc_measured_on']}: covered part "
+                   f"{bench['xfc_covered_seconds'] * 1e3:.4g} ms over {bench['layers']} layers"
+                   + (" (EMULATED: not phone timing)" if bench["emulated"] else "")
+                   + ("; throttling: unknown" if throttled is None else
+                      f"; throttled during: {', '.join(throttled)}" if throttled else "; throttling: none seen"))
+        out.append(f"  note: {bench['note']}")
+    elif bench:
         out.append(f"measured (median of {bench['repeats']}, {bench['threads']} thread{'s' if bench['threads'] != 1 else ''}; "
                    f"xfc on {bench['xfc_measured_on']}; {bench['onnxruntime']}):")
         out.append(f"  covered part: xfc {bench['xfc_covered_seconds'] * 1e3:.4g} ms over {bench['layers']} layers; on the "
