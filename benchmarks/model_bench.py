@@ -2,9 +2,19 @@
 """`make model-bench`: xfc model on real architectures (not run in CI).
 
 Exports torchvision's MobileNetV2 and ResNet-18 with random weights (weights=None, seeded: nothing
-is downloaded) to ONNX at run time, runs `xfc model NET.onnx --hw host --verify --json` on each
-and writes the report to benchmarks/results/model_<arch>_host.json (replaced only when xfc wrote
-the file before, see xfc/outputs.py). Needs torch and torchvision, which are not xfc dependencies:
+is downloaded) to ONNX at run time and runs `xfc model NET.onnx ... --verify --json` on each for
+each target:
+
+    host      --hw host --verify --bench --threads 1: xfc's per-layer times against onnxruntime's
+              per-node profiler times (1 intra-op thread), summed over the covered part
+    sd865     --hw snapdragon-865 --verify: the layers as aarch64 kernels under qemu-aarch64
+    adreno    --hw snapdragon-865 --target gpu --verify: Adreno 650 kernels on PoCL
+    mali      --hw dimensity-1200 --target gpu --verify: Mali-G77 kernels on PoCL
+
+and writes each report to benchmarks/results/model_<arch>_<target>.json (replaced only when xfc
+wrote the file before, see xfc/outputs.py). Timings are only meaningful on a quiet machine; qemu
+and PoCL runs are correctness runs (emulated / host CPU), never phone timings. Needs torch and
+torchvision, which are not xfc dependencies:
 
     x86_64:  .venv/bin/python -m pip install torch==2.14.1 torchvision==0.29.1
     aarch64: .venv/bin/python -m pip install torch==2.9.1 torchvision==0.24.1
@@ -24,7 +34,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHS = {"mobilenet_v2": "mobilenet_v2", "resnet18": "resnet18"}
-RUN_TIMEOUT_S = 3600
+TARGETS = {   # name -> xfc model arguments after NET.onnx
+    "host": ["--hw", "host", "--verify", "--bench"],
+    "sd865": ["--hw", "snapdragon-865", "--verify"],
+    "adreno": ["--hw", "snapdragon-865", "--target", "gpu", "--verify"],
+    "mali": ["--hw", "dimensity-1200", "--target", "gpu", "--verify"],
+}
+RUN_TIMEOUT_S = 4 * 3600
 
 
 def install_hint() -> str:
@@ -46,12 +62,50 @@ def export(arch: str, path: Path, size: int) -> None:
         torch.onnx.export(model, (example,), str(path), **kwargs)
 
 
+def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
+    """One `xfc model` run; its report goes to benchmarks/results/model_<arch>_<target>.json."""
+    from xfc.outputs import write_json_result
+    extra = ["--threads", str(args.threads), "--repeat", str(args.repeat)] if target == "host" else []
+    argv = [sys.executable, "-m", "xfc", "model", str(path), *TARGETS[target], *extra, "--json",
+            "-o", str(tmp / f"{arch}-{target}-out")]
+    print(f"[model-bench] {' '.join(argv[2:])}", file=sys.stderr)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
+    sys.stderr.write(proc.stderr)
+    if not proc.stdout.strip():
+        return proc.returncode or 1
+    report = json.loads(proc.stdout)
+    report["model"] = f"torchvision.models.{arch}(weights=None), seed 0, exported at run time (opset 17)"
+    report.pop("output_dir", None)
+    out = args.results / f"model_{arch}_{target}.json"
+    write_json_result(out, report, kind="model-bench")
+    v = report["verification"] or {}
+    line = (f"{arch} [{target}]: covered {report['flops']['covered_share'] * 100:.1f}% of "
+            f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
+            f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
+            f"{'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
+    bench = report.get("bench")
+    if bench:
+        line += (f"; {bench['layers_matched']}/{bench['layers']} layers matched to onnxruntime nodes: xfc "
+                 f"{bench['xfc_matched_seconds'] * 1e3:.3f} ms vs onnxruntime {bench['onnxruntime_matched_seconds'] * 1e3:.3f} ms "
+                 f"({bench['threads']} thread{'s' if bench['threads'] != 1 else ''})")
+    print(f"{line} -> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    return proc.returncode
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(ARCHS), help="comma-separated: " + ", ".join(ARCHS))
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
+    parser.add_argument("--threads", type=int, default=1, help="threads on the host target (default 1)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per layer on the host (default 20)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    for target in targets:
+        if target not in TARGETS:
+            print(f"model-bench: unknown target '{target}' (known: {', '.join(TARGETS)})", file=sys.stderr)
+            return 2
     try:
         import torch  # noqa: F401
         import torchvision  # noqa: F401
@@ -59,7 +113,6 @@ def main(argv=None) -> int:
         print(f"model-bench: {exc.name or 'torch'} is not installed; it is needed only to export the models: "
               f"{Path(sys.executable).parent / 'python'} -m {install_hint()}", file=sys.stderr)
         return 3
-    from xfc.outputs import write_json_result
     status = 0
     with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:
         for arch in [a.strip() for a in args.only.split(",") if a.strip()]:
@@ -69,26 +122,9 @@ def main(argv=None) -> int:
             path = Path(tmp) / f"{arch}.onnx"
             print(f"[model-bench] exporting torchvision {arch} (random weights) to ONNX", file=sys.stderr)
             export(ARCHS[arch], path, args.size)
-            argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", "host", "--verify", "--json",
-                    "-o", str(Path(tmp) / f"{arch}-out")]
-            print(f"[model-bench] {' '.join(argv[2:])}", file=sys.stderr)
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
-            sys.stderr.write(proc.stderr)
-            if not proc.stdout.strip():
-                status = status or proc.returncode or 1
-                continue
-            report = json.loads(proc.stdout)
-            report["model"] = f"torchvision.models.{arch}(weights=None), seed 0, exported at run time (opset 17)"
-            report.pop("output_dir", None)
-            out = args.results / f"model_{arch}_host.json"
-            write_json_result(out, report, kind="model-bench")
-            v = report["verification"] or {}
-            print(f"{arch}: covered {report['flops']['covered_share'] * 100:.1f}% of "
-                  f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
-                  f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
-                  f"{'yes' if v.get('verified') else 'NO'} -> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
-            if proc.returncode:
-                status = status or proc.returncode
+            for target in targets:
+                code = run_target(arch, target, path, Path(tmp), args)
+                status = status or code
     return status
 
 

@@ -2,18 +2,33 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from ..errors import OperatorError
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
-NOT_YET = ("is not yet supported by 'xfc model' (it comes with xfc's library pipeline); "
-           "this version synthesizes CPU kernels and verifies on the host")
+TOOLCHAIN_ENV = ("ANDROID_NDK_HOME", "XFC_ANDROID_API")   # --emit lib: the NDK's clang for arm64-v8a
 
 
-def default_out_dir(hw, model_path: str) -> Path:
-    return DEFAULT_OUT_ROOT / f"{hw.name}-cpu" / f"model-{Path(model_path).stem}"
+def default_out_dir(hw, model_path: str, target: str = "cpu") -> Path:
+    return DEFAULT_OUT_ROOT / f"{hw.name}-{target}" / f"model-{Path(model_path).stem}"
+
+
+def _device_runner(args, hw, say):
+    """For --device SERIAL: the ADB runner, after checking the device can run hw's kernels
+    (as `xfc bench` does); None for no device or qemu."""
+    if args.device is None or args.device == "qemu" or args.target == "gpu" or hw.target_arch == "x86_64":
+        return None
+    from ..hardware.identity import check_description, match_identity
+    from ..runners import get_runner
+    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
+    identity = runner.read_identity()
+    for note in check_description(identity, hw, hw.cluster(args.cluster), match_identity(identity)):
+        say(f"note: {note}")
+    say(f"running the layers on {runner.where}")
+    return runner
 
 
 def cmd_model(args) -> int:
@@ -21,19 +36,22 @@ def cmd_model(args) -> int:
     from ..model.load import parse_input_shapes
     from ..model.pipeline import raise_if_unverified, run_model
     from ..model.report import format_report
-    for flag, given in (("--target gpu", args.target == "gpu"), ("--device", args.device is not None),
-                        ("--bench", args.bench), ("--emit lib", args.emit == "lib")):
-        if given:
-            raise OperatorError(f"{flag} {NOT_YET}")
+    from ..model.pipeline import check_request
+    if args.repeat < 1:
+        raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     if args.dtype != "fp32":
-        raise OperatorError("--dtype fp16 is supported for GPU kernels only; CPU kernels are fp32")
+        raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
     input_shapes = parse_input_shapes(args.input_shape)
     hw = load(args.hw)
-    out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model)
+    check_request(hw, args.target, args.device, args.emit, args.bench)
+    out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model, args.target)
     progress = None if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    runner = _device_runner(args, hw, progress or (lambda msg: None))
     report = run_model(args.model, hw, out_dir, input_shapes=input_shapes, cluster=args.cluster,
-                       threads=args.threads, verify=args.verify, explain=args.explain, force=args.force,
-                       seed=args.seed, progress=progress)
+                       threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
+                       force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
+                       emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
+                       bench=args.bench, repeat=args.repeat, progress=progress)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -48,8 +66,9 @@ def register(sub) -> None:
         description="Read an ONNX model, map its Conv / Gemm / MatMul nodes (with folded BatchNormalization and "
                     "fused Relu / Clip(0,6)) to xfc operators, synthesize each distinct layer once, build the "
                     "kernels, and report per layer the tiles, FLOPs and predicted time, the covered share of the "
-                    "model's FLOPs and the nodes not covered. --verify runs the whole network on the host (xfc "
-                    "kernels + onnx.reference) and compares it with onnxruntime.",
+                    "model's FLOPs and the nodes not covered. --verify runs the whole network (xfc kernels: on the "
+                    "host, under qemu-aarch64 or on an ADB device for ARM descriptions, on PoCL for --target gpu; "
+                    "other nodes: onnx.reference) and compares it with onnxruntime.",
         epilog="Outputs: like 'xfc synth' (a new, empty or xfc-owned directory, replaced atomically; --force writes "
                "beside foreign files, never replacing them). Exit status: 0 ok, 2 bad model or request, 3 missing "
                "toolchain or onnxruntime, 4 the network differs from onnxruntime beyond the stated bound, 130/143 "
@@ -57,7 +76,8 @@ def register(sub) -> None:
     p.add_argument("model", metavar="NET.onnx", help="the ONNX model file")
     p.add_argument("--hw", required=True, metavar="HW",
                    help="hardware: a shipped name (snapdragon-865), a file (snapdragon.yaml, ./my.yaml), or 'host'")
-    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="cpu (gpu: not yet supported)")
+    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="cpu, or gpu (the description's Adreno / Mali GPU; OpenCL run on PoCL on this machine, "
+                        "never a phone GPU timing)")
     p.add_argument("--cluster", choices=("prime", "big", "mid", "little"), default=None,
                    help="CPU cluster to target (default: big)")
     p.add_argument("--threads", type=int, default=None, help="threads (default: every core of the cluster)")
@@ -66,16 +86,26 @@ def register(sub) -> None:
                    help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable; NAME= may be left out "
                         "when the model has one dynamic input)")
     p.add_argument("-o", "--output", metavar="DIR",
-                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-cpu/model-<name>)")
+                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/model-<name>)")
     p.add_argument("--force", action="store_true",
                    help="write into a directory holding files xfc did not write (beside them, never replacing them)")
     p.add_argument("--verify", action="store_true",
-                   help="run the network on the host with xfc's kernels and compare with onnxruntime")
+                   help="run the network with xfc's kernels (host, qemu-aarch64 for ARM descriptions, a device with "
+                        "--device, PoCL for --target gpu) and compare with onnxruntime")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
-    p.add_argument("--bench", action="store_true", help="time the layers (not yet supported)")
-    p.add_argument("--device", metavar="SERIAL|qemu", default=None, help="run on a device (not yet supported)")
+    p.add_argument("--bench", action="store_true",
+                   help="--hw host: time every covered layer (weights pre-packed) and compare with onnxruntime's "
+                        "per-node profiler times (same thread count; fused nodes matched to layers)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per layer for --bench (default 20)")
+    p.add_argument("--device", metavar="SERIAL|qemu", default=None,
+                   help="ARM descriptions: run the layers under qemu-aarch64 ('qemu', the default for --verify) or on "
+                        "an ADB device (a serial, see 'xfc devices'; implies --verify). The virtual device's and "
+                        "qemu's figures are emulated")
+    p.add_argument("--adb-host", default=None, help="adb server host (default: 127.0.0.1)")
+    p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
     p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
-                   help="kernels (one per distinct layer; default) or lib (not yet supported)")
+                   help="kernels (one per distinct layer, with its harness; default) or lib (a static library for "
+                        "the description's ABI with a C header, CMakeLists.txt and manifest.json, in DIR/lib)")
     p.add_argument("--explain", action="store_true",
                    help="print each distinct layer's tile program and the constraint behind each level")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

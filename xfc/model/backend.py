@@ -1,18 +1,27 @@
-"""The seam between `xfc model` and xfc's kernel pipeline: synthesize one layer, build one layer.
+"""The seam between `xfc model` and xfc's kernel pipeline: synthesize one layer, build one layer,
+and run it where it was asked to run.
 
-`xfc model` calls xfc's pipeline only through the two functions here. Today they use
-xfc.cpu.synth.synthesize_cpu, xfc.cpu.codegen.render_cpu_kernel and xfc.build.cpu (host gcc +
-ctypes, or the aarch64 cross compiler); when xfc gains one library pipeline for CPU and GPU,
-this module is the one to point at it (ARM/qemu and GPU runs, tile database, --emit lib).
+`xfc model` calls xfc's pipeline only through this module (the lead adapts these calls when the
+runners and the build move):
 
-A LayerKernel runs like xfc.build.HostKernel: `prepack(weight)` once, then
-`run_packed(x, packed, bias)`; `__call__(x, weight, bias)` packs on every call (for a MatMul
-whose B is not a constant).
+  CPU synthesis       xfc.cpu.synth.synthesize_cpu (the tile database's evaluator when given)
+  CPU render/build    xfc.cpu.codegen.render_cpu_kernel, xfc.build.cpu.build_host / build_arm
+  CPU runs            host: ctypes (HostKernel, in-process); ARM: the static aarch64 harness through
+                      xfc.runners (get_runner('qemu') or an ADB serial; RunSpec, times-file protocol)
+  GPU                 xfc.gpu.synth.synthesize_gpu, xfc.gpu.codegen.render_kernel, the shape-free
+                      OpenCL harness (xfc.build.opencl) run on PoCL (xfc.runners.pocl): host CPU,
+                      never a phone GPU timing
+
+Every built layer is a LayerKernel that runs like xfc.build.HostKernel: `prepack(weight)` once,
+then `run_packed(x, packed, bias)`; `__call__(x, weight, bias)` packs on every call (a MatMul
+whose B is not a constant). Kernels that run out of process (qemu, a device, PoCL) take the plain
+weights as their "packed" form: the harness packs them on each call.
 """
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +30,8 @@ from typing import Optional
 import numpy as np
 
 PREDICTION_SOURCES = {"static": "static"}   # micro_tile_source -> report label; tile_db:* -> calibrated
+TARGETS = ("cpu", "gpu")
+RUN_TIMEOUT_S = 600.0
 
 
 def prediction_source(micro_tile_source: str) -> str:
@@ -31,43 +42,172 @@ def prediction_source(micro_tile_source: str) -> str:
 
 @dataclass(frozen=True)
 class LayerSynthesis:
+    """One distinct layer's synthesis, CPU (xfc.cpu.explain.CpuSynthesis) or GPU (GpuSynthesis)."""
+
     spec: object                     # OperatorSpec
-    result: object                   # xfc.cpu.explain.CpuSynthesis
+    result: object                   # CpuSynthesis or GpuSynthesis
     seconds: float                   # synthesis time (this call only)
+    target: str = "cpu"
 
     @property
     def predicted_s(self) -> float:
+        if self.target == "gpu":
+            return self.result.plan.cost.seconds
         return self.result.estimate.predicted_s
 
     @property
     def source(self) -> str:
+        if self.target == "gpu":
+            return "static"
         return prediction_source(self.result.micro_tile_source)
 
     @property
     def tiles(self) -> str:
+        if self.target == "gpu":
+            return self.result.plan.tile_summary()
         line = next((ln for ln in self.result.plan.header_lines if ln.startswith("tiles:")), "tiles: ?")
         return line[len("tiles:"):].strip()
 
+    def details(self) -> dict:
+        """The report's per-kernel synthesis fields."""
+        if self.target == "gpu":
+            plan = self.result.plan
+            return {"lowering": f"opencl ({plan.family}, {plan.variant})", "isa": "opencl",
+                    "gpu": plan.gpu_name, "levels": [{"level": k, "tile": str(v)} for k, v in plan.tiles().items()],
+                    "predicted_gflops": plan.cost.gflops, "predicted_bound": plan.cost.bound,
+                    "candidates_evaluated": self.result.candidates_evaluated}
+        r = self.result
+        return {"lowering": r.plan.lowering, "isa": r.plan.isa,
+                "levels": [{"level": lv.level, "tile": lv.tile, "usage": lv.usage, "decided_by": lv.decided_by}
+                           for lv in r.levels],
+                "predicted_gflops": r.estimate.predicted_gflops, "predicted_bound": r.estimate.bound}
 
-def synthesize_layer(spec, hw, *, cluster: Optional[str] = None, threads: Optional[int] = None,
-                     evaluator=None) -> LayerSynthesis:
+    def explain(self) -> str:
+        return self.result.explain()
+
+
+def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None,
+                     threads: Optional[int] = None, evaluator=None) -> LayerSynthesis:
     """Synthesize one layer's kernel (pure; timed here). `evaluator`: a measured tile database's
-    MicroTileEvaluator when one exists, else the static model."""
-    from ..cpu.synth import synthesize_cpu
+    MicroTileEvaluator when one exists, else the static model (CPU only)."""
     start = time.perf_counter()
-    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
-    return LayerSynthesis(spec=spec, result=result, seconds=time.perf_counter() - start)
+    if target == "gpu":
+        from ..gpu.synth import synthesize_gpu
+        result = synthesize_gpu(spec, hw, dtype="fp32")
+    else:
+        from ..cpu.synth import synthesize_cpu
+        result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
+    return LayerSynthesis(spec=spec, result=result, seconds=time.perf_counter() - start, target=target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a layer runs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Placement:
+    """Where built layers run. device: None (host in-process, or qemu-aarch64 for an ARM
+    description), 'qemu', or an ADB serial; runner: an xfc.runners Runner already made for it."""
+
+    device: Optional[str] = None
+    runner: object = None
+    adb_host: Optional[str] = None
+    adb_port: Optional[int] = None
+
+    def runner_for(self, qemu_cpu: str):
+        from ..runners import get_runner
+        if self.runner is not None:
+            return self.runner
+        if self.device in (None, "qemu"):
+            return get_runner("qemu", qemu_cpu=qemu_cpu or "max")
+        return get_runner(self.device, adb_host=self.adb_host, adb_port=self.adb_port)
+
+
+def _fp32(a, shape) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(a, np.float32).reshape(shape))
+
+
+class RunnerKernel:
+    """A static aarch64 harness run through an xfc Runner (qemu-aarch64 or ADB) per call."""
+
+    def __init__(self, binary: Path, spec, runner, *, cpu_ids=None, march: str = "", label: str = ""):
+        self.binary, self.spec, self.runner = Path(binary), spec, runner
+        self.cpu_ids = tuple(cpu_ids) if cpu_ids else None
+        self.march, self.label = march, label
+        self.last = None                 # the last RunResult (where, timings, emulated)
+
+    @property
+    def where(self) -> str:
+        return self.runner.where
+
+    def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
+        from ..runners import RunSpec
+        shapes = self.spec.input_shapes
+        zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
+        self.last = self.runner.execute(RunSpec(
+            harness=self.binary, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),
+            repeat=repeat, warmup=warmup, timeout_s=RUN_TIMEOUT_S, output_shape=tuple(self.spec.output_shape),
+            cpu_ids=self.cpu_ids, label=self.label, protocol="times-file", march=self.march))
+        return self.last.output
+
+    def prepack(self, weight):
+        return np.array(weight, np.float32, copy=True)
+
+    def run_packed(self, x, packed, bias):
+        return self.run(x, packed, bias)
+
+    def __call__(self, x, weight, bias):
+        return self.run(x, weight, bias)
+
+
+class PoclKernel:
+    """An OpenCL kernel file run by the shape-free harness on PoCL (the host CPU) per call."""
+
+    where = "PoCL on the host CPU (not a phone GPU timing)"
+
+    def __init__(self, harness: Path, kernel_file: Path, spec):
+        self.harness, self.kernel_file, self.spec = Path(harness), Path(kernel_file), spec
+        self.last = None                 # the harness's last JSON report (median_s, ...)
+
+    def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
+        from ..build.toolchain import write_atomic
+        from ..runners import pocl
+        shapes = self.spec.input_shapes
+        zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
+        with tempfile.TemporaryDirectory(prefix="xfc-model-ocl-") as tmp:
+            paths = tuple(Path(tmp) / f"{n}.f32" for n in ("a", "b", "bias"))
+            for path, arr, shape in zip(paths, (x, weight, zeros), shapes):
+                write_atomic(path, _fp32(arr, shape).tobytes())
+            out = Path(tmp) / "out.f32"
+            self.last = pocl.run_kernel(self.harness, self.kernel_file, paths, out, repeat=repeat, warmup=warmup)
+            got = np.fromfile(out, dtype=np.float32)
+        want = int(np.prod(self.spec.output_shape))
+        if got.size != want:
+            from ..errors import ToolchainError
+            raise ToolchainError(f"{self.kernel_file.name} on PoCL wrote {got.size} floats, expected {want}")
+        return got.reshape(self.spec.output_shape)
+
+    def prepack(self, weight):
+        return np.array(weight, np.float32, copy=True)
+
+    def run_packed(self, x, packed, bias):
+        return self.run(x, packed, bias)
+
+    def __call__(self, x, weight, bias):
+        return self.run(x, weight, bias)
 
 
 @dataclass(frozen=True, eq=False)
 class LayerKernel:
-    """One distinct layer's kernel, built. `host` is None when it cannot run here (ARM build)."""
+    """One distinct layer's kernel, built, and what runs it (`host`): a HostKernel (in-process,
+    x86-64), a RunnerKernel (aarch64 harness under qemu or on a device) or a PoclKernel."""
 
     name: str                        # e.g. 'k03_conv2d'; the C symbol is xfc_<name>
     synthesis: LayerSynthesis
     files: tuple[Path, ...]          # what it leaves for the output directory (sources, build script, binary)
     build_seconds: float
-    host: object = None              # xfc.build.HostKernel
+    host: object = None
+    where: str = "host (native)"
 
     @property
     def spec(self):
@@ -76,8 +216,7 @@ class LayerKernel:
     def _need_host(self):
         if self.host is None:
             from ..errors import OperatorError
-            raise OperatorError(f"kernel {self.name} was built for {self.synthesis.result.hardware}, "
-                                f"not for this machine")
+            raise OperatorError(f"kernel {self.name} was built without anything to run it here")
         return self.host
 
     def prepack(self, weight: np.ndarray) -> np.ndarray:
@@ -91,32 +230,91 @@ class LayerKernel:
 
 
 def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional[str] = None,
-                       threads: Optional[int] = None, synthesis: Optional[LayerSynthesis] = None) -> LayerKernel:
+                       threads: Optional[int] = None, synthesis: Optional[LayerSynthesis] = None,
+                       target: str = "cpu", placement: Optional[Placement] = None,
+                       runnable: bool = True) -> LayerKernel:
     """Synthesize (unless given), render and build one layer's kernel in work_dir/<name>/.
 
-    Host descriptions (x86_64) build a shared library loaded with ctypes; AArch64 descriptions
-    cross-build the static harness (runs under qemu come with the library pipeline). The kernel's
-    C symbol is xfc_<name>, so the files of every layer can sit side by side in one flat output
-    directory (the build script is renamed build_<name>.sh).
+    CPU, x86-64: a shared library loaded with ctypes. CPU, AArch64: the static harness, run
+    through placement's runner (qemu-aarch64 unless a device is named). GPU: the OpenCL kernel
+    file, run by the harness on PoCL. The kernel's symbol is xfc_<name>, so the files of every
+    layer can sit side by side in one flat output directory (build scripts become build_<name>.sh).
+    runnable=False builds the files only (no harness, no runner).
     """
+    synthesis = synthesis or synthesize_layer(spec, hw, target=target, cluster=cluster, threads=threads)
+    layer_dir = Path(work_dir) / name
+    if synthesis.target == "gpu":
+        return _build_gpu(synthesis, name, layer_dir, runnable)
     from ..build.cpu import build_arm, build_host
     from ..cpu.codegen import render_cpu_kernel
-    synthesis = synthesis or synthesize_layer(spec, hw, cluster=cluster, threads=threads)
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")
     rendered = render_cpu_kernel(plan)
-    layer_dir = Path(work_dir) / name
     start = time.perf_counter()
-    host = None
+    host, where = None, "host (native)"
     if hw.target_arch == "x86_64":
         host = build_host(rendered, layer_dir)
         produced = [host.library]
         script = "build.sh"
     else:
-        produced = [build_arm(rendered, layer_dir)]
+        binary = build_arm(rendered, layer_dir)
+        produced = [binary]
         script = "build_arm.sh"
+        if runnable:
+            placement = placement or Placement()
+            runner = placement.runner_for(plan.qemu_cpu)
+            host = RunnerKernel(binary, spec, runner, cpu_ids=synthesis.result.cluster.cpu_ids
+                                if placement.device not in (None, "qemu") else None,
+                                march=plan.gcc_march or "", label=f"xfc_{name}")
+            where = runner.where
     seconds = time.perf_counter() - start
     files = [layer_dir / f"{plan.function_name}.c", layer_dir / f"{plan.function_name}_harness.c", *produced]
     renamed = layer_dir / f"{script[:-3]}_{name}.sh"
     shutil.copy2(layer_dir / script, renamed)
     files.append(renamed)
-    return LayerKernel(name=name, synthesis=synthesis, files=tuple(files), build_seconds=seconds, host=host)
+    return LayerKernel(name=name, synthesis=synthesis, files=tuple(files), build_seconds=seconds, host=host,
+                       where=where)
+
+
+def _build_gpu(synthesis: LayerSynthesis, name: str, layer_dir: Path, runnable: bool) -> LayerKernel:
+    from ..build import opencl
+    from ..build.toolchain import write_atomic
+    from ..gpu import codegen
+    plan = synthesis.result.plan
+    layer_dir.mkdir(parents=True, exist_ok=True)
+    kernel_file = layer_dir / f"xfc_{name}.cl"
+    start = time.perf_counter()
+    write_atomic(kernel_file, codegen.render_kernel(plan))
+    host = None
+    if runnable:
+        host = PoclKernel(opencl.build_harness(), kernel_file, synthesis.spec)
+    return LayerKernel(name=name, synthesis=synthesis, files=(kernel_file,),
+                       build_seconds=time.perf_counter() - start, host=host, where=PoclKernel.where)
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    median_s: float
+    min_s: float
+    samples_s: tuple[float, ...]
+    where: str                       # names emulation (qemu, the virtual device) and PoCL as such
+    prepacked: bool
+    emulated: bool = False
+    throttled: Optional[bool] = None # from the device's frequencies and temperatures (ADB); None: unknown
+
+
+def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: int, prepacked: bool) -> LayerTiming:
+    """Time one built layer kernel (median of `repeats` after `warmup`). Host: in C through ctypes,
+    weights pre-packed once when `prepacked`; elsewhere through the runner / harness, which
+    packs per call."""
+    runner = kernel._need_host()
+    if hasattr(runner, "time"):                                     # HostKernel
+        m = runner.time(x, weight, bias, repeats=repeats, warmup=warmup, prepacked=prepacked)
+        return LayerTiming(median_s=m.median_s, min_s=m.min_s, samples_s=m.samples_s,
+                           where=f"{kernel.where}{', weights pre-packed' if prepacked else ''}", prepacked=prepacked)
+    runner.run(x, weight, bias, repeat=repeats, warmup=warmup)
+    last = runner.last
+    if isinstance(last, dict):                                      # PoCL harness report
+        return LayerTiming(median_s=last["median_s"], min_s=last["min_s"], samples_s=tuple(last["samples_s"]),
+                           where=kernel.where, prepacked=False)
+    return LayerTiming(median_s=last.median_s, min_s=last.min_s, samples_s=last.samples_s, where=last.where,
+                       prepacked=False, emulated=bool(last.emulated), throttled=last.throttled)

@@ -1,9 +1,12 @@
-"""load -> map -> synthesize each distinct layer -> build -> (verify) -> report, into one output directory.
+"""load -> map -> synthesize each distinct layer -> build -> (verify) -> [library] -> report, into one
+output directory.
 
 The output directory (xfc.outputs.OutputDir: new, empty or xfc's own; staged, committed whole)
 is flat: per distinct layer kernel `xfc_<kernel>.c`, its harness, `build_<kernel>.sh` and the
-built library (host) or static binary (ARM), then `report.json`. Kernels are built in a private
-scratch directory and copied in, so nothing half-built reaches the destination.
+built library (host) or static binary (ARM) -- for --target gpu `xfc_<kernel>.cl` and the OpenCL
+harness.c --, with --emit lib the static library and its header, CMakeLists.txt, manifest and
+weight blobs (library.py), then `report.json`. Kernels are built in a private scratch directory
+and copied in, so nothing half-built reaches the destination.
 """
 from __future__ import annotations
 
@@ -22,12 +25,15 @@ from .mapping import map_network
 from .report import build_report
 
 
+EMITS = ("kernels", "lib")
+
+
 def kernel_names(specs) -> dict:
     """k01_conv2d, k02_depthwise, ... in order of first use."""
     return {spec: f"k{i:02d}_{spec.name}" for i, spec in enumerate(specs, start=1)}
 
 
-def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress=None):
+def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress=None, target: str = "cpu"):
     """Load, map and synthesize (pure apart from reading the file): (net, coverage, syntheses, names)."""
     say = progress or (lambda msg: None)
     loaded = load_model(path, input_shapes)
@@ -37,47 +43,106 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
     names = kernel_names(specs)
     syntheses = {}
     for spec in specs:
-        syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads)
+        syntheses[spec] = backend.synthesize_layer(spec, hw, target=target, cluster=cluster, threads=threads)
     if specs:
         say(f"mapped {cov.nodes} nodes: {cov.layers} xfc layers, {len(specs)} distinct; synthesized in "
             f"{sum(s.seconds for s in syntheses.values()) * 1e3:.1f} ms")
     return net, cov, syntheses, names
 
 
+def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False) -> None:
+    """Refuse combinations that cannot work before anything is read or built (exit 2)."""
+    if bench and (target != "cpu" or (hw.target_arch != "x86_64" and device is None)):
+        raise OperatorError(f"--bench times host kernels against onnxruntime (--hw host), or ARM kernels on a device "
+                            f"(--device SERIAL, or qemu: emulated); not {hw.name}"
+                            f"{' --target gpu' if target == 'gpu' else ' without --device'}")
+    if target not in backend.TARGETS:
+        raise OperatorError(f"--target {target}: expected one of {', '.join(backend.TARGETS)}")
+    if emit not in EMITS:
+        raise OperatorError(f"--emit {emit}: expected one of {', '.join(EMITS)}")
+    if target == "gpu":
+        if emit == "lib":
+            raise OperatorError("--emit lib builds the CPU kernels into a static library; drop --target gpu")
+        if getattr(hw, "gpu", None) is None:
+            raise OperatorError(f"--target gpu: hardware '{hw.name}' has no GPU section (use a SoC description "
+                                f"with an Adreno or Mali GPU, e.g. snapdragon-865)")
+        if device is not None:
+            raise OperatorError("--device runs CPU kernels on an ARM target; GPU kernels run on PoCL on this "
+                                "machine (drop --device)")
+        return
+    if device is not None and hw.target_arch == "x86_64":
+        raise OperatorError(f"--device {device}: {hw.name} is an x86-64 description; --device runs ARM kernels "
+                            f"(qemu or an ADB serial) for an ARM description such as snapdragon-865")
+
+
+def verified_on(hw, target: str, kernels) -> str:
+    """Where the covered layers ran during --verify, in words."""
+    if target == "gpu":
+        return f"{backend.PoclKernel.where}, kernels for {hw.gpu.name}"
+    where = {k.where for k in kernels.values()} or {"host (native)" if hw.target_arch == "x86_64" else "?"}
+    return ", ".join(sorted(where))
+
+
 def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = None, threads: Optional[int] = None,
               verify: bool = False, explain: bool = False, force: bool = False, seed: int = 0,
-              progress: Optional[Callable[[str], None]] = None) -> dict:
+              target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
+              toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20, progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
-    False: see raise_if_unverified)."""
+    False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
+    xfc Runner for that device when the caller made one already (it read the device's identity);
+    toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain)."""
     from .run import verify_network
     say = progress or (lambda msg: None)
-    if verify and hw.target_arch != "x86_64":
-        raise OperatorError(f"--verify for {hw.name}: verifying a whole model with ARM kernels (qemu-aarch64 or a "
-                            f"device) is not yet supported by 'xfc model'; use --hw host")
+    check_request(hw, target, device, emit, bench)
+    placement = backend.Placement(device=device, runner=runner)
+    what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.
-    with OutputDir(Path(out_dir), what=f"xfc model {Path(path).name} for {hw.name} (cpu)", force=force) as staging, \
+    with OutputDir(Path(out_dir), what=what, force=force) as staging, \
             tempfile.TemporaryDirectory(prefix="xfc-model-") as scratch:
         net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
-                                             progress=progress)
+                                             progress=progress, target=target)
         kernels = {}
-        for i, (spec, syn) in enumerate(syntheses.items(), start=1):
-            say(f"building kernel {i}/{len(syntheses)}: {names[spec]} ({spec.describe()})")
+        # --emit lib without --verify: the library replaces the per-layer harness builds.
+        per_layer = syntheses if (emit == "kernels" or verify or bench) else {}
+        for i, (spec, syn) in enumerate(per_layer.items(), start=1):
+            say(f"building kernel {i}/{len(per_layer)}: {names[spec]} ({spec.describe()})")
             kernel = backend.build_layer_kernel(spec, hw, name=names[spec], work_dir=Path(scratch), cluster=cluster,
-                                                threads=threads, synthesis=syn)
+                                                threads=threads, synthesis=syn, target=target, placement=placement,
+                                                runnable=verify or bench)
             for file in kernel.files:
                 shutil.copy2(file, staging.path / file.name)
             kernels[spec] = kernel
+        if target == "gpu" and kernels:
+            _write_gpu_harness(staging.path, [f"xfc_{names[s]}.cl" for s in kernels])
         verification = None
         if verify:
-            say(f"verifying the network on the host ({len(net.layers)} xfc layers, {len(net.uncovered)} nodes "
+            where = verified_on(hw, target, kernels)
+            say(f"verifying the network ({len(net.layers)} xfc layers on {where}, {len(net.uncovered)} nodes "
                 f"through onnx.reference) against onnxruntime")
-            verification = verify_network(net, kernels, seed=seed, progress=progress)
+            verification = verify_network(net, kernels, seed=seed, progress=progress, where=where)
+        timing = None
+        if bench and kernels:
+            from .bench import bench_network
+            first = next(iter(syntheses.values()))
+            timing = bench_network(net, kernels, threads=threads or first.result.cluster.count, repeats=repeat,
+                                   seed=seed, compare=hw.target_arch == "x86_64", progress=progress)
         report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
-                              verification=verification, explain=explain)
+                              verification=verification, explain=explain, target=target, bench=timing)
+        if emit == "lib":
+            from .library import emit_library
+            report["library"] = emit_library(net, syntheses, names, hw, staging.path, Path(path).stem,
+                                             scratch=Path(scratch), progress=progress, env=toolchain_env) if syntheses else None
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
     report["output_dir"] = str(out_dir)
     return report
+
+
+def _write_gpu_harness(directory: Path, kernel_files) -> None:
+    """The shape-free OpenCL harness source beside the GPU kernels (each .cl file carries its launch line)."""
+    from ..build.toolchain import write_atomic
+    from ..gpu import codegen
+    write_atomic(directory / "harness.c", codegen.render_harness())
 
 
 def raise_if_unverified(report: dict) -> None:

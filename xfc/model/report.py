@@ -35,22 +35,26 @@ def short_shape(spec) -> str:
 
 def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, cluster: Optional[str],
                  threads: Optional[int], kernels: Optional[Mapping] = None, verification=None,
-                 explain: bool = False) -> dict:
+                 explain: bool = False, target: str = "cpu", bench=None) -> dict:
     """Everything `xfc model` knows, JSON-ready (tuples become lists)."""
     loaded = net.loaded
     first = next(iter(syntheses.values()), None)
-    chosen = first.result.cluster if first else hw.cluster(cluster)
+    chosen = hw.cluster(cluster) if target == "gpu" or first is None else first.result.cluster
     checks = {c.name: c for c in verification.layers} if verification else {}
+    timed = {b.name: b for b in bench.layers} if bench else {}
     layers = []
     for layer in net.layers:
         syn = syntheses[layer.spec]
         check = checks.get(layer.name)
+        timing = timed.get(layer.name)
         layers.append({
             "node": layer.name, "op": layer.label, "nodes": list(layer.nodes), "notes": list(layer.notes),
             "xfc_operator": layer.spec.name, "kernel": names[layer.spec], "key": layer.spec.key(),
             "shape": short_shape(layer.spec), "spec": layer.spec.describe(), "tiles": syn.tiles,
             "flops": layer.flops, "predicted_seconds": syn.predicted_s, "prediction_source": syn.source,
-            "measured_seconds": None,
+            "measured_seconds": timing.xfc_s if timing else None,
+            "onnxruntime_seconds": timing.onnxruntime_s if timing else None,
+            "onnxruntime_nodes": list(timing.onnxruntime_nodes) if timing else None,
             "max_abs_error": check.max_abs_error if check else None,
             "error_to_bound_ratio": check.error_to_bound_ratio if check else None,
         })
@@ -58,12 +62,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
     for spec, syn in syntheses.items():
         entry = {"kernel": names[spec], "key": spec.key(), "spec": spec.describe(), "shape": short_shape(spec),
                  "instances": sum(1 for layer in net.layers if layer.spec == spec),
-                 "synthesis_seconds": syn.seconds, "tiles": syn.tiles, "lowering": syn.result.plan.lowering,
-                 "isa": syn.result.plan.isa,
-                 "levels": [{"level": lv.level, "tile": lv.tile, "usage": lv.usage, "decided_by": lv.decided_by}
-                            for lv in syn.result.levels],
-                 "predicted_seconds": syn.predicted_s, "predicted_gflops": syn.result.estimate.predicted_gflops,
-                 "predicted_bound": syn.result.estimate.bound, "prediction_source": syn.source}
+                 "synthesis_seconds": syn.seconds, "tiles": syn.tiles, **syn.details(),
+                 "predicted_seconds": syn.predicted_s, "prediction_source": syn.source}
         if kernels and spec in kernels:
             entry["files"] = [p.name for p in kernels[spec].files]
             entry["build_seconds"] = kernels[spec].build_seconds
@@ -73,8 +73,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
     synthesis_s = sum(s.seconds for s in syntheses.values())
     report = {
         "xfc_report": 1, "xfc_version": __version__, "kind": "model", "model": loaded.path, "opset": loaded.opset,
-        "hardware": hw.name, "target": "cpu", "cluster": chosen.role, "core": chosen.core.name,
-        "threads": threads or chosen.count,
+        "hardware": hw.name, "target": target, "cluster": chosen.role, "core": chosen.core.name,
+        "threads": threads or chosen.count, "gpu": hw.gpu.name if target == "gpu" else None,
         "inputs": {name: list(shape) for name, shape, _ in loaded.inputs}, "outputs": list(loaded.outputs),
         "layers": layers, "distinct_layers": distinct,
         "uncovered": [{"node": u.name, "op": u.op_type, "reason": u.reason, "flops": u.flops} for u in net.uncovered],
@@ -90,7 +90,8 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
         "synthesis_seconds": synthesis_s,
         "synthesis_ms_per_distinct_layer": (synthesis_s * 1e3 / len(syntheses)) if syntheses else 0.0,
         "build_seconds": sum(k.build_seconds for k in kernels.values()) if kernels else None,
-        "measured": "not timed (xfc model --bench is not yet supported)",
+        "measured": "timed: see bench" if bench else "not timed (add --bench: --hw host, or an ARM description with --device)",
+        "bench": bench.to_dict() if bench else None,
         "verification": None,
     }
     if verification is not None:
@@ -122,15 +123,19 @@ def _mflop(flops) -> str:
 
 def format_report(report: dict, explain: bool = False) -> str:
     """The per-layer table and the summary lines, for people."""
-    out = [f"xfc model {report['model']} for {report['hardware']} (cpu, {report['cluster']} cluster: "
-           f"{report['core']}, {report['threads']} thread{'s' if report['threads'] != 1 else ''}; "
-           f"opset {report['opset']})"]
+    if report.get("target") == "gpu":
+        where = f"gpu: {report['gpu']}, OpenCL"
+    else:
+        where = (f"cpu, {report['cluster']} cluster: {report['core']}, {report['threads']} "
+                 f"thread{'s' if report['threads'] != 1 else ''}")
+    out = [f"xfc model {report['model']} for {report['hardware']} ({where}; opset {report['opset']})"]
     if explain:
         for d in report["distinct_layers"]:
             out += ["", f"[{d['kernel']}] used by {d['instances']} layer{'s' if d['instances'] != 1 else ''}",
                     d.get("explain", "")]
         out.append("")
     verified = report["verification"] is not None
+    bench = report.get("bench")
     rows = []
     for layer in report["layers"]:
         row = [layer["node"], layer["op"], layer["kernel"], layer["shape"], layer["tiles"], _mflop(layer["flops"]),
@@ -138,9 +143,15 @@ def format_report(report: dict, explain: bool = False) -> str:
         if verified:
             ratio = layer["error_to_bound_ratio"]
             row.append("-" if ratio is None else f"{ratio:.2f}")
+        if bench:
+            ort = layer["onnxruntime_seconds"]
+            row.append(f"{layer['measured_seconds'] * 1e3:.4g}")
+            if bench["onnxruntime"]:
+                row.append("-" if ort is None else f"{ort * 1e3:.4g}")
         rows.append(row)
-    header = ["node", "op", "kernel", "shape", "tiles", "MFLOP", "pred ms", "source"] + (["err/bound"] if verified else [])
-    out += _table(rows, header, right={5, 6, 8}) if rows else ["(no layer xfc can synthesize)"]
+    header = (["node", "op", "kernel", "shape", "tiles", "MFLOP", "pred ms", "source"] + (["err/bound"] if verified else [])
+              + ((["xfc ms", "ort ms"] if bench["onnxruntime"] else ["xfc ms"]) if bench else []))
+    out += _table(rows, header, right=set(range(5, len(header))) - {7}) if rows else ["(no layer xfc can synthesize)"]
     f = report["flops"]
     n = report["nodes"]
     out.append("")
@@ -159,6 +170,28 @@ def format_report(report: dict, explain: bool = False) -> str:
     if report["build_seconds"] is not None:
         line += f"; build: {report['build_seconds']:.1f} s"
     out.append(line)
+    if bench and not bench["onnxruntime"]:
+        throttled = bench["throttled_kernels"]
+        out.append(f"measured (median of {bench['repeats']}) on {bench['xfc_measured_on']}: covered part "
+                   f"{bench['xfc_covered_seconds'] * 1e3:.4g} ms over {bench['layers']} layers"
+                   + (" (EMULATED: not phone timing)" if bench["emulated"] else "")
+                   + ("; throttling: unknown" if throttled is None else
+                      f"; throttled during: {', '.join(throttled)}" if throttled else "; throttling: none seen"))
+        out.append(f"  note: {bench['note']}")
+    elif bench:
+        out.append(f"measured (median of {bench['repeats']}, {bench['threads']} thread{'s' if bench['threads'] != 1 else ''}; "
+                   f"xfc on {bench['xfc_measured_on']}; {bench['onnxruntime']}):")
+        out.append(f"  covered part: xfc {bench['xfc_covered_seconds'] * 1e3:.4g} ms over {bench['layers']} layers; on the "
+                   f"{bench['layers_matched']} layers matched to onnxruntime nodes: xfc {bench['xfc_matched_seconds'] * 1e3:.4g} ms, "
+                   f"onnxruntime {bench['onnxruntime_matched_seconds'] * 1e3:.4g} ms")
+        if bench["onnxruntime_unmatched"]:
+            ops = sorted({n["op"] for n in bench["onnxruntime_unmatched"]})
+            out.append(f"  onnxruntime nodes not matched to an xfc layer: {len(bench['onnxruntime_unmatched'])} "
+                       f"({', '.join(ops)}), {bench['onnxruntime_unmatched_seconds'] * 1e3:.4g} ms")
+        if bench["onnxruntime_fused_away"]:
+            out.append(f"  onnxruntime fused into other nodes (their time included there): "
+                       f"{', '.join(bench['onnxruntime_fused_away'])}")
+        out.append(f"  note: {bench['note']}")
     v = report["verification"]
     if v is not None:
         parts = [f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}"]
@@ -175,6 +208,11 @@ def format_report(report: dict, explain: bool = False) -> str:
             parts.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (outputs after them use a "
                          f"heuristic tolerance)")
         out += parts
+    lib = report.get("library")
+    if lib:
+        out.append(f"library: {lib['library']} ({lib['abi']}, {lib['functions']} layer functions, built with "
+                   f"{lib['compiler']}); {lib['header']}, {lib['cmake']} (add_subdirectory; target "
+                   f"{lib['cmake_target']}), {lib['manifest']}")
     if report.get("output_dir"):
         out.append(f"output: {report['output_dir']}")
     return "\n".join(out)

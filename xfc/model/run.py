@@ -1,7 +1,9 @@
-"""`xfc model --verify` on the host: run the whole network and compare it with onnxruntime.
+"""`xfc model --verify`: run the whole network and compare it with onnxruntime.
 
 The network runs in the model's (topological) order in numpy: covered layers through their xfc
-host kernels (weights pre-packed once per layer), every other node through `onnx.reference`.
+kernels (host: in-process, weights pre-packed once per layer; ARM: the static aarch64 harness
+under qemu-aarch64 or on a device; GPU: OpenCL on PoCL; see backend.py), every other node
+through `onnx.reference`.
 Two checks, both must hold:
 
 * per layer, the kernel's output against the layer's original ONNX nodes (Conv, then the
@@ -190,9 +192,10 @@ def execute(net: MappedNetwork, kernels: Mapping, feeds: Mapping[str, np.ndarray
     for index, step in enumerate(net.steps):
         if isinstance(step, Layer):
             done += 1
-            if total >= 20 and (done % 10 == 0 or done == total):
-                say(f"verify: layer {done}/{total} ({step.name})")
             kernel = kernels[step.spec]
+            slow = getattr(kernel, "where", VERIFIED_ON) != VERIFIED_ON    # a process (qemu, adb, PoCL) per call
+            if slow or (total >= 20 and (done % 10 == 0 or done == total)):
+                say(f"verify: layer {done}/{total} ({step.name})")
             x, ex, b, eb = _layer_inputs(step, values, errors)
             if b is None:
                 weight = step.weight
@@ -252,11 +255,11 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, error) -> OutputCh
 
 
 def verify_network(net: MappedNetwork, kernels: Mapping, *, seed: int = 0,
-                   progress: Optional[Callable[[str], None]] = None) -> Verification:
+                   progress: Optional[Callable[[str], None]] = None, where: str = VERIFIED_ON) -> Verification:
     """Run the network with xfc kernels + onnx.reference and compare with onnxruntime."""
     feeds = make_feeds(net, seed)
     expected, label = run_onnxruntime(net, feeds)
     values, errors, checks, no_rule = execute(net, kernels, feeds, progress)
     outputs = tuple(compare(name, values[name], expected[name], errors[name]) for name in net.loaded.outputs)
     return Verification(outputs=outputs, layers=checks, reference_nodes=len(net.uncovered), no_rule_ops=no_rule,
-                        reference=label, seed=seed)
+                        reference=label, seed=seed, where=where)

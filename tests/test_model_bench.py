@@ -1,0 +1,94 @@
+"""`xfc model --bench` on the host: every covered layer timed (weights pre-packed), onnxruntime's
+per-node profiler times matched to the layers (fused and NCHWc-rewritten nodes too), the sums.
+No speed is asserted: the figures only have to exist, be positive and add up."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import model_nets as nets  # noqa: E402
+
+from xfc.cli import main  # noqa: E402
+from xfc.model.bench import ProfiledNode, fused_away, match_profiled  # noqa: E402
+from xfc.model.load import load_model  # noqa: E402
+from xfc.model.mapping import map_network  # noqa: E402
+
+
+def save(model, directory: Path, name: str) -> Path:
+    path = directory / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.unit
+def test_profiled_nodes_are_matched_to_layers_through_onnxruntime_rewrites(tmp_path):
+    net = map_network(load_model(save(nets.mlp_net(), tmp_path, "mlp")))
+    fc2 = next(layer for layer in net.layers if layer.name == "fc2")
+    node = lambda name, op="Gemm": ProfiledNode(name=name, op_type=op, median_s=1e-6)   # noqa: E731
+    profiled = [node("fused fc1", "FusedGemm"), node("fc2"), node("clip2", "Clip"),
+                node("fc3/MatMulAddFusion", "FusedGemm"), node(f"{fc2.output}_nchwc", "Conv"),
+                node("ReorderOutput_token_3", "ReorderOutput"), node("somewhere/else")]
+    per_layer, unmatched = match_profiled(net, profiled)
+    assert [n.name for n in per_layer["fc1"]] == ["fused fc1"]
+    # the Clip xfc fused into fc2 (onnxruntime ran it apart) and a node named after fc2's output tensor
+    assert [n.name for n in per_layer["fc2"]] == ["fc2", "clip2", f"{fc2.output}_nchwc"]
+    assert [n.name for n in per_layer["fc3"]] == ["fc3/MatMulAddFusion"]
+    assert [n.name for n in unmatched] == ["ReorderOutput_token_3", "somewhere/else"]
+
+
+@pytest.mark.unit
+def test_uncovered_nodes_missing_from_the_profile_are_reported_as_fused_away(tmp_path):
+    net = map_network(load_model(save(nets.resnet_net(blocks=1), tmp_path, "resnet")))
+    add = next(u for u in net.uncovered if u.name == "rb0_add")
+    profiled = [ProfiledNode(name=n, op_type="?", median_s=1e-6)
+                for n in ("maxpool", f"{add.node.output[0]}_nchwc", "rb1_add", "pool", "flatten")]
+    # rb0_add seen through its output tensor; the Relus after the Adds never appear
+    assert fused_away(net, profiled) == ("rb0_relu2", "rb1_relu2")
+
+
+@pytest.mark.host
+@pytest.mark.parametrize("name, builder", [("resnet", lambda: nets.resnet_net(blocks=1, hw=9)),
+                                           ("odd", nets.odd_net)])            # odd: a MatMul with B not constant
+def test_bench_times_layers_and_matches_onnxruntime(tmp_path, capsys, name, builder):
+    out_dir = tmp_path / "out"
+    code = main(["model", str(save(builder(), tmp_path, name)), "--hw", "host", "--bench", "--threads", "1",
+                 "--repeat", "3", "--json", "-o", str(out_dir)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    bench = report["bench"]
+    assert bench["threads"] == 1 and bench["repeats"] == 3 and "1 intra-op thread" in bench["onnxruntime"]
+    assert "pre-packed" in bench["xfc_measured_on"] and "noisy" in bench["note"]
+    layers = report["layers"]
+    assert all(layer["measured_seconds"] > 0 for layer in layers)
+    assert bench["xfc_covered_seconds"] == pytest.approx(sum(layer["measured_seconds"] for layer in layers))
+    matched = [layer for layer in layers if layer["onnxruntime_seconds"] is not None]
+    assert bench["layers_matched"] == len(matched) and bench["layers"] == len(layers)
+    assert bench["onnxruntime_matched_seconds"] == pytest.approx(sum(layer["onnxruntime_seconds"] for layer in matched))
+    assert all(layer["onnxruntime_seconds"] > 0 and layer["onnxruntime_nodes"] for layer in matched)
+    # Identical shapes share a kernel, hence a time.
+    by_kernel = {}
+    for layer in layers:
+        by_kernel.setdefault(layer["kernel"], set()).add(layer["measured_seconds"])
+    assert all(len(times) == 1 for times in by_kernel.values())
+    if name == "resnet":
+        # Every conv (BatchNormalization folded by both) and the Gemm are found in onnxruntime's profile.
+        assert len(matched) == len(layers)
+        assert {n["op"] for n in bench["onnxruntime_unmatched"]} >= {"MaxPool"}
+    assert json.loads((out_dir / "report.json").read_text())["bench"] == bench
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv, fragment", [
+    (["--hw", "snapdragon-865", "--bench"], "--bench times host kernels"),
+    (["--hw", "host", "--bench", "--repeat", "0"], "--repeat must be >= 1"),
+])
+def test_bench_bad_requests_exit_2(tmp_path, capsys, argv, fragment):
+    code = main(["model", str(save(nets.mlp_net(), tmp_path, "mlp")), *argv, "-o", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("xfc: error:") == 1 and fragment in err and not (tmp_path / "o").exists()
