@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`make model-bench`: xfc model on real architectures (not run in CI).
 
-Exports torchvision's MobileNetV2 and ResNet-18 with random weights (weights=None, seeded: nothing
-is downloaded) to ONNX at run time and runs `xfc model NET.onnx ... --verify --json` on each for
+Builds MobileNetV2 and ResNet-18 (benchmarks/nets.py: the papers' layer tables, torchvision's
+layer shapes) with seeded random weights, exports them to ONNX at run time (nothing is downloaded) and runs `xfc model NET.onnx ... --verify --json` on each for
 each target:
 
     host      --hw host --verify --bench --threads 1: xfc's per-layer times against onnxruntime's
@@ -13,27 +13,24 @@ each target:
 
 and writes each report to benchmarks/results/model_<arch>_<target>.json (replaced only when xfc
 wrote the file before, see xfc/outputs.py). Timings are only meaningful on a quiet machine; qemu
-and PoCL runs are correctness runs (emulated / host CPU), never phone timings. Needs torch and
-torchvision, which are not xfc dependencies:
+and PoCL runs are correctness runs (emulated / host CPU), never phone timings. Needs torch
+(`make bench-setup` installs it), which is not an xfc dependency.
 
-    x86_64:  .venv/bin/python -m pip install torch==2.14.1 torchvision==0.29.1
-    aarch64: .venv/bin/python -m pip install torch==2.9.1 torchvision==0.24.1
-
-Exit status: 0 when every model verified, 3 when torch/torchvision are missing, else the first
+Exit status: 0 when every model verified, 3 when torch is missing, else the first
 failing `xfc model` status.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from nets import ARCHS, export
+
 REPO = Path(__file__).resolve().parent.parent
-ARCHS = {"mobilenet_v2": "mobilenet_v2", "resnet18": "resnet18"}
 TARGETS = {   # name -> xfc model arguments after NET.onnx
     "host": ["--hw", "host", "--verify", "--bench"],
     "sd865": ["--hw", "snapdragon-865", "--verify"],
@@ -41,25 +38,6 @@ TARGETS = {   # name -> xfc model arguments after NET.onnx
     "mali": ["--hw", "dimensity-1200", "--target", "gpu", "--verify"],
 }
 RUN_TIMEOUT_S = 4 * 3600
-
-
-def install_hint() -> str:
-    if platform.machine() == "aarch64":
-        return "pip install torch==2.9.1 torchvision==0.24.1"
-    return "pip install torch==2.14.1 torchvision==0.29.1"
-
-
-def export(arch: str, path: Path, size: int) -> None:
-    import torch
-    import torchvision
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, arch)(weights=None).eval()
-    example = torch.randn(1, 3, size, size)
-    kwargs = dict(opset_version=17, input_names=["input"], output_names=["logits"])
-    try:   # the TorchScript exporter: plain ONNX ops, no onnxscript needed
-        torch.onnx.export(model, (example,), str(path), dynamo=False, **kwargs)
-    except TypeError:   # torch without the dynamo switch
-        torch.onnx.export(model, (example,), str(path), **kwargs)
 
 
 def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
@@ -74,7 +52,7 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     if not proc.stdout.strip():
         return proc.returncode or 1
     report = json.loads(proc.stdout)
-    report["model"] = f"torchvision.models.{arch}(weights=None), seed 0, exported at run time (opset 17)"
+    report["model"] = f"benchmarks/nets.py {arch}, random weights (seed 0), exported at run time (opset 17)"
     report.pop("output_dir", None)
     out = args.results / f"model_{arch}_{target}.json"
     write_json_result(out, report, kind="model-bench")
@@ -108,10 +86,9 @@ def main(argv=None) -> int:
             return 2
     try:
         import torch  # noqa: F401
-        import torchvision  # noqa: F401
-    except ImportError as exc:
-        print(f"model-bench: {exc.name or 'torch'} is not installed; it is needed only to export the models: "
-              f"{Path(sys.executable).parent / 'python'} -m {install_hint()}", file=sys.stderr)
+    except ImportError:
+        print("model-bench: torch is not installed; it is needed only to export the models: make bench-setup",
+              file=sys.stderr)
         return 3
     status = 0
     with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:
@@ -120,8 +97,8 @@ def main(argv=None) -> int:
                 print(f"model-bench: unknown architecture '{arch}' (known: {', '.join(ARCHS)})", file=sys.stderr)
                 return 2
             path = Path(tmp) / f"{arch}.onnx"
-            print(f"[model-bench] exporting torchvision {arch} (random weights) to ONNX", file=sys.stderr)
-            export(ARCHS[arch], path, args.size)
+            print(f"[model-bench] exporting {arch} (random weights) to ONNX", file=sys.stderr)
+            export(arch, path, args.size)
             for target in targets:
                 code = run_target(arch, target, path, Path(tmp), args)
                 status = status or code

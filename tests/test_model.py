@@ -147,6 +147,26 @@ def test_batchnorm_folds_into_the_conv(tmp_path):
     np.testing.assert_allclose(reference(layer.spec, x, layer.weight, layer.bias), unfused, rtol=0, atol=1e-5)
 
 
+def test_weights_behind_identity_nodes_are_constants(tmp_path):
+    """torch's exporter writes one Identity per duplicate initializer (equal BatchNorm biases of a
+    fresh network): such a weight or bias is still a constant, mapped like an initializer."""
+    model = nets.mobilenet_net(blocks=1)
+    g = model.graph
+    conv = next(n for n in g.node if n.op_type == "Conv")
+    weight = conv.input[1]
+    alias = weight + "_alias"
+    g.node.insert(0, helper.make_node("Identity", [weight], [alias], name="dedup_weight"))
+    conv.input[1] = alias
+    path = tmp_path / "identity.onnx"
+    onnx.save(model, path)
+    loaded = load_model(path)
+    np.testing.assert_array_equal(loaded.constants[alias], loaded.constants[weight])
+    net = map_network(loaded)
+    layer = next(l for l in net.layers if conv.name in l.nodes)
+    np.testing.assert_array_equal(layer.weight.reshape(-1)[:4],
+                                  loaded.constants[weight].astype(np.float32).reshape(-1)[:4])
+
+
 def test_gemm_transposes_alpha_beta_and_matmul_bias(tmp_path):
     model = nets.mlp_net()
     consts = constants(model)

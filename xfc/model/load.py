@@ -43,7 +43,7 @@ class LoadedModel:
     opset: int                                      # default-domain opset
     inputs: tuple[tuple[str, tuple[int, ...], int], ...]   # real inputs: (name, shape, elem_type)
     outputs: tuple[str, ...]
-    constants: Mapping[str, np.ndarray]             # initializers and Constant node outputs
+    constants: Mapping[str, np.ndarray]             # initializers, Constant node outputs, Identity of those
     shapes: Mapping[str, Optional[tuple[int, ...]]] = field(default_factory=dict)  # None: not inferred
     types: Mapping[str, int] = field(default_factory=dict)                         # onnx elem_type
 
@@ -173,10 +173,15 @@ def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
             consts[t.name] = numpy_helper.to_array(t)
         except Exception as exc:
             raise OperatorError(f"{path}: initializer '{t.name}' cannot be read: {_one_line(exc)}") from None
-    constant_nodes = [n for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
-    if constant_nodes:
-        from .nodes import run_node
-        for node in constant_nodes:
+    # Constant nodes, and Identity nodes of constants (exporters write one Identity per duplicate
+    # initializer, e.g. torch for the equal BatchNorm biases of a fresh network), in graph order.
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Identity" and node.input and node.input[0] in consts:
+            consts[node.output[0]] = consts[node.input[0]]
+        elif node.op_type == "Constant":
+            from .nodes import run_node
             try:
                 (value,) = run_node(node, {}, opset)
             except Exception as exc:
