@@ -354,6 +354,7 @@ BAD_MODELS = {
 }
 
 
+@pytest.mark.host
 @pytest.mark.parametrize("case", sorted(BAD_MODELS))
 def test_bad_models_exit_2_with_one_line(tmp_path, capsys, case):
     build, needles = BAD_MODELS[case]
@@ -364,6 +365,7 @@ def test_bad_models_exit_2_with_one_line(tmp_path, capsys, case):
     assert not out_dir.exists() and out == ""
 
 
+@pytest.mark.host
 def test_files_that_are_not_models(tmp_path, capsys):
     text = tmp_path / "notes.onnx"
     text.write_text("this is not a protobuf at all, just some words\n" * 20)
@@ -376,6 +378,7 @@ def test_files_that_are_not_models(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.host
 @pytest.mark.parametrize("args, needles", [
     (["--target", "gpu"], ["--target gpu is not yet supported"]),
     (["--device", "qemu"], ["--device is not yet supported"]),
@@ -402,6 +405,7 @@ def test_verify_on_an_arm_description_is_not_yet_supported(tmp_path, capsys):
     assert_one_line_error(code, err, "not yet supported", "--hw host")
 
 
+@pytest.mark.host
 def test_output_location_rules_apply(tmp_path, capsys):
     path = save(nets.mlp_net(), tmp_path)
     foreign = tmp_path / "mine"

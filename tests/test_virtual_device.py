@@ -270,7 +270,7 @@ def test_unauthorized_and_offline_states(server):
         assert state == "offline"
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_cli_prints_how_to_connect():
     proc = subprocess.Popen([sys.executable, "-m", "android_runner.virtual_device", "--port", "0",
                              "--soc", "snapdragon-888"], stdout=subprocess.PIPE,
