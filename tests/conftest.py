@@ -3,6 +3,12 @@
 - Caches go to a temporary directory: XFC_CACHE_DIR (the OpenCL harness) and POCL_CACHE_DIR are
   set for the whole session, so tests never write under ~/.cache and work with a read-only HOME.
 - `server`: the one private adb server fixture (module-scoped, 127.0.0.1, a free port).
+- Kinds (markers registered in pyproject.toml): a test's own kind marker (decorator or
+  pytest.param marks) overrides its class's or module's `pytestmark`, so one subprocess test in a
+  unit module is `subprocess` only and `pytest -m unit` leaves it out (pytest_collection_modifyitems).
+- A `unit` or `sweep` test starts no process: starting one (a compiler, qemu, adb, a PoCL
+  harness, even python) fails the test with one line naming the program; such a test is
+  subprocess, host, emulated, opencl or adb.
 - Coverage: tests note what they compiled and ran per ISA / target (tests/support.py `record`);
   pytest_terminal_summary prints per target what was compiled, what ran, and what did not run
   and why, together with the tests skipped for a missing tool. Works under xdist (the records
@@ -10,14 +16,91 @@
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from collections import Counter, defaultdict
 
 import pytest
 
 import support
 
-KIND_MARKERS = ("unit", "host", "emulated", "opencl", "adb")
+KIND_MARKERS = ("unit", "sweep", "subprocess", "host", "emulated", "opencl", "adb")
+IN_PROCESS_KINDS = ({"unit"}, {"sweep"})   # pure Python in the test process: no process may start
+
+
+def _kinds(node) -> set[str]:
+    return {m.name for m in node.own_markers if m.name in KIND_MARKERS}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Resolve every test's kind before `-m` selects: its own kind markers if it has any, else the
+    nearest enclosing class's or module's. The kind markers of classes and modules are then moved
+    onto their tests, so a module's `pytestmark = pytest.mark.unit` does not also select, under
+    `-m unit`, a test of that module decorated `@pytest.mark.subprocess` or `@pytest.mark.host`."""
+    parents = set()
+    for item in items:
+        if not _kinds(item):
+            inherited = next((k for node in item.iter_parents() if (k := _kinds(node))), set())
+            for name in sorted(inherited):
+                item.add_marker(name)
+        parents.update(n for n in item.iter_parents() if n is not item)
+    for node in parents:
+        node.own_markers[:] = [m for m in node.own_markers if m.name not in KIND_MARKERS]
+
+
+class StartedProcess(Exception):
+    """An in-process (unit or sweep) test started a process."""
+
+
+@contextlib.contextmanager
+def _no_process_starts(item):
+    """Any process started inside the block (subprocess.Popen/run, os.system, os.posix_spawn[p],
+    os.fork) raises StartedProcess naming the test and the program, and the phase fails even when
+    the code under test caught the exception."""
+    kind, started = min(_kinds(item)), []
+
+    def refuse(argv):
+        what = " ".join(map(str, argv[:4])) if isinstance(argv, (list, tuple)) else str(argv)
+        started.append(what)
+        raise StartedProcess(f"{item.nodeid} runs in-process ({kind}) but started {what}; mark it "
+                             "subprocess, host, emulated, opencl or adb (tests/conftest.py)")
+
+    def execute_child(self, args, *rest, **kwargs):
+        refuse(list(args) if isinstance(args, (list, tuple)) else [args])
+
+    patches = [(subprocess.Popen, "_execute_child", execute_child), (os, "system", refuse),
+               (os, "posix_spawn", lambda path, argv, *a, **k: refuse(list(argv))),
+               (os, "posix_spawnp", lambda path, argv, *a, **k: refuse(list(argv))),
+               (os, "fork", lambda: refuse("os.fork()"))]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, replacement in patches:
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+    if started:
+        raise StartedProcess(f"{item.nodeid} runs in-process ({kind}) but started {started[0]}")
+
+
+def _guarded(item):
+    return _no_process_starts(item) if _kinds(item) in IN_PROCESS_KINDS else contextlib.nullcontext()
+
+
+# Setup covers the fixtures a test is the first to need, module- and session-scoped ones included.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _guarded(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _guarded(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

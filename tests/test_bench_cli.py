@@ -122,7 +122,7 @@ def test_bench_without_device_is_one_line_error(server, capfd):
     assert len(lines) == 1 and "no Android device found" in lines[0] and "Traceback" not in err
 
 
-@pytest.mark.unit
+@pytest.mark.host
 def test_bench_refuses_host_description(capfd):
     code, out, err = run(["bench", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--device", "qemu"], capfd)
     assert code == 2 and "Traceback" not in err

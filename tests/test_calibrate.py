@@ -61,7 +61,7 @@ def test_a_fit_to_the_static_model_changes_nothing():
     assert result.constants == DEFAULT_CONSTANTS and result.error_after == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.mark.unit
+@pytest.mark.host
 def test_stored_constants_round_trip_and_follow_the_fingerprint(tmp_path):
     truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, depthwise_from_cache=True)
     result = fit(_synthetic(truth, threads=(1,)), HW, CLUSTER)
@@ -78,7 +78,7 @@ def _xfc(*args, tmp_path):
     return subprocess.run([sys.executable, "-m", "xfc", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_calibrate_refuses_hardware_it_cannot_measure(tmp_path):
     proc = _xfc("tiledb", "calibrate", "--hw", "snapdragon-865", "--db", str(tmp_path / "x.sqlite"), tmp_path=tmp_path)
     assert proc.returncode == 2 and "only the host can be measured here" in proc.stderr

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from android_runner.virtual_device import HOME_MARKER, Faults, FakeSystem, VirtualDevice, soc_names
+from android_runner.device_system import HOME_MARKER, Faults, FakeSystem, soc_names
+from android_runner.virtual_device import VirtualDevice
 from xfc.errors import HardwareError
 from xfc.hardware.load import load
 from xfc.hardware.identity import (check_description, core_hwcaps, identity_from, march_hwcaps, match_identity, parse_cpuinfo, pick_description, required_hwcaps, shipped_socs, soc_description)

@@ -424,7 +424,7 @@ def test_failures_are_shrunk_saved_and_replayable(tmp_path):
     assert again.returncode == 4 and again.stderr.startswith("xfc: error: --replay") and "timeout" in again.stderr
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 @pytest.mark.parametrize("content,needle", [(None, "cannot read"), ("{", "not JSON"),
                                             ('{"case": {"target": "host"}}', "'op' is missing")])
 def test_replay_of_a_bad_file_is_one_line(content, needle, tmp_path):
@@ -437,7 +437,7 @@ def test_replay_of_a_bad_file_is_one_line(content, needle, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("xfc: error: --replay") and needle in lines[0]
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 @pytest.mark.parametrize("argv,needle", [(["--targets", "phone"], "unknown target"), (["--cases", "0"], "--cases"),
                                          (["--hw", "nope", "--targets", "qemu"], "--hw nope"),
                                          (["--jobs", "0"], "--jobs")])
@@ -447,7 +447,7 @@ def test_bad_arguments_are_one_line(argv, needle):
     assert proc.stderr.strip().startswith("xfc: error:") and needle in proc.stderr
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_out_never_replaces_a_file_xfc_did_not_write(tmp_path):
     """--out over a user's file is refused before any case runs, and the file is left as it was."""
     theirs = tmp_path / "notes.json"

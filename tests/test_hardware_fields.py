@@ -139,6 +139,7 @@ def _clean_error_problem(status: int, lines: list[str], file_name: str, field: s
     return None
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("rel,path", list(_sweep_params()))
 def test_every_field_swept_gives_exit_2_and_one_line(tmp_path, capsys, rel, path):
     data = yaml.safe_load((SHIPPED_ROOT / rel).read_text())
@@ -204,6 +205,7 @@ def test_reported_case_is_one_line_with_file_field_value_and_range(tmp_path, cap
     assert accepted in lines[0] and f"got {new}" in lines[0], lines[0]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("rel,path,new,field,accepted", [r[1:] for r in REPORTED], ids=[r[0] for r in REPORTED])
 def test_reported_case_through_the_console_script(tmp_path, rel, path, new, field, accepted):
     target = _shipped_with(tmp_path, rel, path, new)
@@ -216,6 +218,7 @@ def test_reported_case_through_the_console_script(tmp_path, rel, path, new, fiel
         assert accepted in lines[0]
 
 
+@pytest.mark.subprocess
 def test_synth_with_a_bad_description_is_one_line_and_writes_nothing(tmp_path):
     target = _shipped_with(tmp_path, "soc/snapdragon-8-gen-2.yaml", ("clusters", 0, "max_clock_ghz"), 180.0)
     out_dir = tmp_path / "out"
@@ -432,6 +435,7 @@ def _extreme_params():
             yield pytest.param(rel, key, path, id=f"{rel}:{_path_text(path)}")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("rel,key,path", list(_extreme_params()))
 def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, path):
     from xfc.cpu.codegen import render_cpu_kernel

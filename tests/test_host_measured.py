@@ -107,7 +107,7 @@ def test_probe_off_or_impossible_keeps_assumptions_with_one_warning(tmp_path):
     assert len(lines) == 1 and "host FMA figures stay assumed" in lines[0] and "Traceback" not in proc.stderr
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_remeasure_is_for_the_host_only(tmp_path):
     proc = _xfc("hw", "show", "cortex-a55", "--remeasure", tmp_path=tmp_path)
     assert proc.returncode == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from android_runner.virtual_device import Faults, FakeSystem, soc_names
+from android_runner.device_system import Faults, FakeSystem, soc_names
 from xfc.errors import HardwareError
 from xfc.hardware import SHIPPED_ROOT, validate_file
 from xfc.hardware.load import read_yaml

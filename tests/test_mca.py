@@ -342,7 +342,7 @@ def test_a_core_outside_the_table_gets_its_class_default():
 # One-line refusals.
 # ---------------------------------------------------------------------------------------------
 
-@unit
+@pytest.mark.subprocess
 def test_mca_on_host_or_gpu_is_exit_2_one_line(tmp_path):
     out = tmp_path / "o"
     assert_one_line_error(run_xfc("synth", "matmul", "--hw", "host", "--shape", "m=8,n=8,k=8", "--mca",
@@ -352,7 +352,7 @@ def test_mca_on_host_or_gpu_is_exit_2_one_line(tmp_path):
     assert not out.exists()
 
 
-@unit
+@pytest.mark.subprocess
 def test_missing_llvm_mca_or_cross_compiler_is_exit_3_one_line(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()

@@ -374,6 +374,7 @@ BAD_MODELS = {
 }
 
 
+@pytest.mark.host
 @pytest.mark.parametrize("case", sorted(BAD_MODELS))
 def test_bad_models_exit_2_with_one_line(tmp_path, capsys, case):
     build, needles = BAD_MODELS[case]
@@ -384,6 +385,7 @@ def test_bad_models_exit_2_with_one_line(tmp_path, capsys, case):
     assert not out_dir.exists() and out == ""
 
 
+@pytest.mark.host
 def test_files_that_are_not_models(tmp_path, capsys):
     text = tmp_path / "notes.onnx"
     text.write_text("this is not a protobuf at all, just some words\n" * 20)
@@ -396,6 +398,7 @@ def test_files_that_are_not_models(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.host
 @pytest.mark.parametrize("args, needles", [
     (["--target", "gpu"], ["--target gpu", "no GPU section"]),
     (["--device", "qemu"], ["--device qemu", "x86-64 description"]),
@@ -413,6 +416,7 @@ def test_bad_requests_exit_2_with_one_line(tmp_path, capsys, args, needles):
     assert not out_dir.exists()
 
 
+@pytest.mark.host
 def test_output_location_rules_apply(tmp_path, capsys):
     path = save(nets.mlp_net(), tmp_path)
     foreign = tmp_path / "mine"

@@ -241,7 +241,7 @@ def test_legacy_result_file_and_claim(tmp_path):
     claim_file(tmp_path / "absent.db", lambda p: False)
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_bench_cpu_refuses_a_foreign_out_before_measuring(tmp_path):
     target = tmp_path / "mine.json"
     target.write_text('{"mine": true}\n')

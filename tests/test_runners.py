@@ -265,7 +265,7 @@ def test_device_selection_errors(server, device):
     assert r.describe()["hardware"] == "snapdragon-888"
 
 
-@pytest.mark.unit
+@pytest.mark.adb
 def test_no_server_and_cannot_start(monkeypatch):
     port = free_port()
     with pytest.raises(DeviceError, match=f"no adb server reachable at 127.0.0.1:{port}"):

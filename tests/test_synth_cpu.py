@@ -107,7 +107,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_deterministic_across_processes():
     """Same inputs, same plan and kernel (CPU and GPU), also under different string-hash seeds (set
     iteration order): two fresh interpreters must agree byte for byte."""

@@ -122,6 +122,7 @@ def test_older_schema_is_migrated_and_keeps_rows(tmp_path):
         assert db.migrated_from is None
 
 
+@pytest.mark.subprocess
 def test_newer_schema_is_refused_and_untouched(tmp_path):
     path = tmp_path / "new.sqlite"
     TileDb.open(path).close()
@@ -138,6 +139,7 @@ def test_newer_schema_is_refused_and_untouched(tmp_path):
     assert sha(path) == before
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", ["text", "empty", "other-sqlite"])
 def test_foreign_files_are_refused_and_never_overwritten(tmp_path, kind):
     path = tmp_path / "x.sqlite"
@@ -160,6 +162,7 @@ def test_foreign_files_are_refused_and_never_overwritten(tmp_path, kind):
     assert sha(path) == before
 
 
+@pytest.mark.subprocess
 def test_corrupt_file_is_one_line_and_synthesis_falls_back(tmp_path):
     path = tmp_path / "c.sqlite"
     hw = load("cortex-a76")
@@ -200,6 +203,7 @@ def test_missing_or_newer_database_never_breaks_synthesis(tmp_path):
     assert synthesize_cpu(spec, hw, evaluator=ev).plan == synthesize_cpu(spec, hw).plan
 
 
+@pytest.mark.subprocess
 def test_unwritable_location_and_full_disk_are_one_line(tmp_path):
     target = "/sys/xfc-tiledb-test.sqlite" if Path("/sys").is_dir() else "/proc/xfc-tiledb-test.sqlite"
     assert_one_line_error(run_xfc("tiledb", "build", "--hw", "cortex-a53", "--db", target), "cannot create")
@@ -336,6 +340,7 @@ def test_records_from_outside_are_checked(field, value, message):
 # Export, import, merge.
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_export_is_deterministic_and_round_trips(tmp_path):
     exports = []
     for name in ("one", "two"):
@@ -363,6 +368,7 @@ def test_export_is_deterministic_and_round_trips(tmp_path):
     assert foreign.read_text() == "mine\n"
 
 
+@pytest.mark.subprocess
 def test_merge_of_two_machines_keeps_both_measurements(tmp_path):
     hw = load("cortex-a76")
     fp = fingerprint(hw, hw.cluster())
@@ -399,6 +405,7 @@ def test_merge_of_two_machines_keeps_both_measurements(tmp_path):
         assert sorted(r.cycles_per_k for r in db.rows("tile", "source = 'host'")) == [5.0, 6.5]
 
 
+@pytest.mark.subprocess
 def test_import_is_all_or_nothing(tmp_path):
     with TileDb.open(tmp_path / "a.sqlite") as db:
         static_build(db, load("cortex-a53"))
@@ -433,6 +440,7 @@ for hw in sys.argv[2:]:
 """
 
 
+@pytest.mark.subprocess
 def test_two_concurrent_builders_lose_nothing_and_never_fail(tmp_path):
     socs = ["snapdragon-865", "snapdragon-888", "snapdragon-8-gen-1", "snapdragon-8-gen-2", "dimensity-9000"]
     path = tmp_path / "shared.sqlite"
@@ -479,6 +487,7 @@ def test_two_concurrent_builders_lose_nothing_and_never_fail(tmp_path):
 # CLI.
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_cli_build_show_stats_verify_gc(tmp_path):
     db = str(tmp_path / "c.sqlite")
     proc = run_xfc("tiledb", "build", "--hw", "snapdragon-865", "--cluster", "little", "--tiles", "4x8,8x4",
@@ -505,6 +514,7 @@ def test_cli_build_show_stats_verify_gc(tmp_path):
     assert not (REPO / "tile_db" / "host.sqlite").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("sub", ["", "build", "show", "stats", "export", "import", "merge", "verify", "gc",
                                  "calibrate"])
 def test_help_on_every_tiledb_command(sub):
@@ -512,6 +522,7 @@ def test_help_on_every_tiledb_command(sub):
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
 
 
+@pytest.mark.subprocess
 def test_default_database_is_the_per_user_cache(tmp_path):
     proc = run_xfc("tiledb", "build", "--hw", "cortex-a53", "--tiles", "4x4", "--quiet",
                    env_extra={"XDG_CACHE_HOME": str(tmp_path), "XFC_CACHE_DIR": ""})

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from android_runner.testbed import build_standin
-from android_runner.virtual_device import (A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, HEADER,
-                                           Faults, VirtualDevice, pack_message, tokenize)
+from android_runner.adb_wire import A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, HEADER, pack_message
+from android_runner.device_shell import tokenize
+from android_runner.virtual_device import Faults, VirtualDevice
 from support import needs_adb, needs_arm
 
 
@@ -269,7 +270,7 @@ def test_unauthorized_and_offline_states(server):
         assert state == "offline"
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_cli_prints_how_to_connect():
     proc = subprocess.Popen([sys.executable, "-m", "android_runner.virtual_device", "--port", "0",
                              "--soc", "snapdragon-888"], stdout=subprocess.PIPE,

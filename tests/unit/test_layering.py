@@ -121,6 +121,19 @@ def test_android_runner_boundary():
             if _in(d, "android_runner")] == []
 
 
+# The virtual device's modules, lowest first: each may import only those listed before it.
+VIRTUAL_DEVICE_LAYERS = ("android_runner.adb_wire", "android_runner.device_system", "android_runner.device_shell",
+                         "android_runner.adb_services", "android_runner.virtual_device")
+
+
+def test_virtual_device_layers():
+    """Wire format and fake system at the bottom, then the shell, the services, the server + CLI."""
+    assert set(VIRTUAL_DEVICE_LAYERS) <= FILES.keys()
+    bad = [f"{n} -> {d}" for i, n in enumerate(VIRTUAL_DEVICE_LAYERS) for d in sorted(GRAPH[n])
+           if _in(d, "android_runner") and d not in VIRTUAL_DEVICE_LAYERS[:i]]
+    assert bad == []
+
+
 def test_no_import_cycles():
     """No cycle among modules (function-level imports included)."""
     index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
