@@ -151,11 +151,10 @@ def test_gpu_target_verifies_on_pocl(tmp_path, capsys, hw, gpu, name, builder):
 # Requests that cannot work: exit 2, one line, nothing written
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.unit
-@pytest.mark.parametrize("argv, fragment", [
-    (["--hw", "host", "--target", "gpu"], "no GPU section"),
-    (["--hw", "host", "--device", "qemu"], "x86-64 description"),
-    (["--hw", "snapdragon-865", "--target", "gpu", "--device", "qemu"], "PoCL"),
+@pytest.mark.parametrize("argv, fragment", [   # --hw host runs the host probe (gcc): a host test
+    pytest.param(["--hw", "host", "--target", "gpu"], "no GPU section", marks=pytest.mark.host),
+    pytest.param(["--hw", "host", "--device", "qemu"], "x86-64 description", marks=pytest.mark.host),
+    pytest.param(["--hw", "snapdragon-865", "--target", "gpu", "--device", "qemu"], "PoCL", marks=pytest.mark.unit),
 ])
 def test_impossible_requests_exit_2(tmp_path, capsys, argv, fragment):
     out_dir = tmp_path / "out"
