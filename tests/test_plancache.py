@@ -172,3 +172,36 @@ def test_synth_twice_is_a_lookup_the_second_time_and_still_verifies(tmp_path):
     assert reports[0]["tiles"] == reports[1]["tiles"] and reports[0]["code_shape"] == reports[1]["code_shape"]
     kernels = [(tmp_path / f"out{run}" / "xfc_depthwise.c").read_text() for run in range(2)]
     assert kernels[0] == kernels[1]
+
+
+@pytest.mark.unit
+def test_recorded_plans_name_their_hardware_so_gc_finds_stale_ones(tmp_path):
+    from xfc.tiledb.store import TileDb
+    hw = load("cortex-a76")
+    db = tmp_path / "cache.sqlite"
+    cache = PlanCache(db, lambda m: None).prepare()
+    _synth(cache, suite_spec("conv_pw"), hw, 1)
+    cache.close()
+    with TileDb.open(db, readonly=True) as handle:
+        assert handle.labels() == {fingerprint(hw, hw.cluster()): [f"{hw.name}:{hw.cluster().role}"]}
+        (row,) = handle.rows("operator")
+    assert row.source == "synth" and row.origin == "" and row.measured_s is None
+    assert row.predicted_s == synthesize_cpu(suite_spec("conv_pw"), hw, None, 1).estimate.predicted_s
+
+
+@pytest.mark.unit
+def test_recorded_plans_pass_the_import_checks_and_answer_from_a_merged_copy(tmp_path):
+    from xfc.tiledb.exchange import merge_records, read_export_file, write_export
+    from xfc.tiledb.store import TileDb
+    hw = load("cortex-a76")
+    cache = PlanCache(tmp_path / "a.sqlite", lambda m: None).prepare()
+    cold = _synth(cache, suite_spec("mm_bert"), hw, 1)
+    cache.close()
+    with TileDb.open(tmp_path / "a.sqlite", readonly=True) as handle:
+        write_export(handle, tmp_path / "a.jsonl")
+    records = read_export_file(tmp_path / "a.jsonl")        # every field checked as for foreign data
+    with TileDb.open(tmp_path / "b.sqlite") as handle:
+        merge_records(handle, records)
+    cache = PlanCache(tmp_path / "b.sqlite", lambda m: None).prepare()
+    assert _synth(cache, suite_spec("mm_bert"), hw, 1).plan == cold.plan and cache.status == "hit"
+    cache.close()

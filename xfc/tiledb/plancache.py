@@ -33,8 +33,9 @@ from ..cpu.synth import synthesize_cpu
 from ..errors import XfcError
 from ..hardware.model import HardwareDescription
 from ..ops.spec import OperatorSpec
-from .records import MAX_TEXT, OperatorRow, canonical_json
-from .store import TileDb, store_row, utc_now
+from .fingerprint import cluster_facts, label
+from .records import MAX_TEXT, HardwareRow, OperatorRow, canonical_json
+from .store import TileDb, insert_row, store_row, utc_now
 
 SOURCE = "synth"
 # The modules whose code decides a plan: their sizes and modification times enter the inputs
@@ -169,8 +170,8 @@ class PlanCache:
     def close(self) -> None:
         """Write the plans synthesized since the last close, then close the file."""
         pending, self._pending = self._pending, []
-        for key, inputs, result in pending:
-            self._write(key, inputs, result)
+        for item in pending:
+            self._write(*item)
         if self._own is not None:
             self._own.close()
             self._own = None
@@ -222,12 +223,14 @@ class PlanCache:
                        f"{key[3]} thread(s)) is unreadable or altered ({exc}); ignored, synthesizing it again")
             return None, "ignored"
 
-    def record(self, key: tuple, inputs: str, result: CpuSynthesis) -> None:
-        """Queue a synthesized plan; close() writes it (so the write is not part of synthesis time)."""
+    def record(self, key: tuple, inputs: str, result: CpuSynthesis, hardware: HardwareRow) -> None:
+        """Queue a synthesized plan; close() writes it (so the write is not part of synthesis time).
+        hardware: the fingerprint's facts and label, written with it (so `tiledb gc --stale` finds
+        the rows of an edited description)."""
         if not self._broken:
-            self._pending.append((key, inputs, result))
+            self._pending.append((key, inputs, result, hardware))
 
-    def _write(self, key: tuple, inputs: str, result: CpuSynthesis) -> None:
+    def _write(self, key: tuple, inputs: str, result: CpuSynthesis, hardware: HardwareRow) -> None:
         if self._broken:
             return
         plan_text = canonical_json(synthesis_payload(result))
@@ -243,7 +246,10 @@ class PlanCache:
             if self._own is None or self._own.readonly:
                 self.close()
                 self._own = TileDb.open(self.path)
-            self._own.transact(lambda conn: store_row(conn, "operator", row, replace=True), "record a plan")
+            def work(conn):
+                insert_row(conn, "hardware", hardware)
+                store_row(conn, "operator", row, replace=True)
+            self._own.transact(work, "record a plan")
         except XfcError as exc:
             self._fail(exc)
 
@@ -264,6 +270,7 @@ def cached_synthesis(cache: Optional[PlanCache], spec: OperatorSpec, hw: Hardwar
         cache.status = status
         return found
     result = synthesize_cpu(spec, hw, cluster, threads, evaluator=evaluator, isa=isa, constants=constants)
-    cache.record(key, inputs, result)
+    cache.record(key, inputs, result, HardwareRow(fingerprint=fingerprint, label=label(hw, chosen),
+                                                  facts=canonical_json(cluster_facts(hw, chosen))))
     cache.status = "unavailable" if cache._broken else status
     return result
