@@ -368,7 +368,7 @@ CLI_RUNS = (
     ("mali_conv_fp16", ["synth", "conv2d", "--hw", "mali-g78", "--target", "gpu", "--dtype", "fp16", "--shape",
                         "c=8,h=9,w=10,k=12,r=3,s=3", "--pad", "1", "--explain"]),
 )
-VOLATILE_KEYS = {"synthesis_seconds", "build_seconds", "output_dir", "explain"}
+VOLATILE_KEYS = {"synthesis_seconds", "build_seconds", "output_dir", "explain", "plan_cache"}
 
 
 def _scrub(value, out_dir: str):

@@ -43,7 +43,7 @@ def test_re_estimating_a_plan_reproduces_the_synthesizers_estimate():
 @pytest.mark.unit
 def test_the_fit_recovers_known_constants_from_their_predictions():
     truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.8, pack_rate_scale=0.5, depthwise_efficiency=0.6,
-                    depthwise_from_cache=True, dram_efficiency=1.5)
+                    parallel_region_s=8e-6)
     for field, value in truth.as_dict().items():
         assert value in GRIDS[field], field       # reachable, so an exact recovery is possible
     items = _synthetic(truth)
@@ -63,7 +63,7 @@ def test_a_fit_to_the_static_model_changes_nothing():
 
 @pytest.mark.host
 def test_stored_constants_round_trip_and_follow_the_fingerprint(tmp_path):
-    truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, depthwise_from_cache=True)
+    truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, depthwise_stage_scale=1.4)
     result = fit(_synthetic(truth, threads=(1,)), HW, CLUSTER)
     with TileDb.open(tmp_path / "db.sqlite") as db:
         assert calibrated_constants(db, HW, CLUSTER) is None
@@ -93,7 +93,7 @@ def test_calibrate_on_the_host_times_fits_and_stores(tmp_path):
     proc = _xfc("tiledb", "calibrate", "--threads", "1", "--repeats", "3", "--quiet", "--db", str(db), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "mean |error|" in proc.stdout and "fitted: compute_efficiency=" in proc.stdout
-    assert proc.stdout.count("depthwise N=1") == 4 and proc.stdout.count("matmul M=") == 3
+    assert proc.stdout.count("depthwise N=1") == 7 and proc.stdout.count("matmul M=") == 3
     with TileDb.open(db, readonly=True) as handle:
         names = {r.name for r in handle.rows("calibration") if r.name.startswith("cost.")}
     assert names == {f"cost.{k}" for k in DEFAULT_CONSTANTS.as_dict()}

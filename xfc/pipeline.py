@@ -127,7 +127,8 @@ def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, const
     (xfc.tiledb, chosen by the command line's --tile-db); None: the static model."""
     start = time.perf_counter()
     extra = {} if constants is None else {"constants": constants}
-    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, **extra)
+    synthesize = getattr(evaluator, "synthesize", synthesize_cpu)   # a tile db's plan cache (xfc.tiledb.plancache)
+    result = synthesize(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, **extra)
     return result, time.perf_counter() - start
 
 

@@ -144,7 +144,8 @@ def _tile_db_inputs(choice: str, hw, cluster_role):
     constants = evaluator.constants()
     entry = {"choice": choice, "path": str(path) if path else None, "opened": evaluator.db is not None,
              "constants": "calibrated" if evaluator.calibrated else "static",
-             "constant_values": constants.as_dict(), "notes": list(evaluator.notes)}
+             "constant_values": constants.as_dict(), "notes": list(evaluator.notes),
+             "plan_cache": evaluator.plan_cache.report if evaluator.plan_cache else None}  # filled in by synthesis
     return evaluator, constants, entry
 
 

@@ -7,7 +7,10 @@ Two levels, both predictions from the hardware description, never measurements:
                     implements the same interface and replaces it)
   gemm_estimate     a whole GEMM-lowered plan: a roofline over compute (with packing and C
                     passes), L2->L1 and shared-cache->L2 traffic, and DRAM
-  depthwise_estimate  a direct depthwise plan: compute (with load and staging overhead) and DRAM
+  depthwise_estimate  a direct depthwise plan: compute (FMA issue with load and staging overhead,
+                    the busiest thread's share of the planes, the parallel region's fork/join)
+                    against the memory level its tensors live in between calls (L2, L3/SLC or
+                    DRAM, by the description's cache sizes)
 
 The estimates read the plan's fields (tiles and code shape, e.g. the transposed store keys off
 GemmSchedule.c_store), the same fields code generation renders from. The constants below are
@@ -22,6 +25,10 @@ from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .ir import DepthwiseSchedule, GemmSchedule
 from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
+
+# The form of the model the constants below belong to. A calibration stores it beside the fitted
+# constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join).
+COST_MODEL_VERSION = 2
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -44,6 +51,16 @@ IM2COL_PACK_RATE_PER_LANE = 0.25       # im2col runs (short contiguous copies): 
 ROW_COPY_RATE_PER_LANE = 0.5           # whole rows (pointwise input, staging the padded image): lanes / 2
 # ---- depthwise ---------------------------------------------------------------------------------------
 DEPTHWISE_LOAD_COST = 2              # FMA slots one input-vector load costs in the depthwise inner loop
+# Staging a padded input row (elements per cycle per core). A contiguous run copies at
+# ROW_COPY_RATE_PER_LANE; a stride-2 row is split into column phases, through a vector deinterleave
+# where the dialect has one (the masked dialects: xfc_vload_stride2 in templates/cpu/common.h.j2),
+# else one scalar element at a time.
+STRIDED_STAGE_RATE_PER_LANE = 0.5    # vector deinterleave: one store per output vector, as a run copy
+SCALAR_STAGE_RATE = 1.0              # scalar strided copy: one load and one store per element
+STAGE_ROW_CYCLES = 4.0               # fixed cost of staging one row (loop, bounds test, ragged end)
+# One OpenMP parallel region per call: waking the team and the closing barrier. A fixed cost that
+# does not shrink with threads, so small multi-threaded calls scale less than their work does.
+PARALLEL_REGION_S = 2e-6
 
 
 @dataclass(frozen=True)
@@ -57,8 +74,10 @@ class CostConstants:
     dram_efficiency: float = DRAM_EFFICIENCY
     pack_rate_scale: float = 1.0               # multiplies every packing/staging rate
     depthwise_load_cost: float = DEPTHWISE_LOAD_COST
-    depthwise_efficiency: float = 1.0          # share of the depthwise compute model the kernel sustains
-    depthwise_from_cache: bool = False         # depthwise data in L2/L3 (not DRAM) when it fits the shared cache
+    depthwise_efficiency: float = 1.0          # share of the depthwise FMA issue model the kernel sustains
+    depthwise_stage_scale: float = 1.0         # multiplies the depthwise staging rates
+    stage_row_cycles: float = STAGE_ROW_CYCLES     # fixed cycles per staged depthwise row
+    parallel_region_s: float = PARALLEL_REGION_S   # fork/join of one parallel region (depthwise, threads > 1)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -186,32 +205,68 @@ def depthwise_fmas_and_loads(spec: DepthwiseSpec, oh_rows: int, ow_vectors: int)
     return fmas, loads
 
 
+def depthwise_bytes(spec: DepthwiseSpec) -> int:
+    """Bytes a depthwise call moves to and from memory: the input and output once, the filters."""
+    return FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * spec.r * spec.s)
+
+
+def depthwise_memory(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster, threads: int,
+                     constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[str, float]:
+    """(level, seconds) to stream a depthwise call's tensors from where they live between calls.
+
+    Threads take contiguous plane ranges, so each touches 1/threads of the tensors on every call.
+    That share stays in the thread's own L2 when it fits the core's part of the L2 (the L2 size over
+    the cores sharing it, at L2_FILL); else the whole set stays in the shared cache (L3, or the SLC)
+    when it fits at L3_FILL; else it comes from DRAM. Private and shared caches have a port per core,
+    so their bandwidth grows with threads; DRAM bandwidth is one figure for the whole chip."""
+    k_ = constants
+    moved = depthwise_bytes(spec)
+    clock_hz = cluster.clock_ghz * 1e9
+    if moved / threads <= l2_per_core_bytes(cluster) * L2_FILL:
+        return "L2", moved / (k_.l2_bytes_per_cycle * clock_hz * threads)
+    shared_bytes = hw.l3_bytes or hw.slc_bytes or 0
+    if moved <= shared_bytes * L3_FILL:
+        return ("L3" if hw.l3_bytes else "SLC"), moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads)
+    return "DRAM", moved / dram_bytes_per_second(hw, k_)
+
+
+def depthwise_stage_rate(sched: DepthwiseSchedule, lanes: int) -> float:
+    """Elements per cycle per core that staging copies. The masked dialects (row_tail 'masked' or
+    'half_width'; decide.row_tail) are exactly the ones with the stride-2 vector deinterleave."""
+    if sched.stage_copy != "strided":
+        return lanes * ROW_COPY_RATE_PER_LANE
+    return lanes * STRIDED_STAGE_RATE_PER_LANE if sched.row_tail != "buffer" else SCALAR_STAGE_RATE
+
+
 def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster,
                        sched: DepthwiseSchedule, lanes: int,
                        constants: CostConstants = DEFAULT_CONSTANTS) -> CostEstimate:
-    """Compute (load and staging overhead included) against DRAM (or, calibrated, the shared
-    cache when the tensors fit it) for a direct depthwise plan."""
+    """The larger of compute and memory for a direct depthwise plan.
+
+    Compute, on the busiest thread: the vector FMAs the register tiles issue (rows padded to whole
+    tiles, columns to whole vectors) at the core's FMA rate, slowed when the tile's input loads take
+    more issue slots than its FMAs leave (depthwise_load_cost FMA slots per load), over the
+    sustained share (depthwise_efficiency); plus staging every row block's padded input rows; plus
+    the parallel region's fork/join when threads > 1. Memory: depthwise_memory (the level the
+    tensors live in). Threads scale the compute by threads / imbalance and the cache levels by their
+    ports, not DRAM, so a DRAM-bound call stops scaling where its bandwidth does."""
     core = cluster.core
     k_ = constants
     fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
-    threads_used = sched.threads
-    window = spec.r * spec.s
-    hp = spec.window_rows(sched.oh_rows)  # rows staged per row block
-    wp = spec.w + spec.pad_left + spec.pad_right
-    clock_hz = cluster.clock_ghz * 1e9
-    compute_s = (spec.flops / (core.fp32_flop_per_cycle * clock_hz * threads_used * k_.depthwise_efficiency)
-                 * max(1.0, loads / fmas * k_.depthwise_load_cost))
-    bytes_moved = FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * window)
-    memory = "DRAM"
-    shared_bytes = hw.l3_bytes or hw.slc_bytes or 0
-    if k_.depthwise_from_cache and bytes_moved <= shared_bytes * L3_FILL:
-        memory = "L3"
-        dram_s = bytes_moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads_used)
-    else:
-        dram_s = bytes_moved / dram_bytes_per_second(hw, k_)
+    threads = sched.threads
+    planes = spec.n * spec.c
     blocks = math.ceil(spec.out_h / sched.oh_rows)
-    stage_s = spec.n * spec.c * blocks * hp * wp / (clock_hz * threads_used * lanes * ROW_COPY_RATE_PER_LANE
-                                                    * k_.pack_rate_scale)
-    parts = (("compute", compute_s + stage_s), (memory, dram_s))
+    clock_hz = cluster.clock_ghz * 1e9
+    vector_fmas = planes * blocks * sched.oh_rows * math.ceil(spec.out_w / lanes) * spec.r * spec.s
+    issue = max(1.0, loads / fmas * k_.depthwise_load_cost)
+    fma_cycles = vector_fmas / core.fma_per_cycle * issue / k_.depthwise_efficiency
+    staged_rows = planes * blocks * spec.window_rows(sched.oh_rows)
+    staged = staged_rows * (spec.w + spec.pad_left + spec.pad_right)
+    stage_cycles = (staged_rows * k_.stage_row_cycles
+                    + staged / (depthwise_stage_rate(sched, lanes) * k_.depthwise_stage_scale))
+    per_thread_s = (fma_cycles + stage_cycles) * split_imbalance(planes, threads) / (threads * clock_hz)
+    compute_s = per_thread_s + (k_.parallel_region_s if threads > 1 else 0.0)
+    memory, memory_s = depthwise_memory(spec, hw, cluster, threads, k_)
+    parts = (("compute", compute_s), (memory, memory_s))
     bound, worst = max(parts, key=lambda p: p[1])
     return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=worst, bound=bound)

@@ -8,6 +8,7 @@ One concern per module:
   locations.py    where databases live (shipped tile_db/, the per-user cache)
   exchange.py     deterministic JSON-lines export, import and merge (provenance kept)
   evaluators.py   static and host micro-kernel evaluators; TileDbEvaluator for synthesis
+  plancache.py    warm synthesis: plans xfc synth recorded, answered by lookup
   hostcc.py       the host compiler and machine conditions (argument lists, timeouts)
   probe.py        the host FMA/clock probe, cached in the per-user database
   build.py        resumable, concurrent-safe `tiledb build`

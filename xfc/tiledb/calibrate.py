@@ -2,9 +2,13 @@
 
 What is fitted (xfc.cpu.cost_model.CostConstants): the share of the micro-kernel's FMA rate whole
 GEMMs sustain, the L2 and shared-cache bandwidths, a DRAM factor, a scale on every packing
-rate, and the depthwise model (its load cost, its efficiency, and whether its tensors come from
-the shared cache rather than DRAM). The FMA rate and clock themselves are measured by the host
-probe (xfc.tiledb.probe) and enter through the host description, not through this fit.
+rate, and the depthwise model (its load cost, its sustained share of the FMA issue model, its
+staging rate and per-row cost) and the fork/join cost of a parallel region. Which memory level a
+depthwise call's tensors live in is not fitted: it follows from the description's cache sizes
+(cost_model.depthwise_memory). The FMA rate and clock themselves are measured by the host probe
+(xfc.tiledb.probe) and enter through the host description, not through this fit. The stored
+constants name the model form they were fitted to (cost_model.COST_MODEL_VERSION); another form
+ignores them until `xfc tiledb calibrate` runs again.
 
 How: operators that are NOT in the benchmark suite (TRAINING_SHAPES, so the suite stays a
 held-out check) are synthesized with the static constants, built, verified and timed here with
@@ -19,6 +23,7 @@ measured (the shipped databases hold no measured rows).
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import tempfile
@@ -27,8 +32,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from .._version import __version__
-from ..cpu.cost_model import (DEFAULT_CONSTANTS, CostConstants, StaticEvaluator, depthwise_estimate,
-                              gemm_estimate)
+from ..cpu.cost_model import (COST_MODEL_VERSION, DEFAULT_CONSTANTS, CostConstants, StaticEvaluator,
+                              depthwise_estimate, gemm_estimate)
 from ..cpu.ir import CpuKernelPlan
 from ..cpu.synth import synthesize_cpu
 from ..cpu.tiles import MicroTile
@@ -56,6 +61,9 @@ TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
     ("depthwise", dict(c=240, h=28, w=28, r=5, s=5), dict(pad=2)),
     ("depthwise", dict(c=576, h=14, w=14, r=3, s=3), dict(pad=1, stride=2)),
     ("depthwise", dict(c=72, h=56, w=56, r=3, s=3), dict(pad=1, stride=2)),
+    ("depthwise", dict(c=96, h=40, w=40, r=3, s=3), dict(pad=1)),
+    ("depthwise", dict(c=384, h=14, w=14, r=3, s=3), dict(pad=1)),
+    ("depthwise", dict(c=48, h=150, w=150, r=3, s=3), dict(pad=1, stride=2)),
 )
 
 # The grids the descent walks, per fitted field (values in the field's unit).
@@ -67,9 +75,19 @@ GRIDS: dict[str, tuple] = {
     "pack_rate_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0),
     "depthwise_load_cost": (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0),
     "depthwise_efficiency": tuple(round(0.20 + 0.05 * i, 2) for i in range(21)),     # 0.20 .. 1.20
-    "depthwise_from_cache": (False, True),
+    "depthwise_stage_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0),
+    "stage_row_cycles": (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0),
+    "parallel_region_s": (0.0, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6),
 }
 SWEEPS = 4
+# A multi-threaded operator whose fastest run is no faster than its 1-thread run lost a thread to
+# another process in every repeat (it then waits at the barrier): it is timed again, this many times
+# at most, and the fastest of all its runs kept.
+CONTENDED_RETRIES = 3
+# Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
+# give the same time for one operator): searched together, every pair of grid values, each sweep.
+JOINT: tuple[tuple[str, str], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
+                                      ("depthwise_efficiency", "depthwise_load_cost"))
 
 
 @dataclass(frozen=True)
@@ -118,18 +136,20 @@ def _objective(items, hw, cluster, constants) -> float:
 
 def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
         start: CostConstants = DEFAULT_CONSTANTS) -> Fit:
-    """Coordinate descent over GRIDS (deterministic: fixed order, first best value wins ties)."""
+    """Coordinate descent over GRIDS, and over the JOINT pairs together (deterministic: fixed order,
+    first best value wins ties)."""
     if not items:
         raise XfcError("calibrate: no measurements to fit")
     best, best_score = start, _objective(items, hw, cluster, start)
+    moves = [{field: value} for field, grid in GRIDS.items() for value in grid]
+    moves += [{a: va, b: vb} for a, b in JOINT for va in GRIDS[a] for vb in GRIDS[b]]
     for _ in range(SWEEPS):
         improved = False
-        for field, grid in GRIDS.items():
-            for value in grid:
-                trial = replace(best, **{field: value})
-                score = _objective(items, hw, cluster, trial)
-                if score < best_score - 1e-12:
-                    best, best_score, improved = trial, score, True
+        for move in moves:
+            trial = replace(best, **move)
+            score = _objective(items, hw, cluster, trial)
+            if score < best_score - 1e-12:
+                best, best_score, improved = trial, score, True
         if not improved:
             break
     before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
@@ -158,11 +178,17 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
             if not ok:
                 raise VerificationError(f"calibrate: {spec.describe()}: the kernel differs from the reference "
                                         f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")
-            timing = kernel.time(a, b, bias, repeats=repeats, prepacked=True)
-            samples = timing.samples_s
+            samples = kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             # The fastest run: another process can only slow a run down (badly so for a
             # multi-threaded kernel that waits at barriers for a descheduled thread), so the
             # minimum is the best estimate of what the machine does; the spread shows the noise.
+            single = next((m.measured_s for m in reversed(out) if m.spec == spec and m.threads == 1), None)
+            for _ in range(CONTENDED_RETRIES):
+                # Slower on t threads than on one: every repeat lost a thread to another process.
+                if t == 1 or single is None or min(samples) < single:
+                    break
+                progress(f"    {t} threads no faster than 1 ({min(samples) * 1e3:.3f} ms): contended; timing again")
+                samples = samples + kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             fastest = min(samples)
             out.append(Measured(spec=spec, threads=t, plan=plan, measured_s=fastest,
                                 spread=(max(samples) - fastest) / statistics.median(samples)))
@@ -179,7 +205,7 @@ def store_fit(db: TileDb, hw: HardwareDescription, cluster: CpuCluster, result: 
     subject = fingerprint(hw, cluster)
     origin = db.origin_for("host")
     method = METHOD.format(cases=result.cases, threads=",".join(map(str, threads)))
-    conditions = canonical_json({"error_before": round(result.error_before, 4),
+    conditions = canonical_json({"cost_model": COST_MODEL_VERSION, "error_before": round(result.error_before, 4),
                                  "error_after": round(result.error_after, 4),
                                  "worst_after": round(result.worst_after, 4)})
     now = utc_now()
@@ -192,8 +218,10 @@ def store_fit(db: TileDb, hw: HardwareDescription, cluster: CpuCluster, result: 
 
 
 def calibrated_constants(db: TileDb, hw: HardwareDescription, cluster: CpuCluster) -> Optional[CostConstants]:
-    """The newest fitted constants for this cluster's fingerprint, or None (static constants)."""
-    rows = db.rows("calibration", "subject = ? AND name LIKE ?", (fingerprint(hw, cluster), PREFIX + "%"))
+    """The newest fitted constants for this cluster's fingerprint, or None (static constants).
+    Constants fitted to another form of the model (COST_MODEL_VERSION) are not used."""
+    rows = [row for row in db.rows("calibration", "subject = ? AND name LIKE ?", (fingerprint(hw, cluster), PREFIX + "%"))
+            if fitted_model_version(row) == COST_MODEL_VERSION]
     if not rows:
         return None
     newest: dict[str, CalibrationRow] = {}
@@ -206,3 +234,13 @@ def calibrated_constants(db: TileDb, hw: HardwareDescription, cluster: CpuCluste
         if row is not None:
             values[name] = bool(row.value) if isinstance(default, bool) else float(row.value)
     return CostConstants(**values)
+
+
+def fitted_model_version(row: CalibrationRow) -> int:
+    """The cost-model form a calibration row was fitted to (1: before the version was recorded)."""
+    try:
+        conditions = json.loads(row.conditions)
+    except ValueError:
+        return 0
+    version = conditions.get("cost_model", 1) if isinstance(conditions, dict) else 0
+    return version if isinstance(version, int) else 0

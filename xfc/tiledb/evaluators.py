@@ -23,10 +23,11 @@ from typing import Callable, Mapping, Optional
 from ..errors import VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..cpu.tiles import MicroTile, MicroTileScore
-from ..cpu.cost_model import StaticEvaluator
+from ..cpu.cost_model import DEFAULT_CONSTANTS, StaticEvaluator
 from ..build.toolchain import run
 from . import hostcc
 from .fingerprint import fingerprint, label
+from .plancache import PlanCache, cached_synthesis
 from .records import canonical_json
 from .store import TileDb, TileDbError
 
@@ -334,11 +335,36 @@ class TileDbEvaluator:
         self._warn = warn or (lambda message: None)
         self._static = StaticEvaluator()
         self._rows: dict[str, dict] = {}
+        self.plan_cache = None          # a plancache.PlanCache: warm synthesis (synthesis_evaluator sets it)
 
     def close(self) -> None:
+        if self.plan_cache is not None:
+            self.plan_cache.close()
         if self.db is not None:
             self.db.close()
             self.db = None
+
+    def tile_state(self) -> str:
+        """A digest of the rows that may answer micro-tile scores for this fingerprint (every
+        non-static GEMM micro-kernel row): a plan recorded under another state is stale."""
+        if self.db is None:
+            return "none"
+        try:
+            rows = self.db.query("SELECT COUNT(*), MAX(created_at), TOTAL(cycles_per_k), TOTAL(seconds), "
+                                 "TOTAL(emulated) FROM tile WHERE fingerprint = ? AND op_class = ? AND dtype = ? "
+                                 "AND source != 'static'", (self.fingerprint, OP_GEMM_UKERNEL, self.dtype))
+        except TileDbError as exc:
+            self._note(f"warning: {exc}; using the static model")
+            self.db = None
+            return "none"
+        return f"{self.db.path}|" + "|".join(repr(v) for v in rows[0])
+
+    def synthesize(self, spec, hw, cluster=None, threads=None, evaluator=None, isa=None, constants=None):
+        """synthesize_cpu with this evaluator, answered from the plan cache when it holds this
+        request's plan (xfc.tiledb.plancache); the pipeline calls it in place of synthesize_cpu."""
+        return cached_synthesis(self.plan_cache, spec, hw, fingerprint=fingerprint(hw, hw.cluster(cluster)),
+                                tile_state=self.tile_state(), cluster=cluster, threads=threads,
+                                evaluator=evaluator or self, isa=isa, constants=constants or DEFAULT_CONSTANTS)
 
     def constants(self):
         """The cost-model constants for synthesis: the database's calibration for this cluster's
@@ -403,8 +429,14 @@ def synthesis_evaluator(choice: str, hw: HardwareDescription, cluster_role: Opti
     path = resolve(choice, hw, environ)
     if path is None:
         return None
-    quiet = choice == "auto" and path == user_db_path(environ)   # nothing measured yet is normal
-    return TileDbEvaluator(open_for_synthesis(path, warn, quiet_if_missing=quiet), hw, cluster_role, warn=warn)
+    user = user_db_path(environ)
+    quiet = choice == "auto" and path == user   # nothing measured yet is normal
+    db = open_for_synthesis(path, warn, quiet_if_missing=quiet)
+    evaluator = TileDbEvaluator(db, hw, cluster_role, warn=warn)
+    if path == user and db is None and Path(path).exists():
+        return evaluator                 # the per-user database is unusable: warned once already
+    evaluator.plan_cache = PlanCache(user, warn, reader=db if path == user else None).prepare()
+    return evaluator
 
 
 def open_for_synthesis(path: Optional[Path], warn: Callable[[str], None], *, quiet_if_missing: bool = False

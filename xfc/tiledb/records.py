@@ -36,10 +36,11 @@ def fingerprint_of_facts(facts_json: str) -> str:
 # outranks the static model. Emulated timings are kept for the record but never rank anything.
 # ---------------------------------------------------------------------------------------------
 
-SOURCE_RE = re.compile(r"^(static|host|llvm-mca:[A-Za-z0-9._+-]{1,64}|adb:[A-Za-z0-9._:+-]{1,96}"
+SOURCE_RE = re.compile(r"^(static|synth|host|llvm-mca:[A-Za-z0-9._+-]{1,64}|adb:[A-Za-z0-9._:+-]{1,96}"
                        r"|published:[A-Za-z0-9._/+-]{1,128})$")
 RANK_EMULATED = -1
-RANKS = {"static": 0, "llvm-mca": 1, "published": 2, "host": 3, "adb": 3}
+# 'synth': a plan xfc synth recorded so that the same request is a lookup next time (plancache.py).
+RANKS = {"static": 0, "synth": 0, "llvm-mca": 1, "published": 2, "host": 3, "adb": 3}
 
 
 def source_kind(source: str) -> str:
@@ -52,7 +53,7 @@ def source_rank(source: str, emulated: bool = False) -> int:
 
 def is_computed(source: str) -> bool:
     """Computed (reproducible anywhere) rather than measured on one machine: origin is ''."""
-    return source_kind(source) in ("static", "llvm-mca", "published")
+    return source_kind(source) in ("static", "synth", "llvm-mca", "published")
 
 
 OP_CLASSES = ("gemm_ukernel", "depthwise_tile", "gpu_tile")
