@@ -13,7 +13,6 @@ Output: a table and benchmarks/results/gpu_published.json. No GPU is run: this i
 """
 from __future__ import annotations
 
-import platform
 import sys
 from pathlib import Path
 
@@ -23,16 +22,10 @@ from xfc.hardware.load import load
 from xfc.ops.spec import make_spec
 from xfc.outputs import write_json_result
 from xfc.tiledb.published import alu_efficiencies, efficiency_for, load_published
+from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.30
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def described_peak(gpu_name: str) -> float:
@@ -75,7 +68,7 @@ def main(argv=None) -> int:
           f"static: {sum(abs(r['static_ratio'] - 1) <= TARGET for r in comparable)}/{len(comparable)}")
     write_json_result(REPO / "benchmarks" / "results" / "gpu_published.json",
                       dict(target=TARGET, rows=rows, fitted=fitted,
-                           machine={"computed_on": platform.platform(), "cpu_model": _cpu_model(),
+                           machine={**machine_facts(),
                                     "note": "predictions from the descriptions; the host CPU does not enter them"},
                            note="predictions only; no GPU is run. A figure used for its own GPU's fit is not a "
                                 "validation."), kind="gpu_published")

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from nets import ARCHS, export
+from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {   # name -> xfc model arguments after NET.onnx
@@ -54,6 +55,7 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     report = json.loads(proc.stdout)
     report["model"] = f"benchmarks/nets.py {arch}, random weights (seed 0), exported at run time (opset 17)"
     report.pop("output_dir", None)
+    report["machine"] = machine_facts()
     out = args.results / f"model_{arch}_{target}.json"
     write_json_result(out, report, kind="model-bench")
     v = report["verification"] or {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from xfc.tiledb.calibrate import calibrated_constants, fit, measure, predicted_s
 from xfc.tiledb.hostdesc import load_hardware
 from xfc.tiledb.locations import user_db_path
 from xfc.tiledb.store import TileDb
+from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_MEAN, TARGET_WORST = 0.10, 0.25
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         print(f"{kind}: mean |error| {s['mean_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} ({s['worst_workload']})")
     print(f"target (mean <= {TARGET_MEAN:.0%}, none beyond {TARGET_WORST:.0%}): {'met' if met else 'NOT met'}")
     load = os.getloadavg()[0]
-    data = dict(machine=dict(platform=platform.platform(), cpu=hw.marketing_name, cpus=os.cpu_count()),
+    data = dict(machine=dict(machine_facts(), description=hw.marketing_name),
                 host_notes=hw.notes, constants=constants.as_dict(), threads=threads, repeats=args.repeats,
                 timing="fastest of the repeats, weights pre-packed", rows=rows, summary=summary, target_met=met,
                 load_average_at_end=os.getloadavg())

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from xfc.tiledb.calibrate import calibrated_constants
 from xfc.tiledb.hostdesc import load_hardware
 from xfc.tiledb.locations import user_db_path
 from xfc.tiledb.store import TileDb
+from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 TOP = 10
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     if load > 1.5:
         print(f"warning: load average {load:.1f}: other processes competed for the cores; figures are unreliable")
-    write_json_result(Path(args.out), dict(machine=dict(platform=platform.platform(), cpu=hw.marketing_name),
+    write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
                                            host_notes=hw.notes, constants=source, top=TOP, rounds=args.rounds,
                                            repeats=args.repeats, rows=rows, target=TARGET, target_met=met,
                                            load_average_at_end=os.getloadavg()), kind="regret")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,20 +34,10 @@ from xfc.errors import XfcError
 from xfc.ops.workloads import SUITE, suite_spec
 from xfc.outputs import write_json_result
 from xfc.pipeline import synthesize_timed
+from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 WARM_TARGET_S, COLD_TARGET_S = 1e-3, 10e-3
-
-
-def machine_facts() -> dict:
-    """The CPU the figures were taken on (model, ISAs, cores), as the other results files record it."""
-    from xfc.hardware.host import available_isas, parse_cpuinfo
-    try:
-        cpuinfo = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        cpuinfo = {}
-    return {"cpu_model": cpuinfo.get("model name", platform.processor() or "unknown"),
-            "host_isas": list(available_isas(cap=None)), "cpus": os.cpu_count(), "platform": platform.platform()}
 
 
 def load_named(name: str, environ):
