@@ -22,6 +22,7 @@ from typing import Optional
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .ir import DepthwiseSchedule, GemmSchedule
+from .isa import isa_row
 from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
@@ -113,11 +114,15 @@ class StaticEvaluator:
             bound = "in-order load stalls" if stall + narrow_extra > 0 else "fma"
         else:
             load_cycles = (wide_loads + narrow_loads * NARROW_LOAD_SHARE) / rules.vector_loads_per_cycle
-            bounds = (("fma", fma_cycles), ("load", load_cycles), ("latency", float(core.fma_latency_cycles)))
-            bound = max(bounds, key=lambda b: b[1])[0]
-            p = ISSUE_OVERLAP_NORM
-            cycles = sum(c ** p for _, c in bounds) ** (1 / p)
-            return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound, source="static")
+            if isa_row(isa).interference_model:
+                bounds = (("fma", fma_cycles), ("load", load_cycles), ("latency", float(core.fma_latency_cycles)))
+                bound = max(bounds, key=lambda b: b[1])[0]
+                p = ISSUE_OVERLAP_NORM
+                cycles = sum(c ** p for _, c in bounds) ** (1 / p)
+                return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound,
+                                      source="static")
+            cycles = max(fma_cycles, load_cycles)
+            bound = "fma" if fma_cycles >= load_cycles else "load"
         # Each accumulator is updated once per k step: a step cannot finish faster than one
         # FMA latency, so too few accumulators leave the pipes idle.
         if core.fma_latency_cycles > cycles:
@@ -159,11 +164,12 @@ def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sche
 def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, tile: MicroTile,
                   score: MicroTileScore, sched: GemmSchedule, transposed: bool,
                   constants: CostConstants = DEFAULT_CONSTANTS,
-                  tail_score: Optional[MicroTileScore] = None) -> CostEstimate:
+                  tail_score: Optional[MicroTileScore] = None, interference: bool = False) -> CostEstimate:
     """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan.
     tail_score: the score of the column-tail micro-kernel (MR x the vectors left over when NR does
     not divide N); it has fewer accumulators, and on a 16-register core it can run well below the
-    full tile (default: as fast as the full tile)."""
+    full tile (default: as fast as the full tile). interference: charge the L2 stream of the
+    micro-kernel (l2_stream_factor; the ISA row's interference_model)."""
     core = cluster.core
     k_ = constants
     m, n, k = gemm_view(spec, transposed)
@@ -178,7 +184,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
     compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
                  / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
-    compute_s *= l2_stream_factor(core, tile, score, sched, k_)
+    if interference:
+        compute_s *= l2_stream_factor(core, tile, score, sched, k_)
     if sched.c_store != "direct":  # the transposed store, once per KC slice
         store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
                                     else SCALAR_TRANSPOSED_STORE_CYCLES)

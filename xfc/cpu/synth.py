@@ -179,9 +179,10 @@ class Candidate:
 
 def _column_tail_score(tile: MicroTile, n: int, cluster: CpuCluster, isa: str,
                        evaluator: MicroTileEvaluator) -> Optional[MicroTileScore]:
-    """The score of the micro-kernel that computes the last N % NR columns (None: no tail)."""
+    """The score of the micro-kernel that computes the last N % NR columns (None: no tail, or
+    the ISA row does not model it)."""
     tail_vectors = math.ceil((n % tile.nr) / tile.lanes)
-    if tail_vectors == 0:
+    if tail_vectors == 0 or not isa_row(isa).interference_model:
         return None
     return evaluator.evaluate(MicroTile(mr=tile.mr, nr_vectors=tail_vectors, lanes=tile.lanes,
                                         a_load_bits=tile.a_load_bits), cluster.core, isa)
@@ -211,7 +212,8 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                 sched, reasons = grow_gemm(tile, spec, hw, cluster, threads, row, fill, transposed,
                                            stream_b_from_l2=stream, store_once=store_once)
                 estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
-                                         tail_score=_column_tail_score(tile, n, cluster, isa, evaluator))
+                                         tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
+                                         interference=row.interference_model)
                 levels = gemm_levels(tile, score, sched, reasons, cluster, isa)
                 candidates.append(Candidate(transposed, tile, score, fill, sched, levels, estimate))
     return candidates
