@@ -200,8 +200,9 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
         for tile, score, _ in rank_micro_tiles(cluster.core, isa, evaluator, m, n)[:TOP_MICRO_TILES]:
             options = [(L1_FILL, False, True), (L1_FILL_WIDE, False, True)]
             # Transposed: the K-deep slice (C stored once) streams B from L2, which a narrow tile
-            # may not sustain; L1-sized slices pay the transposed store per slice instead.
-            if transposed:
+            # may not sustain; L1-sized slices pay the transposed store per slice instead (only
+            # where the cost model charges that stream: the ISA row's interference_model).
+            if transposed and row.interference_model:
                 options += [(L1_FILL, False, False), (L1_FILL_WIDE, False, False)]
             # Deep L2-streamed slices only for matmul, whose B is pre-packed once: a conv packs its
             # im2col panel (KC x NC) on every call, and a deep one falls out of cache (measured:
