@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Optional
 
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .ir import DepthwiseSchedule, GemmSchedule
+from .isa import isa_row
 from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 
 # The form of the model the constants below belong to. A calibration stores it beside the fitted
@@ -43,6 +45,23 @@ L2_FILL = 0.5
 L3_FILL = 0.5
 # ---- micro-kernel issue ---------------------------------------------------------------------------
 NARROW_LOAD_SHARE = 0.5              # a 64-bit load takes half a vector-load slot (out-of-order cores)
+# A KC x NR micro-panel of B larger than this share of L1d is not resident: it streams from L2 on
+# every row tile (the deep transposed slices, the L2-streamed matmul slices).
+L1_RESIDENT_FILL = 0.75
+# The micro-kernel's FMA time and the time to stream its operands from L2 do not overlap
+# perfectly: a k step costs their p-norm with this exponent (1 would add them, infinity is the
+# roofline's max). Negligible while the stream needs under half the L2 bandwidth the FMAs leave;
+# measured on the AVX2 host (issue 17, bench_cpu.py --isa avx2): a 2x32 transposed conv tile whose
+# K-deep B micro-panel streams at the full L2 rate ran at ~60% of a 4x24 tile's rate.
+L2_STREAM_OVERLAP_NORM = 4.0
+# Out-of-order cores: the FMA pipes, the load ports and the FMA latency each bound a k step, but
+# they are not independent. With exactly FMA latency x FMA pipes accumulators every FMA must issue
+# the cycle its accumulator is ready, so any load or front-end delay costs directly; loads that
+# nearly fill their ports delay the FMAs that wait on them. A k step costs the p-norm of the three
+# bounds with this exponent: a bound under half the largest costs under 1.5%, two equal bounds
+# ~19%. Measured on the AVX2 host (conv tiles, 16 ymm registers): 4x24 ~ 6x16 > 4x16 (8
+# accumulators, -10%) > 8x8 and 14x8 (more loads than FMAs, -25..30%).
+ISSUE_OVERLAP_NORM = 4.0
 # ---- stores and packing (cycles or elements per cycle per core) -----------------------------------
 SCALAR_TRANSPOSED_STORE_CYCLES = 1.0   # per element of a transposed C tile merged with scalar code
 VECTOR_TRANSPOSED_STORE_CYCLES = 0.3   # per element through the 16x16 register transpose (c_store)
@@ -114,6 +133,13 @@ class StaticEvaluator:
             bound = "in-order load stalls" if stall + narrow_extra > 0 else "fma"
         else:
             load_cycles = (wide_loads + narrow_loads * NARROW_LOAD_SHARE) / rules.vector_loads_per_cycle
+            if isa_row(isa).interference_model:
+                bounds = (("fma", fma_cycles), ("load", load_cycles), ("latency", float(core.fma_latency_cycles)))
+                bound = max(bounds, key=lambda b: b[1])[0]
+                p = ISSUE_OVERLAP_NORM
+                cycles = sum(c ** p for _, c in bounds) ** (1 / p)
+                return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound,
+                                      source="static")
             cycles = max(fma_cycles, load_cycles)
             bound = "fma" if fma_cycles >= load_cycles else "load"
         # Each accumulator is updated once per k step: a step cannot finish faster than one
@@ -140,10 +166,29 @@ def _batch(spec: OperatorSpec) -> int:
     return spec.batch if isinstance(spec, MatmulSpec) else spec.n
 
 
+def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sched: GemmSchedule,
+                     constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    """How much slower the micro-kernel runs than its register-level score while it streams its
+    operands from L2: the A micro-panel always (MR floats per k step), the B micro-panel too when
+    KC x NR does not stay resident in L1 (then every row tile re-reads it, NR floats per k step).
+    1.0 when the stream is small against the FMA time; grows as it nears the L2 bandwidth."""
+    b_resident = sched.kc * sched.nr * FLOAT_BYTES <= core.l1d.size_bytes * L1_RESIDENT_FILL
+    bytes_per_k = FLOAT_BYTES * (sched.mr + (0 if b_resident else sched.nr))
+    stream_cycles = bytes_per_k / constants.l2_bytes_per_cycle
+    core_cycles = tile.accumulator_registers / core.fma_per_cycle / max(score.efficiency, 1e-9)
+    p = L2_STREAM_OVERLAP_NORM
+    return (core_cycles ** p + stream_cycles ** p) ** (1 / p) / core_cycles
+
+
 def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, tile: MicroTile,
                   score: MicroTileScore, sched: GemmSchedule, transposed: bool,
-                  constants: CostConstants = DEFAULT_CONSTANTS) -> CostEstimate:
-    """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan."""
+                  constants: CostConstants = DEFAULT_CONSTANTS,
+                  tail_score: Optional[MicroTileScore] = None, interference: bool = False) -> CostEstimate:
+    """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan.
+    tail_score: the score of the column-tail micro-kernel (MR x the vectors left over when NR does
+    not divide N); it has fewer accumulators, and on a 16-register core it can run well below the
+    full tile (default: as fast as the full tile). interference: charge the L2 stream of the
+    micro-kernel (l2_stream_factor; the ISA row's interference_model)."""
     core = cluster.core
     k_ = constants
     m, n, k = gemm_view(spec, transposed)
@@ -153,10 +198,13 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     imbalance = split_imbalance(math.ceil(n / nr) if sched.parallel_axis == "n" else math.ceil(m / mr), threads)
     clock_hz = cluster.clock_ghz * 1e9
     # Tail tiles have their own micro-kernels: no row padding, columns padded to whole vectors.
-    n_computed = (n // nr) * nr + round_up(n % nr, tile.lanes)
-    padded_flops = 2 * batch * m * n_computed * k
+    n_full, n_tail = (n // nr) * nr, round_up(n % nr, tile.lanes)
+    tail_efficiency = (tail_score or score).efficiency
     peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
-    compute_s = padded_flops / (peak_flops_per_core * score.efficiency * k_.compute_efficiency * threads / imbalance)
+    compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
+                 / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
+    if interference:
+        compute_s *= l2_stream_factor(core, tile, score, sched, k_)
     if sched.c_store != "direct":  # the transposed store, once per KC slice
         store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
                                     else SCALAR_TRANSPOSED_STORE_CYCLES)
@@ -176,16 +224,21 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.
     im2col_rate = max(tile.lanes * IM2COL_PACK_RATE_PER_LANE, 1) * k_.pack_rate_scale
     rows_rate = max(tile.lanes * ROW_COPY_RATE_PER_LANE, 1) * k_.pack_rate_scale
-    pack_cycles = 0.0
+    a_pack_cycles = b_pack_cycles = stage_cycles = 0.0
     if sched.a_pack == "packed":  # A panels: the im2col rows (transposed conv) or a matrix transpose
-        pack_cycles += batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed
+        a_pack_cycles = batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed
                                                              else TRANSPOSE_PACK_RATE * k_.pack_rate_scale)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
-        pack_cycles += batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
+        b_pack_cycles = batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
     if conv and (transposed or not spec.pointwise):  # staging the zero-padded image once per call
         staged = batch * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)
-        pack_cycles += staged / rows_rate
-    pack_s = pack_cycles / (clock_hz * threads)
+        stage_cycles = staged / rows_rate
+    # Each thread packs the A rows and B columns of its own share: the operand along the split
+    # axis is divided among the threads, the other one is packed whole by every thread. The
+    # staged image is written cooperatively.
+    a_share = threads if sched.parallel_axis == "m" else 1
+    b_share = threads if sched.parallel_axis == "n" else 1
+    pack_s = (a_pack_cycles / a_share + b_pack_cycles / b_share + stage_cycles / threads) / clock_hz
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
     c_bytes = batch * FLOAT_BYTES * m * n

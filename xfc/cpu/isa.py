@@ -17,6 +17,10 @@ Every `isa == ...` question in synthesis, planning and code generation is a fiel
   half_vectors        half-width vectors (xfc_hv): a row tail of at most half the lanes at half cost
   required_features   what a core must list to run the dialect (most specific ISA first in ISAS)
   hand_*              what hand plans (plans.py) choose when the caller does not: tile and -march
+  interference_model  the cost model's interference terms (cost_model.py: issue bounds as a 4-norm,
+                      B micro-panels streamed from L2, column-tail tiles at their own score) apply;
+                      measured on the 16-register x86 dialects (issue 17), the others keep the
+                      plain roofline of the micro-kernel until measured
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ class IsaRow:
     hand_depthwise_rows: int              # oh_rows of hand depthwise plans
     hand_depthwise_vectors: int           # ow_vectors of hand depthwise plans
     hand_march: str                       # -march of hand plans ('' = the compiler's default)
+    interference_model: bool = False      # cost_model's measured interference terms apply
 
     @property
     def lane_indexed(self) -> bool:
@@ -66,7 +71,7 @@ ISA_TABLE: dict[str, IsaRow] = {
         name="avx2", prelude="cpu/dialect_avx2.h.j2", lanes=(8,), fixed_lanes=None, has_mask=False,
         a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
         required_features=("avx2", "fma"), hand_lanes=8, hand_tile=(6, 16), hand_depthwise_rows=2,
-        hand_depthwise_vectors=2, hand_march="x86-64-v3"),
+        hand_depthwise_vectors=2, hand_march="x86-64-v3", interference_model=True),
     "neon": IsaRow(
         name="neon", prelude="cpu/dialect_neon.h.j2", lanes=(4,), fixed_lanes=None, has_mask=False,
         a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
@@ -76,7 +81,7 @@ ISA_TABLE: dict[str, IsaRow] = {
         name="generic", prelude="cpu/dialect_generic.h.j2", lanes=None, fixed_lanes=4, has_mask=False,
         a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
         required_features=(), hand_lanes=4, hand_tile=(4, 8), hand_depthwise_rows=2,
-        hand_depthwise_vectors=4, hand_march=""),
+        hand_depthwise_vectors=4, hand_march="", interference_model=True),
 }
 
 # Which dialect a core gets: the first whose features it lists (most specific first).

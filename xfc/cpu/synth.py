@@ -71,7 +71,7 @@ def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
 
 def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, threads: int,
               row: IsaRow, kc_fill: float = L1_FILL, transposed: bool = False,
-              stream_b_from_l2: bool = False) -> tuple[GemmSchedule, GemmReasons]:
+              stream_b_from_l2: bool = False, store_once: bool = True) -> tuple[GemmSchedule, GemmReasons]:
     """Grow one micro-tile into a full GEMM schedule (tiles, thread split, code shape) and say why."""
     core = cluster.core
     m, n, k = gemm_view(spec, transposed)
@@ -83,7 +83,7 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
     l1_budget = core.l1d.size_bytes * kc_fill
     kc_cap = int(l1_budget // ((mr + nr) * FLOAT_BYTES))
     l2_per_core = l2_per_core_bytes(cluster)
-    if transposed and (mr + nr) * k * FLOAT_BYTES <= l2_per_core * L2_FILL:
+    if transposed and store_once and (mr + nr) * k * FLOAT_BYTES <= l2_per_core * L2_FILL:
         # A transposed tile is stored through a local tile (and merged into C) once per KC slice:
         # store it once, streaming both micro-panels (whole K) from L2 instead of L1.
         kc, kc_reason = k, "transposed C tile stored once: both K-deep micro-panels fit the L2 share"
@@ -177,6 +177,17 @@ class Candidate:
         return f"{'transposed ' if self.transposed else ''}{self.sched.mr}x{self.sched.nr} kc={self.sched.kc}"
 
 
+def _column_tail_score(tile: MicroTile, n: int, cluster: CpuCluster, isa: str,
+                       evaluator: MicroTileEvaluator) -> Optional[MicroTileScore]:
+    """The score of the micro-kernel that computes the last N % NR columns (None: no tail, or
+    the ISA row does not model it)."""
+    tail_vectors = math.ceil((n % tile.nr) / tile.lanes)
+    if tail_vectors == 0 or not isa_row(isa).interference_model:
+        return None
+    return evaluator.evaluate(MicroTile(mr=tile.mr, nr_vectors=tail_vectors, lanes=tile.lanes,
+                                        a_load_bits=tile.a_load_bits), cluster.core, isa)
+
+
 def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
     """Expand the best few micro-tiles (and two L1 fill targets) in each orientation the operator
     allows. Conv2d may put vectors along output pixels (implicit_gemm) or along output channels
@@ -187,16 +198,23 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
     for transposed in orientations:
         m, n, k = gemm_view(spec, transposed)
         for tile, score, _ in rank_micro_tiles(cluster.core, isa, evaluator, m, n)[:TOP_MICRO_TILES]:
-            options = [(L1_FILL, False), (L1_FILL_WIDE, False)]
+            options = [(L1_FILL, False, True), (L1_FILL_WIDE, False, True)]
+            # Transposed: the K-deep slice (C stored once) streams B from L2, which a narrow tile
+            # may not sustain; L1-sized slices pay the transposed store per slice instead (only
+            # where the cost model charges that stream: the ISA row's interference_model).
+            if transposed and row.interference_model:
+                options += [(L1_FILL, False, False), (L1_FILL_WIDE, False, False)]
             # Deep L2-streamed slices only for matmul, whose B is pre-packed once: a conv packs its
             # im2col panel (KC x NC) on every call, and a deep one falls out of cache (measured:
             # conv_r18_l1 kc=576 about 4% slower than kc=88 on the AVX-512 host).
             if isinstance(spec, MatmulSpec) and math.ceil(m / tile.mr) >= B_REUSE_FOR_L2_STREAM:
-                options.append((1.0, True))
-            for fill, stream in options:
+                options.append((1.0, True, True))
+            for fill, stream, store_once in options:
                 sched, reasons = grow_gemm(tile, spec, hw, cluster, threads, row, fill, transposed,
-                                           stream_b_from_l2=stream)
-                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants)
+                                           stream_b_from_l2=stream, store_once=store_once)
+                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
+                                         tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
+                                         interference=row.interference_model)
                 levels = gemm_levels(tile, score, sched, reasons, cluster, isa)
                 candidates.append(Candidate(transposed, tile, score, fill, sched, levels, estimate))
     return candidates
