@@ -39,7 +39,7 @@ DRAM_FALLBACK_GBPS = 10.0            # when the description gives no memory band
 DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a streaming kernel sustains
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
-# docs/notes/host-kernels.md and the usual BLIS practice of leaving about half of L1 free.
+# docs/host-kernel-notes.md and the usual BLIS practice of leaving about half of L1 free.
 L1_FILL = 0.5
 L2_FILL = 0.5
 L3_FILL = 0.5

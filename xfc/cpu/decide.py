@@ -3,7 +3,7 @@ operator and the tiles. The synthesizer (synth.py) and hand plans (plans.py) bot
 here, so there is one planner; code generation only spells what the plan records.
 
 Loop order, C prefetch, B prefetch distance and the A-packing block were measured on the AVX-512
-host (docs/notes/host-kernels.md) and are the same for every ISA; the others follow from the
+host (docs/host-kernel-notes.md) and are the same for every ISA; the others follow from the
 dialect's capabilities (xfc/cpu/isa.py) and the operator's geometry.
 """
 from __future__ import annotations
