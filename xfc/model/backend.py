@@ -5,7 +5,7 @@ xfc.cpu.synth.synthesize_cpu, xfc.cpu.codegen.render_cpu_kernel and xfc.build.cp
 ctypes, or the aarch64 cross compiler); when xfc gains one library pipeline for CPU and GPU,
 this module is the one to point at it (ARM/qemu and GPU runs, tile database, --emit lib).
 
-A LayerKernel runs like xfc.build.HostKernel: `prepack(weight)` once, then
+A LayerKernel runs like xfc.runners.host.HostKernel: `prepack(weight)` once, then
 `run_packed(x, packed, bias)`; `__call__(x, weight, bias)` packs on every call (for a MatMul
 whose B is not a constant).
 """
@@ -67,7 +67,7 @@ class LayerKernel:
     synthesis: LayerSynthesis
     files: tuple[Path, ...]          # what it leaves for the output directory (sources, build script, binary)
     build_seconds: float
-    host: object = None              # xfc.build.HostKernel
+    host: object = None              # xfc.runners.host.HostKernel
 
     @property
     def spec(self):
@@ -100,6 +100,7 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     directory (the build script is renamed build_<name>.sh).
     """
     from ..build.cpu import build_arm, build_host
+    from ..runners.host import HostKernel
     from ..cpu.codegen import render_cpu_kernel
     synthesis = synthesis or synthesize_layer(spec, hw, cluster=cluster, threads=threads)
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")
@@ -108,7 +109,7 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     start = time.perf_counter()
     host = None
     if hw.target_arch == "x86_64":
-        host = build_host(rendered, layer_dir)
+        host = HostKernel(rendered, build_host(rendered, layer_dir))
         produced = [host.library]
         script = "build.sh"
     else:
