@@ -286,17 +286,20 @@ def _perturb(out):
 @needs_host
 @pytest.mark.parametrize("entry", ["per-call", "pre-packed"])
 def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
-    from xfc.runners import host as build
+    import dataclasses
+
     from xfc.fuzz_run import run_case
+    from xfc.runners.host import HostRunner
     case = _case("host")
     ok = run_case(case, tmp_path / "ok")
     assert ok.status == "pass" and 0 <= ok.error_ratio <= 1 and ok.plan.startswith("tiles:")
-    if entry == "per-call":
-        real = build.HostKernel.__call__
-        monkeypatch.setattr(build.HostKernel, "__call__", lambda self, *a: _perturb(real(self, *a)))
-    else:
-        real = build.HostKernel.run_packed
-        monkeypatch.setattr(build.HostKernel, "run_packed", lambda self, *a: _perturb(real(self, *a)))
+    real = HostRunner.execute
+
+    def perturbed(self, spec):   # only the entry point under test returns a wrong output
+        m = real(self, spec)
+        return dataclasses.replace(m, output=_perturb(m.output)) if spec.prepacked == (entry == "pre-packed") else m
+
+    monkeypatch.setattr(HostRunner, "execute", perturbed)
     bad = run_case(case, tmp_path / "bad")
     assert bad.status == "wrong" and bad.detail.startswith(f"{entry} entry: max abs error"), bad
     assert not (tmp_path / "bad").exists()

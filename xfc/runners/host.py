@@ -168,14 +168,11 @@ class HostRunner(Runner):
     None), `prepacked` times the pre-packed entry point. Nothing is shipped or fetched: the library
     is mapped into this process."""
 
+    where = WHERE_HOST
     emulated = False
 
     def __init__(self, kernel: HostKernel):
         self.kernel = kernel
-
-    @property
-    def where(self) -> str:  # type: ignore[override]
-        return WHERE_HOST
 
     def describe(self) -> dict:
         return {"runner": "host", "library": str(self.kernel.library), "virtual": False}
@@ -186,6 +183,5 @@ class HostRunner(Runner):
         spec.check_input_shapes(self.kernel.rendered.function_name)
         a, b, bias = (None if x is None else np.asarray(x, dtype=np.float32) for x in spec.inputs)
         m = self.kernel.time(a, b, bias, repeats=spec.repeat, warmup=spec.warmup, prepacked=spec.prepacked)
-        if spec.output_shape is not None and m.output is not None:
-            m = replace(m, output=m.output.reshape(spec.output_shape))
-        return m
+        output = m.output.reshape(spec.output_shape) if spec.output_shape is not None else m.output
+        return replace(m, output=output, device=self.describe(), kernel=spec.label or m.kernel)
