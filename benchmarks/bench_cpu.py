@@ -256,10 +256,12 @@ def get_planner(kind, isa=None):
 def run_ours(name, spec, threads, planner, build_root):
     from xfc.build.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
+    from xfc.runners.host import HostKernel
     t0 = time.perf_counter()
     plan = planner(name, spec, threads)
     synth_s = time.perf_counter() - t0
-    kernel = build_host(render_cpu_kernel(plan), build_root / f"{name}_t{threads}")
+    rendered = render_cpu_kernel(plan)
+    kernel = HostKernel(rendered, build_host(rendered, build_root / f"{name}_t{threads}"))
     a, b, bias = make_inputs(spec)
     ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
     ok_packed, _, ratio_packed = check_output(spec, kernel.run_packed(a, kernel.prepack(b), bias), a, b, bias)
@@ -307,6 +309,7 @@ def sweep(names, build_root):
     from xfc.build.cpu import build_host
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.codegen import render_cpu_kernel
+    from xfc.runners.host import HostKernel
     grid = [dict(mr=14, nr=32), dict(mr=12, nr=32), dict(mr=8, nr=48), dict(mr=6, nr=64), dict(mr=16, nr=16),
             dict(mr=28, nr=16), dict(mr=14, nr=32, kc=128), dict(mr=14, nr=32, kc=512),
             dict(mr=14, nr=32, k_unroll=1), dict(mr=14, nr=32, loop_order="ir_jr"),
@@ -322,7 +325,8 @@ def sweep(names, build_root):
             isa = ov.pop("isa", "avx512")
             if isa == "avx2" and spec.name != "depthwise":
                 ov.setdefault("gcc_march", "native")  # same compiler, 8-lane dialect
-            kernel = build_host(render_cpu_kernel(hand_plan(spec, isa, 1, **ov)), build_root / "sweep")
+            rendered = render_cpu_kernel(hand_plan(spec, isa, 1, **ov))
+            kernel = HostKernel(rendered, build_host(rendered, build_root / "sweep"))
             ok = check_output(spec, kernel(a, b, bias), a, b, bias)[0]
             m = kernel.time(a, b, bias, repeats=max(MIN_REPEATS, int(TARGET_S / kernel.time(a, b, bias, 2, 1).median_s)),
                             warmup=WARMUP)

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from xfc.build.cpu import build_host
+from xfc.runners.host import HostKernel
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS
 from xfc.cpu.synth import candidate_syntheses
@@ -73,7 +74,8 @@ def main(argv=None) -> int:
                 cands = candidate_syntheses(spec, hw, cluster.role, t, constants=constants, top=TOP)
                 kernels = []
                 for i, c in enumerate(cands):
-                    kernel = build_host(render_cpu_kernel(c.plan), Path(tmp) / f"{name}_t{t}_{i}")
+                    rendered = render_cpu_kernel(c.plan)
+                    kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"{name}_t{t}_{i}"))
                     a, b, bias = make_inputs(spec, seed=0)
                     ok, _, _ = check_output(spec, kernel(a, b, bias), a, b, bias)
                     kernels.append((c, kernel, ok))

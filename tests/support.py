@@ -24,6 +24,9 @@ import pytest
 import xfc
 from xfc.build.toolchain import ARM_CC, HOST_CC, QEMU
 from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
+from xfc.runners.base import Measurement, RunSpec
+from xfc.runners.host import HostKernel
+from xfc.runners.qemu import QemuRunner
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.settings import HOST_ISA_ENV, host_isa_cap
@@ -143,6 +146,21 @@ def host_plan(spec, isa: str, threads: int = 1, **overrides):
     return hand_plan(spec, isa, threads, **overrides)
 
 
+def host_kernel(rendered, out_dir: Path) -> HostKernel:
+    """Build a rendered kernel for this machine (xfc.build.cpu) and load it (xfc.runners.host)."""
+    return HostKernel(rendered, build_host(rendered, out_dir))
+
+
+def qemu_run(binary, spec, a, b, bias, *, qemu_cpu: str = "max", prepacked: bool = False, repeats: int = 1,
+             warmup: int = 0, march: str = "") -> Measurement:
+    """One run of a static aarch64 CPU harness under qemu-aarch64 (xfc.runners.qemu.QemuRunner):
+    the Measurement carries the output, shaped as spec.output_shape."""
+    return QemuRunner(cpu=qemu_cpu).execute(RunSpec(
+        harness=Path(binary), inputs=(a, b, bias), repeat=repeats, warmup=warmup, timeout_s=600,
+        output_shape=tuple(spec.output_shape), protocol="times-file", prepacked=prepacked, march=march,
+        input_shapes=tuple(tuple(s) for s in spec.input_shapes), flops=spec.flops))
+
+
 def compile_only(rendered, out_dir: Path) -> Path:
     """Compile kernel + harness into a shared object exactly as build_host does, without loading it
     (loading is harmless, calling it is not on a CPU without the ISA)."""
@@ -169,7 +187,7 @@ def run_host_plan(plan, build_dir: Path, seed: int = 0, what: str = ""):
         compile_only(rendered, build_dir)
         record(plan.isa, "compiled", why_not_runnable(plan.isa))
         return None, None
-    kernel = build_host(rendered, build_dir)
+    kernel = host_kernel(rendered, build_dir)
     a, b, bias = make_inputs(plan.spec, seed=seed)
     out = kernel(a, b, bias)
     assert_verified(plan.spec, out, a, b, bias, what or f"{plan.function_name} isa={plan.isa}")

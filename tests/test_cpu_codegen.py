@@ -17,7 +17,11 @@ import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_march, host_plan, mm,
                      needs_arm, run_host_plan)
 from xfc.build.toolchain import ARM_CC, QEMU, require_tool
-from xfc.build.cpu import Measurement, ToolchainError, build_arm, build_host, qemu_cpu_models, run_qemu
+from support import host_kernel, qemu_run
+from xfc.build.cpu import build_arm
+from xfc.errors import ToolchainError
+from xfc.runners.base import Measurement
+from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.codegen import a_load_groups, render_cpu_kernel, validate_plan
 from xfc.cpu.isa import ISA_TABLE, isa_for
 from xfc.cpu.plans import hand_plan
@@ -202,7 +206,8 @@ def test_neon_qemu(spec, core, tmp_path):
         assert ("vfmaq_lane_f32" if bits == 64 else "vfmaq_laneq_f32") in rendered.source
     binary = build_arm(rendered, tmp_path)
     a, b, bias = make_inputs(spec, seed=3)
-    out, meas = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=2)
+    meas = qemu_run(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=2)
+    out = meas.output
     support.assert_verified(spec, out, a, b, bias, f"neon on {cpu}")
     assert "emulated" in meas.where and len(meas.samples_s) == 2
     assert_samples_positive(meas.samples_s)
@@ -268,7 +273,7 @@ def test_build_products(isa, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     if kernel is None:  # compiled only: this CPU cannot run the ISA (recorded)
         return
-    again = build_host(render_cpu_kernel(kernel.plan), tmp_path)
+    again = host_kernel(render_cpu_kernel(kernel.plan), tmp_path)
     assert again.library == kernel.library
     a, b, bias = make_inputs(MATMULS[8])
     with pytest.raises(VerificationError, match="in0 has shape") as err:
@@ -312,5 +317,5 @@ def test_missing_tool_is_one_clear_line(monkeypatch):
 def test_compile_failure_is_toolchain_error(tmp_path):
     plan = hand_plan(MATMULS[0], "avx512", 1, gcc_march="no-such-arch", function_name="xfc_bad_march")
     with pytest.raises(ToolchainError, match="host compile of xfc_bad_march.c failed") as err:
-        build_host(render_cpu_kernel(plan), tmp_path / "bad")
+        host_kernel(render_cpu_kernel(plan), tmp_path / "bad")
     assert "\n" not in str(err.value)

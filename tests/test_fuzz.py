@@ -286,17 +286,20 @@ def _perturb(out):
 @needs_host
 @pytest.mark.parametrize("entry", ["per-call", "pre-packed"])
 def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
-    from xfc.build import cpu as build
+    import dataclasses
+
     from xfc.fuzz_run import run_case
+    from xfc.runners.host import HostRunner
     case = _case("host")
     ok = run_case(case, tmp_path / "ok")
     assert ok.status == "pass" and 0 <= ok.error_ratio <= 1 and ok.plan.startswith("tiles:")
-    if entry == "per-call":
-        real = build.HostKernel.__call__
-        monkeypatch.setattr(build.HostKernel, "__call__", lambda self, *a: _perturb(real(self, *a)))
-    else:
-        real = build.HostKernel.run_packed
-        monkeypatch.setattr(build.HostKernel, "run_packed", lambda self, *a: _perturb(real(self, *a)))
+    real = HostRunner.execute
+
+    def perturbed(self, spec):   # only the entry point under test returns a wrong output
+        m = real(self, spec)
+        return dataclasses.replace(m, output=_perturb(m.output)) if spec.prepacked == (entry == "pre-packed") else m
+
+    monkeypatch.setattr(HostRunner, "execute", perturbed)
     bad = run_case(case, tmp_path / "bad")
     assert bad.status == "wrong" and bad.detail.startswith(f"{entry} entry: max abs error"), bad
     assert not (tmp_path / "bad").exists()
@@ -317,17 +320,19 @@ def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp
 @pytest.mark.emulated
 @needs_arm
 def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
-    from xfc.build import cpu as build
-    from xfc.fuzz_run import run_case
-    real = build.run_qemu
+    import dataclasses
 
-    def perturbed(*args, prepacked=False, **kw):
-        out, timing = real(*args, prepacked=prepacked, **kw)
-        return (_perturb(out) if prepacked else out), timing
+    from xfc.fuzz_run import run_case
+    from xfc.runners.qemu import QemuRunner
+    real = QemuRunner.execute
+
+    def perturbed(self, spec):
+        m = real(self, spec)
+        return dataclasses.replace(m, output=_perturb(m.output)) if spec.prepacked else m
 
     case = _case("qemu", hw="snapdragon-865", cluster="little", threads=3)
     assert run_case(case, tmp_path).status == "pass"
-    monkeypatch.setattr(build, "run_qemu", perturbed)
+    monkeypatch.setattr(QemuRunner, "execute", perturbed)
     bad = run_case(case, tmp_path)
     assert bad.status == "wrong" and bad.detail.startswith("pre-packed entry"), bad
 
@@ -337,18 +342,18 @@ def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_pocl_wrong_output_is_caught(dtype, monkeypatch, tmp_path):
     from xfc.fuzz_run import run_case
-    from xfc.runners import pocl as gpu_build
+    import dataclasses
+
+    from xfc.runners.pocl import PoclRunner
     case = _case("pocl", dtype=dtype)
     assert run_case(case, tmp_path).status == "pass"
-    real = gpu_build.run_kernel
+    real = PoclRunner.execute
 
-    def perturbed(harness, kernel, inputs, out, **kw):
-        timing = real(harness, kernel, inputs, out, **kw)
-        got = np.fromfile(out, dtype=np.float32)
-        _perturb(got).tofile(out)
-        return timing
+    def perturbed(self, spec):
+        m = real(self, spec)
+        return dataclasses.replace(m, output=_perturb(m.output))
 
-    monkeypatch.setattr(gpu_build, "run_kernel", perturbed)
+    monkeypatch.setattr(PoclRunner, "execute", perturbed)
     bad = run_case(case, tmp_path)
     assert bad.status == "wrong" and dtype in bad.detail, bad
 

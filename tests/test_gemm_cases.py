@@ -7,7 +7,8 @@ import pytest
 
 import support
 from cases import gemm_cases
-from xfc.build.cpu import build_arm, run_qemu
+from support import qemu_run
+from xfc.build.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.isa import isa_row
 from xfc.cpu.plans import hand_plan
@@ -51,7 +52,7 @@ def test_neon_gemm_edge_cases(case, tmp_path):
                      gcc_march="armv8.2-a+fp16+dotprod", qemu_cpu="cortex-a76", function_name="xfc_case_neon")
     binary = build_arm(render_cpu_kernel(plan), tmp_path)
     a, b, bias = make_inputs(spec, seed=5)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=1)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=1).output
     support.assert_verified(spec, out, a, b, bias, f"neon {case.why}")
     support.record("neon (qemu)", "ran")
 

@@ -46,7 +46,15 @@ def _run(spec, hw, tmp_path, **kw):
     kw.setdefault("explain", False)
     kw.setdefault("bench", False)
     kw.setdefault("dtype", "fp32")
-    report = run_gpu_synth(spec, hw, tmp_path, **kw)
+    result = run_gpu_synth(spec, hw, tmp_path, **kw)
+    report = result.to_dict()
+    assert result.target == "gpu" and result.verified == report["verified"] and report["output_dir"] == str(tmp_path)
+    m = result.measurement   # the one Measurement type: PoCL timings are labelled, never phone timings
+    if kw["verify"] or kw["bench"]:
+        assert m.emulated and m.where == POCL_LABEL and m.median_s == report["pocl_median_s"]
+        assert list(m.samples_s) == report["pocl_samples_s"] and m.output.size == int(np.prod(spec.output_shape))
+    else:
+        assert m is None
     if report.get("verified"):
         support.assert_clamps_for_seed(spec, 0)   # run_gpu_synth's inputs: make_inputs(spec, 0)
         support.record("opencl (PoCL)", "ran")

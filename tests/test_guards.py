@@ -10,15 +10,25 @@ import subprocess
 import numpy as np
 import pytest
 
-from xfc.build.cpu import COMMON_FLAGS, HARNESS_EXIT_GUARD, _write_sources, build_host, run_harness
+from support import host_kernel
+from xfc.build.cpu import COMMON_FLAGS, write_sources
 from xfc.build.toolchain import HOST_CC
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
-from xfc.errors import ToolchainError, VerificationError
+from xfc.errors import DeviceError, ToolchainError, VerificationError
 from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
 from xfc.cpu.mutants import mutate
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec
+from xfc.runners.base import HARNESS_EXIT_GUARD, RunSpec
+from xfc.runners.qemu import LocalRunner
+
+
+def _run_local(binary, spec, a, b, bias, prepacked=False):
+    """The CPU harness as a host program (xfc.runners.qemu.LocalRunner): the Measurement."""
+    return LocalRunner().execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=1, warmup=0,
+                                         output_shape=tuple(spec.output_shape), protocol="times-file",
+                                         prepacked=prepacked))
 
 # ---------------------------------------------------------------------------------------------
 # GuardedBuffer
@@ -74,7 +84,7 @@ def mm(m, n, k, batch=1, **epi):
 def test_host_kernel_guards_every_entry_point(tmp_path):
     spec = mm(29, 40, 37, batch=2, bias=True)
     rendered = mutate(render_cpu_kernel(hand_plan(spec, "avx2")), "tail_store_mr_rows")
-    kernel = build_host(rendered, tmp_path)
+    kernel = host_kernel(rendered, tmp_path)
     a, b, bias = make_inputs(spec)
     for call in (lambda: kernel(a, b, bias), lambda: kernel.run_packed(a, kernel.prepack(b), bias),
                  lambda: kernel.time(a, b, bias, repeats=1, warmup=0),
@@ -87,7 +97,7 @@ def test_host_kernel_guards_every_entry_point(tmp_path):
 @pytest.mark.host
 def test_host_kernel_outputs_are_fresh_and_a_real_kernel_writes_every_element(tmp_path):
     spec = mm(13, 21, 30, bias=True, activation="relu")
-    kernel = build_host(render_cpu_kernel(hand_plan(spec, "avx2")), tmp_path)
+    kernel = host_kernel(render_cpu_kernel(hand_plan(spec, "avx2")), tmp_path)
     a, b, bias = make_inputs(spec)
     first, second = kernel(a, b, bias), kernel(a, b, bias)
     assert first.ctypes.data != second.ctypes.data
@@ -100,7 +110,7 @@ def test_host_kernel_outputs_are_fresh_and_a_real_kernel_writes_every_element(tm
 # ---------------------------------------------------------------------------------------------
 
 def _host_program(rendered, out_dir):
-    kernel_c, harness_c = _write_sources(rendered, out_dir)
+    kernel_c, harness_c = write_sources(rendered, out_dir)
     binary = out_dir / "harness_prog"
     proc = subprocess.run([HOST_CC, *COMMON_FLAGS, f"-march={rendered.plan.gcc_march or 'native'}", "-o",
                            binary.name, kernel_c.name, harness_c.name], cwd=out_dir, capture_output=True, text=True,
@@ -119,13 +129,12 @@ def test_c_harness_reports_guard_violations_in_one_line(tmp_path, mutant, needle
     spec = mm(29, 40, 37, batch=2, bias=True)
     rendered = render_cpu_kernel(hand_plan(spec, "avx2"))
     a, b, bias = make_inputs(spec)
-    out, samples = run_harness([], _host_program(rendered, tmp_path / "real"), spec, a, b, bias, what="real",
-                               prepacked=True)
-    assert check_output(spec, out, a, b, bias).ok and len(samples) == 1
+    m = _run_local(_host_program(rendered, tmp_path / "real"), spec, a, b, bias, prepacked=True)
+    assert check_output(spec, m.output, a, b, bias).ok and len(m.samples_s) == 1
     wrong = _host_program(mutate(rendered, mutant), tmp_path / "wrong")
     prepacked = mutant == "packed_size_too_small"
     with pytest.raises(VerificationError) as info:
-        run_harness([], wrong, spec, a, b, bias, what="wrong", prepacked=prepacked)
+        _run_local(wrong, spec, a, b, bias, prepacked=prepacked)
     message = str(info.value)
     assert needle in message and "\n" not in message
     # the same guard size as the host buffers
@@ -149,7 +158,7 @@ def test_c_harness_output_starts_as_nan(tmp_path):
     spec = make_spec("conv2d", dict(c=3, h=8, w=8, k=5, r=3, s=3), pad=1, activation="relu")
     rendered = mutate(render_cpu_kernel(hand_plan(spec, "avx2")), "unwritten_last_row")
     a, b, bias = make_inputs(spec)
-    out, _ = run_harness([], _host_program(rendered, tmp_path), spec, a, b, bias, what="wrong")
+    out = _run_local(_host_program(rendered, tmp_path), spec, a, b, bias).output
     assert np.isnan(out[0, -1, -1, :]).all() and np.isfinite(out[0, :-1]).all()
     assert (out[0, -1, -1, :].view(np.uint32) == PREFILL_BITS).all()
 
@@ -175,26 +184,23 @@ def pocl(tmp_path_factory):
 def _gpu_kernel(tmp_path, spec, dtype="fp32"):
     from xfc.pipeline import run_gpu_synth
     from xfc.hardware.load import load
-    report = run_gpu_synth(spec, load("adreno-650"), tmp_path, dtype=dtype, verify=True)
+    report = run_gpu_synth(spec, load("adreno-650"), tmp_path, dtype=dtype, verify=True).to_dict()
     assert report["verified"] is True, report
     variant = "fp16_storage" if dtype == "fp16" else "fp32"
     return report, tmp_path / report["files"][variant].split("/")[-1]
 
 
 def _run_edited(pocl, tmp_path, spec, kernel_path, edit, count_min=1):
-    from xfc.runners.pocl import run_kernel
+    from xfc.runners.pocl import PoclRunner
     text = kernel_path.read_text()
     edited, count = re.subn(edit[0], edit[1], text)
     assert count >= count_min and edited != text
     bad = tmp_path / ("wrong_" + kernel_path.name)
     bad.write_text(edited)
     a, b, bias = make_inputs(spec)
-    paths = [tmp_path / f"{n}.f32" for n in ("a", "b", "bias")]
-    for arr, path in zip((a, b, bias), paths):
-        arr.tofile(path)
-    out = tmp_path / "wrong_out.f32"
-    run_kernel(pocl, bad, tuple(paths), out)
-    return np.fromfile(out, np.float32), (a, b, bias)
+    m = PoclRunner(pocl).execute(RunSpec(harness=bad, inputs=(a, b, bias), repeat=1, warmup=1))
+    assert m.emulated and "not a phone GPU timing" in m.where
+    return m.output, (a, b, bias)
 
 
 @pytest.mark.opencl
@@ -236,16 +242,18 @@ def test_opencl_guard_violation_fails_run_gpu_synth_with_a_report(pocl, tmp_path
         pipeline.run_gpu_synth(spec, load("adreno-650"), tmp_path, verify=True)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["verified"] is False and "guard violation" in report["failure"]
-    assert info.value.report["verified"] is False
+    assert info.value.report.verified is False and info.value.report.measurement is None
+    assert "guard violation" in info.value.report.failure
 
 
 @pytest.mark.host
 @pytest.mark.skipif(shutil.which(HOST_CC) is None, reason="no host gcc")
-def test_run_harness_reports_a_crash_as_toolchain_error(tmp_path):
-    """Only exit 5 is a verification failure; any other failure stays a tool error (exit 3)."""
+def test_local_runner_reports_a_crash_as_device_error(tmp_path):
+    """Only exit 5 is a verification failure; any other failure stays a device error (exit 3)."""
     script = tmp_path / "fails"
     script.write_text("#!/bin/sh\necho 'xfc harness: cannot read' >&2\nexit 2\n")
     script.chmod(0o755)
     spec = mm(2, 2, 2)
-    with pytest.raises(ToolchainError, match="exit 2"):
-        run_harness([], script, spec, *make_inputs(spec), what="x")
+    with pytest.raises(DeviceError, match="exit 2") as info:
+        _run_local(script, spec, *make_inputs(spec))
+    assert "cannot read" in str(info.value) and not isinstance(info.value, VerificationError)

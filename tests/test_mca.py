@@ -474,7 +474,8 @@ def test_synth_mca_reports_and_keeps_the_loop(tmp_path):
 
 @emulated
 def test_llvm_mca_evaluator_in_synthesis_and_the_kernel_verifies_under_qemu(tmp_path):
-    from xfc.build.cpu import build_arm, run_qemu
+    from support import qemu_run
+    from xfc.build.cpu import build_arm
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.ops import check_output, make_inputs, make_spec
     from xfc.cpu.synth import synthesize_cpu
@@ -491,7 +492,7 @@ def test_llvm_mca_evaluator_in_synthesis_and_the_kernel_verifies_under_qemu(tmp_
     assert ev.compiles == compiled and again.micro_tile_source == "llvm-mca:cortex-a710"   # cached
     binary = build_arm(render_cpu_kernel(s.plan), tmp_path)
     a, b, bias = make_inputs(spec, 3)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=s.plan.qemu_cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=s.plan.qemu_cpu).output
     verdict = check_output(spec, out, a, b, bias)
     assert verdict.ok, verdict.reason
     ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from xfc.build.toolchain import ARM_CC, QEMU
-from xfc.build.cpu import build_arm, build_host, run_qemu
+from support import host_kernel, qemu_run
+from xfc.build.cpu import build_arm
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
@@ -55,8 +56,8 @@ def _host_case(tmp_path, spec, mutant, isa="avx2", threads=1, bias_scale=1.0, **
     """(failure of the real kernel, failure of the mutant) on the same inputs."""
     rendered = render_cpu_kernel(hand_plan(spec, isa, threads, **plan))
     inputs = _inputs(spec, bias_scale)
-    real = suite_checks(build_host(rendered, tmp_path / "real"), spec, *inputs)
-    wrong = suite_checks(build_host(mutate(rendered, mutant), tmp_path / mutant), spec, *inputs)
+    real = suite_checks(host_kernel(rendered, tmp_path / "real"), spec, *inputs)
+    wrong = suite_checks(host_kernel(mutate(rendered, mutant), tmp_path / mutant), spec, *inputs)
     return real, wrong
 
 
@@ -135,9 +136,9 @@ def test_fp16_operands_pass_the_worst_case_bound_but_fail_the_rms_limit(tmp_path
     spec = suite_spec("mm_1024")
     rendered = render_cpu_kernel(synthesize_cpu(spec, detect_host()).plan)
     a, b, bias = make_inputs(spec)
-    real = check_output(spec, build_host(rendered, tmp_path / "real")(a, b, bias), a, b, bias)
+    real = check_output(spec, host_kernel(rendered, tmp_path / "real")(a, b, bias), a, b, bias)
     assert real.ok and real.rms_limit is not None and real.rms_ratio < 0.25, real
-    out = build_host(mutate(rendered, "fp16_operands"), tmp_path / "fp16")(a, b, bias)
+    out = host_kernel(mutate(rendered, "fp16_operands"), tmp_path / "fp16")(a, b, bias)
     assert check_output(spec, out, a, b, bias, statistical=False).ok
     wrong = check_output(spec, out, a, b, bias)
     assert not wrong.ok and "statistical limit" in wrong.reason, wrong
@@ -157,7 +158,7 @@ def test_real_suite_kernels_pass_with_the_rms_check_applied(tmp_path, name):
     """The synthesized host kernels of the workload suite pass check_output, and for every
     workload with K >= 64 the statistical check was part of the verdict."""
     spec = suite_spec(name)
-    kernel = build_host(render_cpu_kernel(synthesize_cpu(spec, detect_host(), threads=2).plan), tmp_path)
+    kernel = host_kernel(render_cpu_kernel(synthesize_cpu(spec, detect_host(), threads=2).plan), tmp_path)
     a, b, bias = make_inputs(spec, seed=3)
     verdict = check_output(spec, kernel(a, b, bias), a, b, bias)
     assert verdict.ok, verdict.reason
@@ -169,7 +170,7 @@ def test_generic_isa_without_fma_passes_the_rms_check(tmp_path, name):
     """The generic dialect compiled for baseline x86-64 (no FMA: products and sums rounded
     separately, the n_r = 2K + 2 case of the derivation) passes too."""
     spec = suite_spec(name)
-    kernel = build_host(render_cpu_kernel(hand_plan(spec, "generic", 2, gcc_march="x86-64")), tmp_path)
+    kernel = host_kernel(render_cpu_kernel(hand_plan(spec, "generic", 2, gcc_march="x86-64")), tmp_path)
     a, b, bias = make_inputs(spec)
     verdict = check_output(spec, kernel(a, b, bias), a, b, bias)
     assert verdict.ok and verdict.rms_ratio < 0.5, verdict
@@ -234,7 +235,7 @@ def test_mutant_fails_under_qemu_through_the_c_harness(tmp_path, name, spec, cau
     def checks(binary) -> str:
         try:
             for prepacked in (False, True):
-                out, _ = run_qemu(binary, spec, *inputs, qemu_cpu="cortex-a76", prepacked=prepacked)
+                out = qemu_run(binary, spec, *inputs, qemu_cpu="cortex-a76", prepacked=prepacked).output
                 verdict = check_output(spec, out, *inputs)
                 if not verdict.ok:
                     return verdict.reason

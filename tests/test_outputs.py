@@ -378,7 +378,7 @@ def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     dest = tmp_path / "g"
     spec = make_spec("matmul", dict(m=9, n=7, k=5))
     try:
-        report = run_gpu_synth(spec, hw, dest, verify=True)
+        report = run_gpu_synth(spec, hw, dest, verify=True).to_dict()
     except ToolchainError as exc:
         pytest.skip(str(exc))
     assert report["verified"] is True and Path(report["files"]["fp32"]).parent == dest

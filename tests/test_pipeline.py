@@ -58,3 +58,38 @@ def test_compile_into_a_users_directory_never_overwrites_their_files(tmp_path):
     a, b, bias = make_inputs(spec, 0)
     assert check_output(spec, kernel(a, b, bias), a, b, bias)[0]
     assert (ours / ".xfc-output").exists() and (ours / "xfc_matmul.c").exists()
+
+
+@pytest.mark.parametrize("hw_name", ["host", pytest.param("cortex-a76", marks=pytest.mark.emulated)])
+def test_run_cpu_returns_one_report_with_measurements(hw_name, tmp_path):
+    """pipeline.run_cpu -> Report: typed fields for code, to_dict() for report.json / --json; the
+    two Measurements say where they were taken (qemu: emulated, never phone timing)."""
+    import dataclasses
+    import json
+    import shutil
+
+    from xfc.pipeline import Report, run_cpu
+    if hw_name != "host" and shutil.which("qemu-aarch64") is None:
+        pytest.skip("qemu-aarch64 not installed")
+    spec = xfc.make_spec("matmul", dict(m=21, n=19, k=13), bias=True, activation="relu")
+    report = run_cpu(spec, xfc.load_hardware(hw_name), tmp_path / "out", threads=1, verify=True, bench=True,
+                     repeat=2)
+    assert isinstance(report, Report) and report.target == "cpu" and report.operator == "matmul"
+    assert report.hardware == hw_name and report.verified is True and report.failure is None
+    m, p = report.measurement, report.per_call
+    assert len(m.samples_s) == 2 and len(p.samples_s) == 2 and m.flops == p.flops == spec.flops
+    if hw_name == "host":
+        assert (m.where, p.where, m.emulated) == ("host (weights pre-packed)", "host", False)
+    else:
+        assert m.emulated and p.emulated and "qemu-aarch64 -cpu cortex-a76 (emulated: not phone timing)" == m.where
+    for out in (m.output, p.output):
+        assert check_output(spec, out, *make_inputs(spec, 0)).ok
+    data = report.to_dict()
+    on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data == {**on_disk, "output_dir": str(tmp_path / "out")}
+    assert data["measurement"]["median_s"] == m.median_s and data["measurement"]["where"] == m.where
+    assert data["measurement_packing_per_call"]["gflops"] == p.gflops and data["verified"] is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.verified = False
+    with pytest.raises(TypeError):
+        report.keys["verified"] = False

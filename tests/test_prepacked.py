@@ -20,7 +20,10 @@ import pytest
 import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_plan, mm, needs_arm,
                      why_not_runnable)
-from xfc.build.cpu import Measurement, build_arm, build_host, qemu_cpu_models, run_qemu
+from support import host_kernel, qemu_run
+from xfc.build.cpu import build_arm
+from xfc.runners.base import Measurement
+from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import VerificationError
@@ -66,7 +69,7 @@ def _build(plan, build_dir):
         support.record(plan.isa, "compiled", why_not_runnable(plan.isa))
         return None
     support.record(plan.isa, "ran")
-    return build_host(rendered, build_dir)
+    return host_kernel(rendered, build_dir)
 
 
 def _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis, **tiles):
@@ -250,11 +253,12 @@ def test_neon_prepacked_qemu(tag, spec, a_pack, threads, build_dir):
                      function_name=f"pp_neon_{tag}", **tiles)
     binary = build_arm(render_cpu_kernel(plan), build_dir)
     a, b, bias = make_inputs(spec, seed=31)
-    packed_out, meas = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, repeats=2, prepacked=True)
+    meas = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu, repeats=2, prepacked=True)
+    packed_out = meas.output
     _assert_ok(spec, packed_out, a, b, bias, f"neon {tag} prepacked")
     assert "emulated" in meas.where and len(meas.samples_s) == 2
     assert_samples_positive(meas.samples_s)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu).output
     _assert_ok(spec, out, a, b, bias, f"neon {tag}")
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
     support.record("neon (qemu)", "ran")
@@ -315,9 +319,9 @@ def test_transposed_conv_neon_qemu(tag, spec, build_dir):
                      function_name=f"pp_{tag}", mr=6, nr=8, kc=16, mc=12, nc=16)
     binary = build_arm(render_cpu_kernel(plan), build_dir)
     a, b, bias = make_inputs(spec, seed=41)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu).output
     _assert_ok(spec, out, a, b, bias, f"neon {tag}")
-    packed_out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True)
+    packed_out = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True).output
     assert np.array_equal(out, packed_out), f"neon {tag}: prepacked run differs from the normal run"
     support.record("neon (qemu)", "ran")
 
@@ -334,8 +338,8 @@ def test_transposed_conv_im2col_direct_neon_qemu(build_dir):
     assert plan.gemm.a_pack == "im2col_direct"
     binary = build_arm(render_cpu_kernel(plan), build_dir)
     a, b, bias = make_inputs(spec, seed=43)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu).output
     _assert_ok(spec, out, a, b, bias, "neon im2col_direct")
-    packed_out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True)
+    packed_out = qemu_run(binary, spec, a, b, bias, qemu_cpu=cpu, prepacked=True).output
     assert np.array_equal(out, packed_out)
     support.record("neon (qemu)", "ran")

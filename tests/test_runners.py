@@ -11,7 +11,7 @@ import support
 from android_runner.testbed import AdbServer, build_standin, free_port
 from android_runner.virtual_device import Faults, VirtualDevice
 from xfc.errors import DeviceError, ToolchainError
-from xfc.runners import WHERE_QEMU, WHERE_VIRTUAL, get_runner, hexmask, make_spec
+from xfc.runners import WHERE_VIRTUAL, get_runner, hexmask, make_spec, where_qemu
 from xfc.runners.adb import AdbRunner, parse_getprop
 from xfc.runners.base import parse_report
 from xfc.runners.qemu import QemuRunner
@@ -96,7 +96,7 @@ def test_get_runner_kinds():
 def test_qemu_runner_matches_numpy(harness):
     res = QemuRunner(cpu="cortex-a76").execute(spec(harness, repeat=4, warmup=2))
     np.testing.assert_array_equal(res.output, EXPECTED)
-    assert res.where == WHERE_QEMU and "emulated" in res.where
+    assert res.where == where_qemu("cortex-a76") and "emulated" in res.where and "cortex-a76" in res.where
     assert res.emulated and res.throttled is None
     assert len(res.samples_s) == 4
     support.assert_samples_positive(res.samples_s)
@@ -334,10 +334,11 @@ def test_cli_devices_without_server(capsys):
 
 @pytest.mark.unit
 def test_report_from_times():
-    from xfc.runners.base import report_from_times
+    from xfc.runners.base import Measurement, report_from_times
     rep = report_from_times("3e-3\n1e-3\n2e-3\n4e-3\n", "x", "k")
-    assert rep["median_s"] == pytest.approx(2.5e-3) and rep["min_s"] == 1e-3
-    assert rep["samples_s"] == [3e-3, 1e-3, 2e-3, 4e-3] and rep["repeats"] == 4
+    assert rep["samples_s"] == [3e-3, 1e-3, 2e-3, 4e-3] and rep["repeats"] == 4 and rep["kernel"] == "k"
+    m = Measurement.from_samples(rep["samples_s"], where="x", emulated=True)
+    assert m.median_s == pytest.approx(2.5e-3) and m.min_s == 1e-3 and m.max_s == 4e-3 and m.repeats == 4
     with pytest.raises(DeviceError, match="not numbers"):
         report_from_times("abc", "x")
     with pytest.raises(DeviceError, match="no valid"):

@@ -16,7 +16,9 @@ import pytest
 import support
 import xfc
 from support import needs_arm
-from xfc.build.cpu import build_arm, qemu_cpu_models, run_qemu
+from support import qemu_run
+from xfc.build.cpu import build_arm
+from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.hardware.load import SHIPPED_ROOT, load_path, shipped_files
 from xfc.ops.reference import make_inputs
@@ -68,9 +70,9 @@ def _build_and_verify(hw, op, tmp_path, cluster=None, threads=None):
     assert plan.isa == "neon" and plan.gcc_march == core.gcc_march and plan.qemu_cpu == core.qemu_cpu
     binary = build_arm(render_cpu_kernel(plan), tmp_path)
     a, b, bias = make_inputs(spec, seed=5)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu).output
     support.assert_verified(spec, out, a, b, bias, f"{hw.name} {plan.header_lines}")
-    packed, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, prepacked=True)
+    packed = qemu_run(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, prepacked=True).output
     support.assert_verified(spec, packed, a, b, bias, f"{hw.name} pre-packed {plan.header_lines}")
     assert np.array_equal(out, packed), f"{hw.name}: the pre-packed entry point differs from the normal one"
     support.record("neon (qemu)", "ran")

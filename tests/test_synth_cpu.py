@@ -17,7 +17,8 @@ import pytest
 import support
 import xfc
 from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
-from xfc.build.cpu import build_arm, run_qemu
+from support import qemu_run
+from xfc.build.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.ops.reference import make_inputs
 from xfc.ops.spec import make_spec
@@ -325,7 +326,7 @@ def _verify_qemu(spec, hw_name, tmp_path, seed):
     result = synthesize_cpu(spec, xfc.load_hardware(hw_name))
     binary = build_arm(render_cpu_kernel(result.plan), tmp_path)
     a, b, bias = make_inputs(spec, seed=seed)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu)
+    out = qemu_run(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu).output
     support.assert_verified(spec, out, a, b, bias, f"{hw_name} {result.plan.header_lines}")
     support.record("neon (qemu)", "ran")
 

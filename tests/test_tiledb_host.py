@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xfc.build.cpu import build_host
+from support import host_kernel
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.hardware.load import load
 from xfc.ops.reference import check_output, make_inputs
@@ -140,7 +140,7 @@ def test_synthesis_from_measured_rows_builds_and_verifies(host, tmp_path):
         result = synthesize_cpu(spec, hw, threads=1, evaluator=ev)
         chosen = (result.plan.gemm.mr, result.plan.gemm.nr)
         assert result.micro_tile_source == ("tile_db:host" if chosen in measured else "static")
-        kernel = build_host(render_cpu_kernel(result.plan), tmp_path / f"k{index}")
+        kernel = host_kernel(render_cpu_kernel(result.plan), tmp_path / f"k{index}")
         a, b, bias = make_inputs(spec, seed=index)
         out = kernel(a, b, bias)
         ok, max_err, ratio = check_output(spec, out, a, b, bias)

@@ -138,7 +138,11 @@ def _check(spec, outputs: dict, a, b, bias) -> float:
 
 
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .build.cpu import build_arm, build_host, run_qemu
+    from .build.cpu import build_arm, build_host
+    from .build.toolchain import RUN_TIMEOUT_S
+    from .runners.base import RunSpec
+    from .runners.host import HostKernel, HostRunner
+    from .runners.qemu import QemuRunner
     from .cpu.codegen import render_cpu_kernel
     from .hardware.load import load
     from .ops.reference import make_inputs
@@ -150,17 +154,23 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     tiles = next((ln for ln in plan.header_lines if ln.startswith("tiles:")), "")
     rendered = _phase("rejected", "rendering", render_cpu_kernel, plan)
     a, b, bias = make_inputs(spec, case.seed)
+    # Both entry points through the one runner interface: the host library in this process, or
+    # the static aarch64 harness under qemu-aarch64.
     if case.target == "host":
-        kernel = _phase("build", "host build", build_host, rendered, work_dir)
-        per_call = _phase("crash", "per-call entry", kernel, a, b, bias)
-        packed = _phase("crash", "prepack", kernel.prepack, b)
-        pre_packed = _phase("crash", "pre-packed entry", kernel.run_packed, a, packed, bias)
+        artifact = _phase("build", "host build", build_host, rendered, work_dir)
+        runner = HostRunner(_phase("build", "host load", HostKernel, rendered, artifact))
     else:
-        binary = _phase("build", "aarch64 build", build_arm, rendered, work_dir)
-        per_call, _ = _phase("crash", "per-call entry", run_qemu, binary, spec, a, b, bias,
-                             qemu_cpu=plan.qemu_cpu or "max")
-        pre_packed, _ = _phase("crash", "pre-packed entry", run_qemu, binary, spec, a, b, bias,
-                               qemu_cpu=plan.qemu_cpu or "max", prepacked=True)
+        artifact = _phase("build", "aarch64 build", build_arm, rendered, work_dir)
+        runner = QemuRunner(cpu=plan.qemu_cpu or "max")
+
+    def entry(prepacked: bool):
+        return runner.execute(RunSpec(
+            harness=artifact, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
+            output_shape=tuple(spec.output_shape), label=artifact.name, protocol="times-file",
+            march=plan.gcc_march, prepacked=prepacked,
+            input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+    per_call = _phase("crash", "per-call entry", entry, False)
+    pre_packed = _phase("crash", "pre-packed entry", entry, True)
     ratio = _check(spec, {"per-call entry": per_call, "pre-packed entry": pre_packed}, a, b, bias)
     return ratio, tiles
 
@@ -170,7 +180,7 @@ def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .hardware.load import load
     hw = _phase("rejected", "hardware", load, case.hw)
     try:
-        report = run_gpu_synth(spec, hw, work_dir, dtype=case.dtype, verify=True, seed=case.seed)
+        report = run_gpu_synth(spec, hw, work_dir, dtype=case.dtype, verify=True, seed=case.seed).to_dict()
     except VerificationError as exc:
         raise _Failure("wrong", f"{case.dtype} kernel: {exc}") from None
     except ToolchainError as exc:

@@ -21,17 +21,18 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
-from typing import Optional
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from . import settings
 from ._version import __version__
 from .build import opencl
-from .build.cpu import HostKernel, build_arm, build_host, run_qemu
-from .build.toolchain import write_atomic
+from .build.cpu import build_arm, build_host
+from .build.toolchain import RUN_TIMEOUT_S, write_atomic
 from .cpu.codegen import render_cpu_kernel
 from .cpu.synth import synthesize_cpu
 from .errors import OperatorError, VerificationError, XfcError
@@ -41,13 +42,66 @@ from .gpu.synth import synthesize_gpu
 from .ops.accuracy import merge
 from .ops.reference import check_output, check_variant_output, make_inputs
 from .outputs import OutputDir
-from .runners import RunSpec, get_runner, pocl
-from .runners.pocl import POCL_LABEL
+from .runners import Measurement, RunSpec, get_runner
+from .runners.host import HostKernel, HostRunner
+from .runners.pocl import HARNESS_RUN_TIMEOUT_S, POCL_LABEL, PoclRunner, compile_check, device_info
+from .runners.qemu import QemuRunner
 from .settings import TEST_MUTANT_ENV
 
 FP16_NOTE = ("PoCL has no cl_khr_fp16, so the half-arithmetic kernel is only render-checked here (compile-checked "
              "only on an OpenCL device that offers cl_khr_fp16); the fp16-storage / fp32-arithmetic variant is the "
              "one run and verified")
+
+
+# ---------------------------------------------------------------------------------------------
+# Report: what every pipeline run returns
+# ---------------------------------------------------------------------------------------------
+
+REPORT_TARGETS = ("cpu", "gpu", "bench")
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """One pipeline run, for CPU and GPU kernels alike (`xfc synth`, `xfc synth --target gpu`,
+    `xfc bench`). The typed fields are what code reads; `to_dict()` is report.json / `--json`.
+
+    measurement: the timed run, or None when nothing was timed: the pre-packed entry point (CPU),
+    the PoCL run (GPU), the device or qemu run (bench). per_call: CPU only, the weights packed
+    inside every call. Both are runners.Measurement (with `where` and `emulated`: qemu, virtual
+    device and PoCL timings are never phone timings). keys: every report key, in report order
+    (the JSON schema per target is documented in docs/ARCHITECTURE.md, "Reports").
+    """
+
+    target: str                           # one of REPORT_TARGETS
+    operator: str                         # spec.name: matmul, conv2d, depthwise
+    hardware: str                         # the description's name
+    verified: Optional[bool] = None       # None: not verified
+    failure: Optional[str] = None         # why verification failed (None when it did not)
+    measurement: Optional[Measurement] = None
+    per_call: Optional[Measurement] = None
+    output_dir: Optional[str] = None
+    explain: Optional[str] = None
+    keys: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.target not in REPORT_TARGETS:
+            raise ValueError(f"report target must be one of {REPORT_TARGETS}, got {self.target!r}")
+        object.__setattr__(self, "keys", MappingProxyType(dict(self.keys)))
+
+    @staticmethod
+    def of(target: str, keys: dict, *, hardware: str, measurement=None, per_call=None,
+           output_dir: Optional[str] = None) -> "Report":
+        """A Report from its report keys (the typed fields are read from the same keys)."""
+        return Report(target=target, operator=str(keys.get("operator") or keys.get("op") or ""), hardware=hardware,
+                      verified=keys.get("verified"), failure=keys.get("failure"), measurement=measurement,
+                      per_call=per_call, output_dir=output_dir, explain=keys.get("explain"), keys=keys)
+
+    def to_dict(self) -> dict:
+        """report.json / --json: the keys, and the output directory when the run wrote one."""
+        out = dict(self.keys)
+        if self.output_dir is not None:
+            out["output_dir"] = self.output_dir
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,15 +147,19 @@ def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, thr
     if hw.target_arch == "x86_64":
         if out_dir is None:
             with tempfile.TemporaryDirectory(prefix="xfc-compile-") as tmp:
-                host = build_host(rendered, tmp)   # loaded now: the mapping outlives the file
+                host = HostKernel(rendered, build_host(rendered, tmp))   # loaded now: the mapping outlives the file
             return Kernel(spec=spec, hardware=hw.name, synthesis=result, host=host)
-        host = _build_owned(rendered, Path(out_dir), build_host, f"xfc.compile {spec.key()} for {hw.name}")
+        host = _build_owned(rendered, Path(out_dir), _build_and_load, f"xfc.compile {spec.key()} for {hw.name}")
         return Kernel(spec=spec, hardware=hw.name, synthesis=result, files={"dir": Path(out_dir)}, host=host)
     if out_dir is None:
         raise XfcError(f"compile for {hw.name} ({hw.target_arch}) builds a binary that must outlive the call: "
                        f"pass out_dir")
     binary = _build_owned(rendered, Path(out_dir), build_arm, f"xfc.compile {spec.key()} for {hw.name}")
     return Kernel(spec=spec, hardware=hw.name, synthesis=result, files={"dir": Path(out_dir), "binary": binary})
+
+
+def _build_and_load(rendered, out_dir: Path) -> HostKernel:
+    return HostKernel(rendered, build_host(rendered, out_dir))
 
 
 def _build_owned(rendered, out_dir: Path, builder, what: str):
@@ -134,7 +192,7 @@ def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, const
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
             repeat=20, seed=0, progress=None, force=False, mca=False, evaluator=None, constants=None,
-            tile_db: Optional[dict] = None) -> dict:
+            tile_db: Optional[dict] = None) -> Report:
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files).
     evaluator, constants: see synthesize_timed; tile_db: what the caller says about the database
@@ -151,45 +209,47 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
         report["tile_db"] = tile_db
     with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} for {hw.name} (cpu)", force=force) as staging:
         start = time.perf_counter()
-        if hw.target_arch == "x86_64":
-            kernel = build_host(rendered, staging.path)
+        host = hw.target_arch == "x86_64"
+        qemu_cpu = result.plan.qemu_cpu or "max"
+        if host:
+            runner = HostRunner(HostKernel(rendered, build_host(rendered, staging.path)))
+            artifact = runner.kernel.library
         else:
-            binary = build_arm(rendered, staging.path)
+            runner, artifact = QemuRunner(cpu=qemu_cpu), build_arm(rendered, staging.path)
         report["build_seconds"] = time.perf_counter() - start
-        say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if hw.target_arch == 'x86_64' else 'aarch64-linux-gnu-gcc -static'})")
+        say(f"built in {report['build_seconds']:.2f} s ({'host gcc' if host else 'aarch64-linux-gnu-gcc -static'})")
         if mca:   # static analysis of the inner FMA loop (xfc.mca); the loop goes beside the kernel
             from .mca import analyze_kernel   # an optional analysis: imported only when asked for
             analysis = analyze_kernel(rendered, result.cluster.core)
             report["mca"] = {**analysis.as_dict(), "summary": analysis.summary_lines()}
             (staging.path / "mca_loop.s").write_text(analysis.loop_text)
+        per_call = timing = None
         if verify or bench:
             a, b, bias = make_inputs(spec, seed)
             # Both entry points are checked: weights packed per call, and pre-packed once. A guard
             # violation raised while running is a failed verification too: it is reported, and
             # the outputs are kept for inspection like any other mismatch.
-            per_call = timing = None
+            if not host:
+                say(f"running under qemu-aarch64 -cpu {qemu_cpu} ...")
+            warmup = (3 if host else 1) if bench else 0
+
+            def measure(prepacked: bool):
+                return runner.execute(RunSpec(
+                    harness=artifact, inputs=(a, b, bias), repeat=repeat if bench else 1, warmup=warmup,
+                    timeout_s=RUN_TIMEOUT_S, output_shape=spec.output_shape, label=rendered.function_name,
+                    protocol="times-file", march=result.plan.gcc_march, prepacked=prepacked,
+                    input_shapes=tuple(tuple(s) for s in spec.input_shapes), flops=spec.flops))
             try:
-                if hw.target_arch == "x86_64":
-                    out, out_packed = kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias)
-                    if bench:
-                        timing = kernel.time(a, b, bias, repeats=repeat, warmup=3, prepacked=True)
-                        per_call = kernel.time(a, b, bias, repeats=repeat, warmup=3)
-                else:
-                    say(f"running under qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'} ...")
-                    out, per_call = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
-                                             repeats=repeat if bench else 1, warmup=1 if bench else 0)
-                    out_packed, timing = run_qemu(binary, spec, a, b, bias, qemu_cpu=result.plan.qemu_cpu, march=result.plan.gcc_march,
-                                                  repeats=repeat if bench else 1, warmup=1 if bench else 0,
-                                                  prepacked=True)
-                    if not bench:
-                        timing = per_call = None
-                verdict = merge([check_output(spec, out, a, b, bias), check_output(spec, out_packed, a, b, bias)])
+                per_call, timing = measure(prepacked=False), measure(prepacked=True)
+                verdict = merge([check_output(spec, per_call.output, a, b, bias),
+                                 check_output(spec, timing.output, a, b, bias)])
                 report.update(verdict.as_report())
             except VerificationError as exc:
                 report.update(verified=False, max_abs_error=None, error_to_bound_ratio=None, failure=str(exc))
                 timing = per_call = None
-            report["verified_on"] = ("host (native)" if hw.target_arch == "x86_64" else
-                                     f"qemu-aarch64 -cpu {result.plan.qemu_cpu or 'max'}")
+            if not bench:
+                timing = per_call = None
+            report["verified_on"] = "host (native)" if host else f"qemu-aarch64 -cpu {qemu_cpu}"
             if timing is not None:
                 report["measurement"] = {"median_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
                                          "gflops": timing.gflops, "repeats": len(timing.samples_s),
@@ -200,12 +260,11 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                     "where": per_call.where, "weights": "packed inside every call"}
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
-    report["output_dir"] = str(out_dir)
     if report.get("verified") is False:
         raise VerificationError(
             f"{spec.name} kernel for {hw.name} failed verification against the numpy reference "
             f"({report['failure']}); outputs kept in {out_dir}")
-    return report
+    return Report.of("cpu", report, hardware=hw.name, measurement=timing, per_call=per_call, output_dir=str(out_dir))
 
 
 def _test_fault_injection(rendered, say):
@@ -226,11 +285,13 @@ def _test_fault_injection(rendered, say):
 # ---------------------------------------------------------------------------------------------
 
 def run_bench(spec, hw, runner=None, *, cluster=None, threads=None, repeat=10, warmup=2, timeout_s=300.0, seed=0,
-              progress=None, device: str = "qemu"):
+              progress=None, device: str = "qemu", device_identity: Optional[dict] = None) -> Report:
     """The pipeline behind `xfc bench`: synthesize -> cross-build a static aarch64 harness (in a
     private temporary directory) -> run it pinned to the cluster's CPUs through `runner` (ADB, the
     virtual device; default: local qemu-aarch64) -> verify against the float64 reference.
-    Returns (report, RunResult, verdict); the caller adds the device identity and decides on the verdict."""
+    Returns the Report (measurement: the device run; failure: why the output is wrong, if it is);
+    device_identity: what the caller read from the device (recorded as is). The caller decides
+    on the verdict."""
     say = progress or (lambda msg: None)
     result, synth_s = synthesize_timed(spec, hw, cluster, threads)
     cluster = result.cluster
@@ -247,19 +308,20 @@ def run_bench(spec, hw, runner=None, *, cluster=None, threads=None, repeat=10, w
         run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=repeat, warmup=warmup,
                                      timeout_s=timeout_s, output_shape=spec.output_shape,
                                      cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
-                                     protocol="times-file", march=result.plan.gcc_march))
+                                     protocol="times-file", march=result.plan.gcc_march, flops=spec.flops))
     verdict = check_output(spec, run.output, a, b, bias)
     ok, max_err, ratio = verdict
-    gflops = spec.flops / run.median_s / 1e9 if run.median_s > 0 else float("inf")
+    gflops = run.gflops
     report = {
         "operator": spec.name, "shape": spec.describe(), "hardware": hw.name, "cluster": cluster.role,
         "cpu_ids": list(cluster.cpu_ids), "tiles": result.report().get("tiles"), "synthesis_seconds": synth_s,
         "build_seconds": build_s, "verified": bool(ok), "max_abs_error": max_err, "error_to_bound_ratio": ratio,
         "gflops": gflops, "predicted_gflops": result.estimate.predicted_gflops,
         "prediction_note": "static cost model, not a measurement", "measurement": run.to_dict(),
-        "device_identity": None,
+        "device_identity": device_identity,
     }
-    return report, run, verdict
+    rep = Report.of("bench", report, hardware=hw.name, measurement=run)
+    return rep if ok else replace(rep, failure=verdict.reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,19 +345,20 @@ def _jsonable(value):
 
 def run_gpu_synth(spec, hw, out_dir, dtype: str = "fp32", verify: bool = True, explain: bool = False,
                   bench: bool = False, max_work_group_size: Optional[int] = None, repeat: Optional[int] = None,
-                  seed: int = 0, force: bool = False) -> dict:
+                  seed: int = 0, force: bool = False) -> Report:
     """Synthesize, render, and (if verify or bench) build, run on PoCL and check; outputs go to out_dir.
 
     Everything is written into a staging directory that replaces out_dir only when complete
     (xfc.outputs: out_dir must be new, empty or xfc's own; `force` writes beside foreign files).
-    Returns the report (also in out_dir/report.json). A wrong result raises VerificationError
-    after the outputs are in place (the report is attached as `.report`).
+    Returns the Report (its keys also in out_dir/report.json). A wrong result raises
+    VerificationError after the outputs are in place (the Report is attached as `.report`).
     """
     final = Path(out_dir)
     with OutputDir(final, what=f"xfc synth {spec.key()} for {hw.name} (gpu, {dtype})", force=force) as staging:
-        report, failure = _gpu_synth_into(staging.path, final, spec, hw, dtype, verify, explain, bench,
-                                          max_work_group_size, repeat, seed)
+        keys, timing, failure = _gpu_synth_into(staging.path, final, spec, hw, dtype, verify, explain, bench,
+                                                max_work_group_size, repeat, seed)
         staging.commit()
+    report = Report.of("gpu", keys, hardware=hw.name, measurement=timing, output_dir=str(final))
     if failure:
         err = VerificationError(failure)
         err.report = report
@@ -304,8 +367,9 @@ def run_gpu_synth(spec, hw, out_dir, dtype: str = "fp32", verify: bool = True, e
 
 
 def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, bench, max_work_group_size, repeat,
-                    seed) -> tuple[dict, Optional[str]]:
-    """The work of run_gpu_synth: files go to `out` (staging), paths in the report name `final`."""
+                    seed) -> tuple[dict, Optional[Measurement], Optional[str]]:
+    """The work of run_gpu_synth: files go to `out` (staging), paths in the report name `final`.
+    Returns (report keys, the PoCL Measurement or None, the failure or None)."""
     synthesis = synthesize_gpu(spec, hw, dtype=dtype, max_work_group_size=max_work_group_size)
     plan = synthesis.plan
     stem = spec.key()
@@ -361,31 +425,32 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
     if dtype == "fp16":
         report["fp16_kernel"] = {"status": "rendered only", "note": FP16_NOTE}
 
-    failure = None
+    failure = timing = None
     if verify or bench:
         t0 = time.perf_counter()
         harness = opencl.build_harness(out)
         report["build_seconds"] = time.perf_counter() - t0
-        info = pocl.device_info(harness)
+        info = device_info(harness)
         report["pocl_device"] = info.get("device")
         if dtype == "fp16" and "cl_khr_fp16" in info.get("extensions", "").split():
-            pocl.compile_check(harness, files["fp16"])
+            compile_check(harness, files["fp16"])
             report["fp16_kernel"] = {"status": "compile-checked", "device": info.get("device"), "note": FP16_NOTE}
         a, b, bias = make_inputs(spec, seed)
         paths = (out / "a.f32", out / "b.f32", out / "bias.f32")
         for arr, path in zip((a, b, bias), paths):
             write_atomic(path, np.ascontiguousarray(arr, dtype=np.float32).tobytes())
-        out_path = out / "out.f32"
         reps = repeat if repeat is not None else (10 if bench else 1)
         try:
-            timing = pocl.run_kernel(harness, files[run_variant], paths, out_path, repeat=reps, warmup=1)
+            timing = PoclRunner(harness).execute(RunSpec(harness=files[run_variant], inputs=paths, repeat=reps,
+                                                         warmup=1, timeout_s=HARNESS_RUN_TIMEOUT_S))
         except VerificationError as exc:  # a guard zone changed: report it like a wrong result
             report.update(verified=False, failure=str(exc))
             failure = str(exc)
         else:
-            got = np.fromfile(out_path, dtype=np.float32)
-            report.update(pocl_median_s=timing["median_s"], pocl_min_s=timing["min_s"], pocl_max_s=timing["max_s"],
-                          pocl_repeats=timing["repeats"], pocl_samples_s=timing["samples_s"])
+            got = timing.output
+            write_atomic(out / "out.f32", got.tobytes())
+            report.update(pocl_median_s=timing.median_s, pocl_min_s=timing.min_s, pocl_max_s=timing.max_s,
+                          pocl_repeats=timing.repeats, pocl_samples_s=list(timing.samples_s))
             if verify:
                 verdict = check_variant_output(run_variant, spec, got, a, b, bias)
                 report.update(verified=bool(verdict.ok), max_abs_error=verdict.max_abs_error,
@@ -395,4 +460,4 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
                     report["failure"] = verdict.reason
                     failure = f"{files[run_variant].name} on {report['pocl_device']}: {verdict.reason}"
     write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2, ensure_ascii=False) + "\n")
-    return report, failure
+    return report, timing, failure

@@ -27,13 +27,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .build.cpu import COMMON_FLAGS, _write_sources, run_harness
+from .build.cpu import COMMON_FLAGS, write_sources
 from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
 from .cpu.codegen import RenderedKernel, render_cpu_kernel
 from .cpu.plans import hand_plan
-from .errors import ToolchainError, VerificationError
+from .errors import DeviceError, ToolchainError, VerificationError
 from .ops.reference import check_output, make_inputs
 from .ops.spec import make_spec
+from .runners.base import RunSpec
+from .runners.qemu import LocalRunner
 
 SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 SANITIZER_ENV = {
@@ -131,7 +133,7 @@ def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Pat
     """Compile kernel + harness main() with ASan and UBSan into a host executable (cached by digest)."""
     require_tool(HOST_CC)
     out_dir = Path(out_dir).resolve()
-    kernel_c, harness_c = _write_sources(rendered, out_dir)
+    kernel_c, harness_c = write_sources(rendered, out_dir)
     probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
     binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
     if not binary.exists():
@@ -166,9 +168,12 @@ def run_sanitized(binary: Path, spec, inputs, *, prepacked: bool) -> str:
     """'' if the sanitized run is clean and its output verifies, else one line saying why not."""
     a, b, bias = inputs
     try:
-        out, _ = run_harness([], binary, spec, a, b, bias, what=f"{binary.name}", prepacked=prepacked,
-                             timeout=RUN_TIMEOUT_S, env=SANITIZER_ENV)
-    except (VerificationError, ToolchainError) as exc:
+        out = LocalRunner().execute(RunSpec(
+            harness=binary, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
+            output_shape=tuple(spec.output_shape), env=tuple(SANITIZER_ENV.items()), label=binary.name,
+            protocol="times-file", prepacked=prepacked,
+            input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+    except (VerificationError, ToolchainError, DeviceError) as exc:
         # '==123==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x...' -> the kind only
         return re.sub(r"==\d+==ERROR: (\w+Sanitizer: [\w-]+).*", r"\1", str(exc))
     verdict = check_output(spec, out, a, b, bias)

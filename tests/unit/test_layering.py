@@ -100,6 +100,42 @@ def test_build_and_runners_stay_below_the_pipeline():
     assert _violations(["xfc.runners"], forbidden=above + ["xfc.cpu", "xfc.gpu"]) == []
 
 
+def _stdlib_imports(name: str) -> set[str]:
+    """Top-level names of every module `name` imports (stdlib included), function-level too."""
+    found = set()
+    for node in ast.walk(TREES[name]):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add((node.module or "").split(".")[0])
+    return found
+
+
+def test_build_returns_paths_and_never_loads_or_runs_them():
+    """build/ compiles and returns paths: it never loads a library (ctypes) nor imports a runner;
+    loading (runners/host.py) and running (runners/) happen above it. Only the host runner loads
+    libraries; outputs.py uses ctypes for renameat2, not for kernels."""
+    assert [n for n in FILES if _in(n, "xfc.build") and "ctypes" in _stdlib_imports(n)] == []
+    assert [n for n in FILES if _in(n, "xfc") and "ctypes" in _stdlib_imports(n)] == ["xfc.outputs",
+                                                                                       "xfc.runners.host"]
+    assert _violations(["xfc.build"], forbidden=["xfc.runners", "xfc.guards"]) == []
+
+
+def test_runners_are_one_interface():
+    """Every class named *Runner in runners/ derives from another runner (base.Runner at the root):
+    host, local/qemu, adb and PoCL behind one execute(RunSpec) -> Measurement."""
+    bad = []
+    for name in FILES:
+        if not _in(name, "xfc.runners"):
+            continue
+        for node in ast.walk(TREES[name]):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Runner") and node.name != "Runner":
+                bases = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
+                if not any(b.endswith("Runner") for b in bases):
+                    bad.append(f"{name}.{node.name}")
+    assert bad == []
+
+
 def test_nothing_but_cli_imports_cli():
     assert [f"{n} -> {d}" for n, deps in GRAPH.items() for d in deps
             if _in(d, "xfc.cli") and not _in(n, "xfc.cli", "xfc.__main__")] == []

@@ -94,18 +94,19 @@ def _bench(args) -> int:
         else:
             for note in check_description(identity, hw, target, match):
                 say(f"note: {note}")
-    report, run, verdict = run_bench(spec, hw, runner, cluster=args.cluster, threads=args.threads,
-                                     repeat=args.repeat, warmup=args.warmup, timeout_s=args.timeout, seed=args.seed,
-                                     progress=say, device=args.device)
-    ok, max_err, _ = verdict
-    cluster_role, cpu_ids, synth_s, build_s = report["cluster"], report["cpu_ids"], report["synthesis_seconds"], \
-        report["build_seconds"]
-    gflops, predicted_gflops = report["gflops"], report["predicted_gflops"]
-    report["device_identity"] = None if identity is None else {
+    device_identity = None if identity is None else {
         "serial": identity.serial, "soc_model": identity.soc_model,
         "board_platform": identity.board_platform, "abi": identity.abi,
         "cpus": identity.cpu_summary(), "matches": match.name if match else None,
         "matched_by": match.how if match else None, "hw_given": bool(args.hw)}
+    result = run_bench(spec, hw, runner, cluster=args.cluster, threads=args.threads,
+                       repeat=args.repeat, warmup=args.warmup, timeout_s=args.timeout, seed=args.seed,
+                       progress=say, device=args.device, device_identity=device_identity)
+    report, run, ok = result.to_dict(), result.measurement, result.verified
+    max_err = report["max_abs_error"]
+    cluster_role, cpu_ids, synth_s, build_s = report["cluster"], report["cpu_ids"], report["synthesis_seconds"], \
+        report["build_seconds"]
+    gflops, predicted_gflops = report["gflops"], report["predicted_gflops"]
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -124,7 +125,7 @@ def _bench(args) -> int:
             print(f"note: {note}")
     if not ok:
         raise VerificationError(f"{spec.name} kernel output from {run.where} differs from the numpy reference "
-                                f"({verdict.reason})")
+                                f"({result.failure})")
     return 0
 
 

@@ -102,7 +102,6 @@ def cmd_synth(args) -> int:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
-        report.setdefault("output_dir", str(out_dir))
     else:
         if args.dtype != "fp32":
             raise OperatorError("--dtype fp16 is supported for --target gpu only; CPU kernels are fp32")
@@ -118,12 +117,12 @@ def cmd_synth(args) -> int:
             if evaluator is not None:
                 evaluator.close()
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(json.dumps(report.to_dict(), indent=2, default=str))
         return 0
-    if args.explain and report.get("explain"):
-        print(report["explain"])
+    if args.explain and report.explain:
+        print(report.explain)
         print()
-    print_summary(report)
+    print_summary(report.to_dict())
     return 0
 
 

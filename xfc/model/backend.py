@@ -6,13 +6,13 @@ runners and the build move):
 
   CPU synthesis       xfc.cpu.synth.synthesize_cpu (the tile database's evaluator when given)
   CPU render/build    xfc.cpu.codegen.render_cpu_kernel, xfc.build.cpu.build_host / build_arm
-  CPU runs            host: ctypes (HostKernel, in-process); ARM: the static aarch64 harness through
+  CPU runs            host: ctypes (xfc.runners.host.HostKernel, in-process); ARM: the static aarch64 harness through
                       xfc.runners (get_runner('qemu') or an ADB serial; RunSpec, times-file protocol)
   GPU                 xfc.gpu.synth.synthesize_gpu, xfc.gpu.codegen.render_kernel, the shape-free
                       OpenCL harness (xfc.build.opencl) run on PoCL (xfc.runners.pocl): host CPU,
                       never a phone GPU timing
 
-Every built layer is a LayerKernel that runs like xfc.build.HostKernel: `prepack(weight)` once,
+Every built layer is a LayerKernel that runs like xfc.runners.host.HostKernel: `prepack(weight)` once,
 then `run_packed(x, packed, bias)`; `__call__(x, weight, bias)` packs on every call (a MatMul
 whose B is not a constant). Kernels that run out of process (qemu, a device, PoCL) take the plain
 weights as their "packed" form: the harness packs them on each call.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +133,7 @@ class RunnerKernel:
         self.binary, self.spec, self.runner = Path(binary), spec, runner
         self.cpu_ids = tuple(cpu_ids) if cpu_ids else None
         self.march, self.label = march, label
-        self.last = None                 # the last RunResult (where, timings, emulated)
+        self.last = None                 # the last Measurement (where, timings, emulated)
 
     @property
     def where(self) -> str:
@@ -161,31 +160,25 @@ class RunnerKernel:
 
 
 class PoclKernel:
-    """An OpenCL kernel file run by the shape-free harness on PoCL (the host CPU) per call."""
+    """An OpenCL kernel file run by the shape-free harness on PoCL (the host CPU) per call,
+    through xfc.runners.pocl.PoclRunner."""
 
     where = "PoCL on the host CPU (not a phone GPU timing)"
 
     def __init__(self, harness: Path, kernel_file: Path, spec):
+        from ..runners.pocl import PoclRunner
         self.harness, self.kernel_file, self.spec = Path(harness), Path(kernel_file), spec
-        self.last = None                 # the harness's last JSON report (median_s, ...)
+        self.runner = PoclRunner(self.harness)
+        self.last = None                 # the last Measurement (where, timings, emulated)
 
     def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
-        from ..build.toolchain import write_atomic
-        from ..runners import pocl
+        from ..runners import RunSpec
         shapes = self.spec.input_shapes
         zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
-        with tempfile.TemporaryDirectory(prefix="xfc-model-ocl-") as tmp:
-            paths = tuple(Path(tmp) / f"{n}.f32" for n in ("a", "b", "bias"))
-            for path, arr, shape in zip(paths, (x, weight, zeros), shapes):
-                write_atomic(path, _fp32(arr, shape).tobytes())
-            out = Path(tmp) / "out.f32"
-            self.last = pocl.run_kernel(self.harness, self.kernel_file, paths, out, repeat=repeat, warmup=warmup)
-            got = np.fromfile(out, dtype=np.float32)
-        want = int(np.prod(self.spec.output_shape))
-        if got.size != want:
-            from ..errors import ToolchainError
-            raise ToolchainError(f"{self.kernel_file.name} on PoCL wrote {got.size} floats, expected {want}")
-        return got.reshape(self.spec.output_shape)
+        self.last = self.runner.execute(RunSpec(
+            harness=self.kernel_file, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),
+            repeat=repeat, warmup=warmup, timeout_s=RUN_TIMEOUT_S, output_shape=tuple(self.spec.output_shape)))
+        return self.last.output
 
     def prepack(self, weight):
         return np.array(weight, np.float32, copy=True)
@@ -206,7 +199,7 @@ class LayerKernel:
     synthesis: LayerSynthesis
     files: tuple[Path, ...]          # what it leaves for the output directory (sources, build script, binary)
     build_seconds: float
-    host: object = None
+    host: object = None              # xfc.runners.host.HostKernel
     where: str = "host (native)"
 
     @property
@@ -246,13 +239,14 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     if synthesis.target == "gpu":
         return _build_gpu(synthesis, name, layer_dir, runnable)
     from ..build.cpu import build_arm, build_host
+    from ..runners.host import HostKernel
     from ..cpu.codegen import render_cpu_kernel
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")
     rendered = render_cpu_kernel(plan)
     start = time.perf_counter()
     host, where = None, "host (native)"
     if hw.target_arch == "x86_64":
-        host = build_host(rendered, layer_dir)
+        host = HostKernel(rendered, build_host(rendered, layer_dir))
         produced = [host.library]
         script = "build.sh"
     else:
@@ -312,9 +306,6 @@ def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: in
         return LayerTiming(median_s=m.median_s, min_s=m.min_s, samples_s=m.samples_s,
                            where=f"{kernel.where}{', weights pre-packed' if prepacked else ''}", prepacked=prepacked)
     runner.run(x, weight, bias, repeat=repeats, warmup=warmup)
-    last = runner.last
-    if isinstance(last, dict):                                      # PoCL harness report
-        return LayerTiming(median_s=last["median_s"], min_s=last["min_s"], samples_s=tuple(last["samples_s"]),
-                           where=kernel.where, prepacked=False)
+    last = runner.last                                              # a runner Measurement
     return LayerTiming(median_s=last.median_s, min_s=last.min_s, samples_s=last.samples_s, where=last.where,
                        prepacked=False, emulated=bool(last.emulated), throttled=last.throttled)

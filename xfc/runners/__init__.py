@@ -1,14 +1,17 @@
-"""Runners: ship a harness binary somewhere, run it, bring back output and timings.
+"""Runners: run a built kernel somewhere, bring back its output and ONE Measurement.
 
     from xfc.runners import get_runner, make_spec
     runner = get_runner("qemu")                        # or an adb serial, or "adb" for the only one
-    result = runner.execute(make_spec("build/harness", a, b, bias, repeat=10, cpu_ids=(4, 5, 6, 7)))
-    result.output, result.median_s, result.where, result.throttled
+    m = runner.execute(make_spec("build/harness", a, b, bias, repeat=10, cpu_ids=(4, 5, 6, 7)))
+    m.output, m.median_s, m.where, m.emulated, m.throttled
+
+The host (runners.host.HostRunner) and PoCL (runners.pocl.PoclRunner) runners are built from what
+they run (a loaded library, a built OpenCL harness) and take the same RunSpec.
 """
 from __future__ import annotations
 
-from xfc.runners.base import (WHERE_QEMU, WHERE_VIRTUAL, RunContext, Runner, RunResult, RunSpec,
-                              hexmask, make_spec)
+from xfc.runners.base import (WHERE_VIRTUAL, HarnessRunner, Measurement, RunContext, Runner, RunSpec, hexmask,
+                              make_spec, where_qemu)
 
 
 def get_runner(device: str, adb_host: str | None = None, adb_port: int | None = None,
@@ -29,5 +32,5 @@ def get_runner(device: str, adb_host: str | None = None, adb_port: int | None = 
     return AdbRunner(serial=serial, adb_host=adb_host, adb_port=adb_port, **options)
 
 
-__all__ = ["Runner", "RunSpec", "RunResult", "RunContext", "get_runner", "make_spec", "hexmask",
-           "WHERE_QEMU", "WHERE_VIRTUAL"]
+__all__ = ["Runner", "HarnessRunner", "RunSpec", "Measurement", "RunContext", "get_runner", "make_spec", "hexmask",
+           "where_qemu", "WHERE_VIRTUAL"]

@@ -20,7 +20,7 @@ import numpy as np
 
 from xfc import settings
 from xfc.errors import DeviceError
-from xfc.runners.base import (WHERE_VIRTUAL, RunContext, Runner, harness_args, hexmask,
+from xfc.runners.base import (WHERE_VIRTUAL, HarnessRunner, RunContext, harness_args, hexmask,
                               load_output, parse_report, report_from_times, where_adb)
 from xfc.hardware.identity import DeviceIdentity, cpu_features_text, identity_from, match_identity, parse_getprop
 from xfc.sigill import illegal_instruction_message, is_illegal_instruction
@@ -175,7 +175,7 @@ def _sync_quit(c) -> None:
         pass
 
 
-class AdbRunner(Runner):
+class AdbRunner(HarnessRunner):
     """Runs harnesses on one adb device, pinned to the caller's CPU ids."""
 
     def __init__(self, serial: str | None = None, adb_host: str | None = None,

@@ -1,6 +1,30 @@
-"""The runner interface: ship a harness binary and its inputs somewhere, run it, get results.
+"""The runner interface: run a built kernel somewhere, get its output and ONE Measurement back.
 
-A harness is a statically linked aarch64 program with this command line:
+Five ways of running share it (docs/ARCHITECTURE.md):
+
+    host   runners/host.HostRunner   the host .so, in this process through ctypes
+    local  runners/qemu.LocalRunner  a host-native harness program (sanitizer builds)
+    qemu   runners/qemu.QemuRunner   a static aarch64 harness under qemu-aarch64 (emulated)
+    adb    runners/adb.AdbRunner     a phone, or android_runner's virtual device (emulated)
+    pocl   runners/pocl.PoclRunner   an OpenCL kernel through the shape-free harness on PoCL
+
+Every runner takes a RunSpec and returns a Measurement: `Runner.execute(spec) -> Measurement`.
+`where` names where it ran; `emulated` is True whenever the timing is not the target device's
+(qemu, the virtual device, PoCL on the host CPU): those timings are never phone timings.
+
+The runners that ship a harness program somewhere (local, qemu, adb) share a life cycle
+(HarnessRunner; `execute` does all of it, cleaning up in `finally`):
+
+    ctx = runner.prepare(spec)   # stage inputs locally, choose a run id
+    runner.upload(ctx)           # copy harness + inputs to where they run
+    report = runner.run(ctx)     # run it; parse its timings; collect telemetry
+    output = runner.fetch(ctx)   # bring OUT back as float32
+    runner.cleanup(ctx)          # remove everything that was copied
+
+The host library is already loaded in this process and PoCL runs a local program on local
+files: neither uploads or fetches anything, so they implement `execute` directly.
+
+A harness program has this command line ("json" protocol):
 
     ./harness A_PATH B_PATH BIAS_PATH OUT_PATH [--repeat N] [--warmup W]
 
@@ -9,26 +33,22 @@ writes OUT_PATH and prints exactly one JSON line on stdout:
 
     {"kernel": "...", "repeats": N, "median_s": x, "min_s": x, "max_s": x, "samples_s": [...]}
 
-A second form, "times-file" (templates/cpu/harness.c.j2), is also supported: set
-RunSpec.protocol = "times-file" and the runner calls
+The CPU kernels' harness (templates/cpu/harness.c.j2) is the "times-file" protocol:
 
-    ./harness IN0 IN1 BIAS OUT TIMES WARMUP REPEATS
+    ./harness IN0 IN1 BIAS OUT TIMES WARMUP REPEATS [prepacked]
 
-and reads one sample (seconds) per line from TIMES instead of a JSON line.
+and writes one sample (seconds) per line to TIMES; `prepacked` runs the pre-packed entry point.
+It exits with HARNESS_EXIT_GUARD when a guard zone around a buffer changed (a wrong kernel):
+every runner turns that into a VerificationError.
 
-Every runner follows the same life cycle (`execute` does all of it, cleaning up in `finally`):
-
-    ctx = runner.prepare(spec)   # stage inputs locally, choose a run id
-    runner.upload(ctx)           # copy harness + inputs to where they run
-    report = runner.run(ctx)     # run it; parse its JSON line; collect telemetry
-    output = runner.fetch(ctx)   # bring OUT back as float32
-    runner.cleanup(ctx)          # remove everything that was copied
+Medians, minima and maxima are computed in one place, Measurement.from_samples, from the samples.
 """
 from __future__ import annotations
 
 import json
 import math
 import shutil
+import statistics
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
@@ -43,20 +63,28 @@ from xfc.errors import DeviceError, ToolchainError, VerificationError
 INPUT_NAMES = ("a", "b", "bias")
 PROTOCOLS = ("json", "times-file")
 
-WHERE_QEMU = "qemu-aarch64 (emulated: not phone timing)"
 WHERE_VIRTUAL = "virtual-device (qemu-aarch64, emulated: not phone timing)"
+
+
+def where_qemu(cpu: str) -> str:
+    return f"qemu-aarch64 -cpu {cpu} (emulated: not phone timing)"
 
 
 def where_adb(serial: str, model: str) -> str:
     return f"adb:{serial} ({model})"
 
 
+# Exit status of a harness (CPU and OpenCL) when a guard zone around a buffer changed.
+HARNESS_EXIT_GUARD = 5
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What to run. Inputs are float32 arrays (any shape; flattened C-order) or raw files."""
 
-    harness: Path
-    inputs: tuple[Any, Any, Any]            # a, b, bias: np.ndarray | bytes | Path
+    harness: Path                            # the built artifact: a harness program (local, qemu, adb),
+                                             # the host .so (host) or an OpenCL kernel file (pocl)
+    inputs: tuple[Any, Any, Any]            # a, b, bias: np.ndarray | bytes | Path (bias may be None)
     repeat: int = 5
     warmup: int = 1
     timeout_s: float = 120.0
@@ -66,6 +94,9 @@ class RunSpec:
     label: str = ""
     protocol: str = "json"                   # "json" or "times-file" (see module docstring)
     march: str = ""                          # the -march it was built with (for SIGILL messages)
+    prepacked: bool = False                  # the pre-packed entry point (host .so; times-file harness)
+    input_shapes: tuple[tuple[int, ...], ...] | None = None   # checked before anything runs
+    flops: int = 0                           # per call, for Measurement.gflops
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -80,17 +111,28 @@ class RunSpec:
         if self.timeout_s <= 0:
             raise DeviceError(f"timeout must be > 0 s, got {self.timeout_s}")
 
+    def check_input_shapes(self, what: str) -> None:
+        """VerificationError when an array input's shape is not the one the kernel was built for."""
+        if self.input_shapes is None:
+            return
+        for name, value, shape in zip(("in0", "in1", "bias"), self.inputs, self.input_shapes):
+            if isinstance(value, np.ndarray) and value.shape != tuple(shape):
+                raise VerificationError(f"{what}: {name} has shape {value.shape}, expected {tuple(shape)}")
+
 
 @dataclass(frozen=True, eq=False)
-class RunResult:
-    """One measurement. `where` always names where it was measured and whether it is emulated."""
+class Measurement:
+    """One run's output and timing. `where` always names where it was measured; `emulated` says
+    that the timing is not the target device's (qemu, the virtual device, PoCL on the host CPU)."""
 
-    output: np.ndarray                      # float32, `output_shape` when given, else flat
     samples_s: tuple[float, ...]
     median_s: float
     min_s: float
     max_s: float
     where: str
+    emulated: bool = False
+    output: np.ndarray | None = None        # float32, `output_shape` when given, else flat
+    flops: int = 0                           # per call; 0 when the runner was not told
     device: dict = field(default_factory=dict)
     throttled: bool | None = None
     freq_before: dict = field(default_factory=dict)    # cpu id -> kHz
@@ -101,7 +143,21 @@ class RunResult:
     kernel: str = ""
     repeats: int = 0
     warmup: int = 0
-    emulated: bool = False
+
+    @staticmethod
+    def from_samples(samples: Sequence[float], *, where: str, emulated: bool, **fields: Any) -> "Measurement":
+        """The one place a median, minimum and maximum are computed. DeviceError without valid samples."""
+        samples = tuple(float(s) for s in samples)
+        if not samples or not all(math.isfinite(s) and s >= 0 for s in samples):
+            raise DeviceError(f"no valid timing samples were produced ({where})")
+        fields.setdefault("repeats", len(samples))
+        return Measurement(samples_s=samples, median_s=statistics.median(samples), min_s=min(samples),
+                           max_s=max(samples), where=where, emulated=emulated, **fields)
+
+    @property
+    def gflops(self) -> float:
+        """GFLOP/s from the median (0 when flops is unknown)."""
+        return (self.flops / self.median_s / 1e9) if self.median_s > 0 else float("inf")
 
     def summary(self) -> str:
         t = "throttled" if self.throttled else ("not throttled" if self.throttled is False
@@ -121,7 +177,7 @@ class RunResult:
             "freq_after_khz": {str(k): v for k, v in self.freq_after.items()},
             "temps_before_c": dict(self.temps_before), "temps_after_c": dict(self.temps_after),
             "notes": list(self.notes),
-            "output_shape": list(self.output.shape),
+            "output_shape": list(self.output.shape) if self.output is not None else None,
         }
 
 
@@ -188,23 +244,22 @@ def parse_report(stdout: str, where: str) -> dict:
 def harness_args(spec: "RunSpec", inputs: Sequence[str], out: str, times: str) -> list[str]:
     """The harness's arguments (after argv[0]) for the spec's protocol."""
     if spec.protocol == "times-file":
-        return [*inputs, out, times, str(spec.warmup), str(spec.repeat)]
+        return [*inputs, out, times, str(spec.warmup), str(spec.repeat)] + (["prepacked"] if spec.prepacked else [])
+    if spec.prepacked:
+        raise DeviceError("only the times-file harness has a pre-packed entry point")
     return [*inputs, out, "--repeat", str(spec.repeat), "--warmup", str(spec.warmup)]
 
 
 def report_from_times(text: str, where: str, kernel: str = "") -> dict:
-    """A report like the JSON line, from a TIMES file (one sample in seconds per line)."""
+    """A report like the JSON line (its samples; Measurement.from_samples computes the rest),
+    from a TIMES file (one sample in seconds per line)."""
     try:
         samples = [float(x) for x in text.split()]
     except ValueError:
         raise DeviceError(f"harness on {where} wrote a TIMES file that is not numbers") from None
     if not samples or not all(math.isfinite(x) and x >= 0 for x in samples):
         raise DeviceError(f"harness on {where} wrote no valid timing samples")
-    ordered = sorted(samples)
-    n = len(ordered)
-    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-    return {"kernel": kernel, "repeats": n, "median_s": median, "min_s": ordered[0],
-            "max_s": ordered[-1], "samples_s": samples}
+    return {"kernel": kernel, "repeats": len(samples), "samples_s": samples}
 
 
 def load_output(data: bytes, spec: RunSpec, where: str) -> np.ndarray:
@@ -221,15 +276,28 @@ def load_output(data: bytes, spec: RunSpec, where: str) -> np.ndarray:
 
 
 class Runner(ABC):
-    """Ship a harness, run it, fetch the output. Subclasses fill in the five steps."""
+    """Run a built kernel (RunSpec) and return its output and timing (Measurement)."""
 
-    #: where measurements are taken, e.g. "qemu-aarch64 (emulated: not phone timing)"
+    #: where measurements are taken, e.g. "qemu-aarch64 -cpu max (emulated: not phone timing)"
     where: str = ""
+    #: True when the timing is not the target device's
     emulated: bool = True
+
+    def describe(self) -> dict:
+        """Device fingerprint recorded with every result."""
+        return {}
+
+    @abstractmethod
+    def execute(self, spec: RunSpec) -> Measurement: ...
+
+
+class HarnessRunner(Runner):
+    """Ship a harness program, run it, fetch the output. Subclasses fill in the steps."""
 
     def prepare(self, spec: RunSpec) -> RunContext:
         if not Path(spec.harness).is_file():
             raise ToolchainError(f"harness binary not found: {spec.harness}")
+        spec.check_input_shapes(f"run of {Path(spec.harness).name}")
         run_id = new_run_id()
         local = Path(tempfile.mkdtemp(prefix=f"xfc-run-{run_id}-"))
         ctx = RunContext(spec=spec, run_id=run_id, local_dir=local)
@@ -252,31 +320,23 @@ class Runner(ABC):
     def cleanup(self, ctx: RunContext) -> None:
         shutil.rmtree(ctx.local_dir, ignore_errors=True)
 
-    def describe(self) -> dict:
-        """Device fingerprint recorded with every result."""
-        return {}
-
-    def build_result(self, ctx: RunContext, output: np.ndarray) -> RunResult:
+    def build_result(self, ctx: RunContext, output: np.ndarray) -> Measurement:
         rep = ctx.report or {}
         tele = ctx.extra.get("telemetry", {})
         notes = list(ctx.extra.get("notes", []))
         if self.emulated:
             notes.insert(0, "timings are emulated (qemu-aarch64) and say nothing about phone speed")
-        return RunResult(
-            output=output,
-            samples_s=tuple(float(x) for x in rep["samples_s"]),
-            median_s=float(rep["median_s"]), min_s=float(rep["min_s"]),
-            max_s=float(rep["max_s"]),
-            where=self.where, device=self.describe(),
+        return Measurement.from_samples(
+            rep["samples_s"], where=self.where, emulated=self.emulated,
+            output=output, flops=ctx.spec.flops, device=self.describe(),
             throttled=tele.get("throttled"),
             freq_before=tele.get("freq_before", {}), freq_after=tele.get("freq_after", {}),
             temps_before=tele.get("temps_before", {}), temps_after=tele.get("temps_after", {}),
             notes=tuple(notes), kernel=str(rep.get("kernel", "")),
             repeats=int(rep.get("repeats", len(rep["samples_s"]))), warmup=ctx.spec.warmup,
-            emulated=self.emulated,
         )
 
-    def execute(self, spec: RunSpec) -> RunResult:
+    def execute(self, spec: RunSpec) -> Measurement:
         """prepare, upload, run, fetch; cleanup always."""
         ctx = self.prepare(spec)
         try:
@@ -290,6 +350,13 @@ class Runner(ABC):
             raise
         finally:
             self.cleanup(ctx)
+
+
+def guard_violation(stderr: str, what: str) -> VerificationError:
+    """The one line a harness printed about a changed guard zone, as a VerificationError."""
+    line = next((ln.strip() for ln in stderr.splitlines() if "guard violation" in ln), stderr.strip())
+    line = line.replace("xfc harness: ", "", 1).replace("harness: ", "", 1)
+    return VerificationError(f"{what}: {line[:300]}")
 
 
 def make_spec(harness: str | Path, a: Any, b: Any, bias: Any = None, **kw: Any) -> RunSpec:

@@ -163,6 +163,7 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
             constants: CostConstants = DEFAULT_CONSTANTS) -> list[Measured]:
     """Synthesize (with `constants`), build, verify and time each operator at each thread count here."""
     from ..build.cpu import build_host
+    from ..runners.host import HostKernel
     from ..cpu.codegen import render_cpu_kernel
     from ..ops.reference import check_output, make_inputs
     out = []
@@ -172,7 +173,8 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
         for index, (spec, t) in enumerate(((s, t) for s in specs for t in threads), 1):
             progress(f"[{index}/{total}] {spec.describe()} at {t} thread(s)")
             plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants).plan
-            kernel = build_host(render_cpu_kernel(plan), Path(tmp) / f"k{index}")
+            rendered = render_cpu_kernel(plan)
+            kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"k{index}"))
             a, b, bias = make_inputs(spec, seed=0)
             ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
             if not ok:

@@ -71,11 +71,13 @@ class HostOperatorEvaluator:
 
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
         from ..build.cpu import build_host
+        from ..runners.host import HostKernel
         from ..cpu.codegen import render_cpu_kernel
         from ..ops.reference import check_output, make_inputs
         result = synthesize_cpu(spec, hw, cluster.role, threads)
         with tempfile.TemporaryDirectory(prefix="xfc-tiledb-op-", dir=self.work_dir) as tmp:
-            kernel = build_host(render_cpu_kernel(result.plan), Path(tmp))
+            rendered = render_cpu_kernel(result.plan)
+            kernel = HostKernel(rendered, build_host(rendered, Path(tmp)))
             a, b, bias = make_inputs(spec, seed=0)
             ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
             if not ok:
