@@ -7,10 +7,12 @@ emulated: for every shipped ARM core description and every suite workload, the s
           for A read from the staged image; depthwise one q load per distinct input vector and one
           q store per output vector. Kernels with ragged tails in every dimension and a k remainder
           are verified under qemu-aarch64 (with each core's -cpu model) against the numpy reference.
-unit:     the register map and the instruction forms of the assembly generator.
+          Hand plans force the loop onto odd tiles, k remainders, KC slices, both orders (qemu).
+unit:     the register map, the instruction forms of the assembly generator, refused plans.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -19,9 +21,15 @@ from collections import Counter
 
 import pytest
 
+import support
+from support import conv, dw, mm, needs_arm
 from xfc import mca
+from xfc.build.cpu import build_arm, run_qemu
 from xfc.cpu import neon_asm
-from xfc.cpu.codegen import a_load_groups, depthwise_context, render_cpu_kernel
+from xfc.cpu.codegen import a_load_groups, depthwise_context, render_cpu_kernel, validate_plan
+from xfc.cpu.plans import hand_plan
+from xfc.errors import OperatorError
+from xfc.ops.reference import make_inputs
 from xfc.cpu.synth import synthesize_cpu
 from xfc.hardware.load import SHIPPED_ROOT, load_path
 from xfc.ops.workloads import SUITE, suite_spec
@@ -89,6 +97,7 @@ def _expected_gemm_loads(plan) -> Counter:
 
 
 @emulated
+@needs_arm
 @pytest.mark.parametrize("core_name", ARM_CORES)
 def test_suite_inner_loops_have_no_stack_traffic_and_the_planned_loads(core_name):
     hw = _core_hw(core_name)
@@ -129,6 +138,7 @@ VERIFY_SHAPES = (
 
 
 @emulated
+@needs_arm
 @pytest.mark.parametrize("core_name", ["cortex-a55", "cortex-a76", "cortex-x1"])   # in-order, A7x, X-class
 def test_asm_kernels_verify_under_qemu(core_name, tmp_path):
     for i, (op, shape, extra) in enumerate(VERIFY_SHAPES):
@@ -139,3 +149,50 @@ def test_asm_kernels_verify_under_qemu(core_name, tmp_path):
         assert proc.returncode == 0, (core_name, op, shape, proc.stderr[-2000:])
         assert "verified: yes" in proc.stdout, (core_name, op, shape, proc.stdout[-2000:])
         assert "__asm__ volatile" in (out / f"xfc_{op}.c").read_text(), (core_name, op, shape)
+
+
+# Hand plans force the assembly loop onto shapes the synthesizer would not pick: odd MR (one A
+# group of each width), a k remainder, several KC slices (the accumulate path), transposed conv
+# with A read from the staged image, two threads, both instruction orders and both A load widths.
+HAND_CASES = (
+    ("mm-13x8-a128", mm(29, 19, 45, bias=True, act="relu"), dict(mr=13, nr=8, kc=20, a_load_bits=128)),
+    ("mm-7x12-a64", mm(15, 27, 9, batch=2), dict(mr=7, nr=12, kc=128, a_load_bits=64)),
+    ("mm-1x16-a64", mm(3, 33, 18), dict(mr=1, nr=16, kc=7, a_load_bits=64)),
+    ("conv-t-8x12", conv(6, 9, 16, 13, 3, 3, pad=1, bias=True, act="relu6"),
+     dict(mr=8, nr=12, kc=23, a_load_bits=128, transposed=True)),
+    ("conv-t-3x8-packed", conv(5, 7, 10, 9, 3, 3, stride=2, pad=1), dict(mr=3, nr=8, kc=16, a_load_bits=64,
+                                                                            transposed=True)),
+    ("conv-6x8", conv(4, 8, 9, 11, 1, 1, act="relu"), dict(mr=6, nr=8, kc=3, a_load_bits=128)),
+    ("dw-5x2", dw(4, 13, 23, 3, 3, pad=1, bias=True, act="relu6"), dict(oh_rows=5, ow_vectors=2)),
+    ("dw-3x3-s2", dw(3, 15, 37, 3, 3, stride=2, pad=(1, 1, 0, 2)), dict(oh_rows=3, ow_vectors=3)),
+)
+
+
+@emulated
+@needs_arm
+@pytest.mark.parametrize("order", neon_asm.ASM_UKERNELS)
+@pytest.mark.parametrize("name,spec,overrides", HAND_CASES, ids=[c[0] for c in HAND_CASES])
+def test_hand_plans_with_the_asm_loop_verify_under_qemu(name, spec, overrides, order, tmp_path):
+    plan = hand_plan(spec, "neon", 2, gcc_march="armv8.2-a", qemu_cpu="cortex-a76", **overrides)
+    if plan.gemm is not None:
+        plan = dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, ukernel=order))
+    else:
+        plan = dataclasses.replace(plan, depthwise=dataclasses.replace(plan.depthwise, ukernel=order))
+    rendered = render_cpu_kernel(plan)
+    assert "__asm__ volatile" in rendered.source, name
+    binary = build_arm(rendered, tmp_path)
+    a, b, bias = make_inputs(spec, seed=5)
+    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=1)
+    support.assert_verified(spec, out, a, b, bias, f"{name} {order} on qemu cortex-a76")
+
+
+@unit
+def test_asm_ukernel_is_refused_where_it_cannot_be_spelled():
+    plan = hand_plan(mm(8, 8, 8), "avx512", 1)
+    with pytest.raises(OperatorError):
+        validate_plan(dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, ukernel="asm_out_of_order")))
+    plan = hand_plan(mm(8, 8, 8), "neon", 1, mr=14, nr=8)   # 28 + 2 + 4 registers
+    with pytest.raises(OperatorError):
+        validate_plan(dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, ukernel="asm_in_order")))
+    with pytest.raises(OperatorError):
+        validate_plan(dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, ukernel="assembly")))
