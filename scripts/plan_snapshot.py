@@ -53,6 +53,12 @@ ADDED_FIELDS: dict[str, str] = {
     **{f"gemm.{name}": _CODE_SHAPE for name in ("c_store", "loop_order", "prefetch_c", "prefetch_b_distance",
                                                  "pack_a_kb", "stage_copy")},
     **{f"depthwise.{name}": _CODE_SHAPE for name in ("row_tail", "stage_copy")},
+    "gemm.ukernel": "how the full tile's K loop is written (intrinsics, or NEON inline assembly on ARM cores); "
+                    "every non-ARM plan keeps 'intrinsics' and an unchanged kernel",
+    "depthwise.ukernel": "how the whole column blocks are written (intrinsics, or NEON inline assembly on ARM "
+                         "cores); every non-ARM plan keeps 'intrinsics' and an unchanged kernel",
+    "report.code_shape.ukernel": "the synthesis report lists the plan's new ukernel code-shape field",
+    "report.json.code_shape.ukernel": "the synthesis report lists the plan's new ukernel code-shape field",
     "guarded_vector_store": "the GPU matmul store shape, decided by the template before; now a plan field",
     "report.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
     "report.json.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",

@@ -244,11 +244,11 @@ def assert_samples_positive(samples) -> None:
 
 _X86_FMA = re.compile(r"^\s*(?:vfmadd\d*ps|addps)\s+(.*)$")   # generic x86-64: mulps + addps
 _ARM_FMA = re.compile(r"^\s*fmla\s+(v\d+)\.4s,\s*(.*)$")
-_LABEL = re.compile(r"^(\.L\w+):")
+_LABEL = re.compile(r"^\s*(\.L\w+|\d+):")   # numeric: inline assembly's local labels ('1:' ... 'b.ne 1b')
 # Conditional branches only: gcc tests loops at the bottom, and an unconditional backward jump is
 # often just block layout.
 _JUMP = re.compile(r"^\s*(j(?!mp)\w+|b\.?(?:eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le)|cbnz|cbz|tbnz|tbz)"
-                   r"\s+(?:.*,\s*)?(\.L\w+)\s*$")
+                   r"\s+(?:.*,\s*)?(\.L\w+|\d+b)\s*$")
 _X86_STACK_VECTOR = re.compile(r"%[xyz]mm\d+.*\(%(rsp|rbp)\)|\(%(rsp|rbp)\).*%[xyz]mm\d+")
 _ARM_STACK_VECTOR = re.compile(r"^\s*(ldr|str|ldp|stp|ldur|stur)\s+[qd]\d+.*\[sp")
 
@@ -281,8 +281,9 @@ def hot_loop(asm: str, arm: bool) -> list[str]:
             labels[m.group(1)] = i
             continue
         j = _JUMP.match(line)
-        if j and j.group(2) in labels:
-            start = labels[j.group(2)]
+        target = j.group(2)[:-1] if j and j.group(2)[0].isdigit() else (j.group(2) if j else None)
+        if target in labels:   # '1b': the nearest '1:' above, which is the one labels holds now
+            start = labels[target]
             fmas = sum(1 for ln in lines[start:i + 1] if fma.match(ln))
             if fmas:
                 loops.append((start, i, fmas))

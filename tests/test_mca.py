@@ -159,7 +159,9 @@ def test_numeric_local_labels_of_hand_written_kernels():
           "\tsubs\tx0, x0, 1\n\tb.hs\t1b\n2:\n\tfmla\tv8.4s, v0.4s, v1.s[0]\n\tb\t3f\n3:\n\tret\n"
     loop = mca.find_fma_loop(asm)
     assert (loop.label, loop.fma_count) == ("1", 2)
-    assert loop.mca_input().splitlines()[0] == "1:" and loop.mca_input().splitlines()[-1] == "\tb.hs\t1b"
+    # llvm-mca does not resolve '1b' (it drops the branch with an error): the head gets a name
+    text = loop.mca_input().splitlines()
+    assert text[0] == ".Lxfc_loop_1:" and text[-1] == "\tb.hs\t.Lxfc_loop_1" and len(text) == 6
 
 
 @unit

@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 import threading
 from collections import Counter, OrderedDict
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -220,7 +221,16 @@ class AsmLoop:
 
     def mca_input(self) -> str:
         """The loop as a standalone llvm-mca input: the head label, the instructions, the back-branch."""
-        return f"{self.label}:\n" + "".join(f"\t{i.text}\n" for i in self.instructions)
+        if not self.label.isdigit():
+            return f"{self.label}:\n" + "".join(f"\t{i.text}\n" for i in self.instructions)
+        # A numeric local label (inline assembly's '1:' ... 'b.ne 1b'): llvm-mca does not resolve
+        # 'Nb' references, so the head gets a name and the back-branch points at it.
+        head = f".Lxfc_loop_{self.label}"
+        *body, branch = self.instructions
+        target = branch.branch_target or ""
+        operands = branch.operands[: len(branch.operands) - len(target)] + head if target else branch.operands
+        back = dataclasses.replace(branch, operands=operands)
+        return f"{head}:\n" + "".join(f"\t{i.text}\n" for i in (*body, back))
 
 
 def _strip_comment(line: str) -> str:

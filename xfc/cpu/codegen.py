@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 import jinja2
 
 from ..errors import OperatorError
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..paths import TEMPLATES_DIR
-from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, CpuKernelPlan
+from . import neon_asm
+from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
 from .isa import ISA_TABLE, ISAS
 
 TEMPLATE_DIR = TEMPLATES_DIR
@@ -112,6 +114,13 @@ def validate_plan(plan: CpuKernelPlan) -> None:
             raise OperatorError(f"depthwise row_tail 'half_width' needs half-width vectors and masks (isa {plan.isa}) "
                                 f"and a ragged row (OW={spec.out_w}, blocks of {d.ow_vectors * lanes})")
         _check_stage_copy(d.stage_copy, spec.stride_w, staged=True)
+        _one_of("depthwise schedule ukernel", d.ukernel, UKERNELS)
+        if d.ukernel != "intrinsics":
+            regs = neon_asm.depthwise_registers(spec.r * spec.s, d.oh_rows, d.ow_vectors, spec.epilogue.activation)
+            if plan.isa != "neon" or regs > neon_asm.VECTOR_REGISTERS or spec.out_w < d.ow_vectors * lanes:
+                raise OperatorError(f"depthwise schedule ukernel '{d.ukernel}' needs isa neon, at most "
+                                    f"{neon_asm.VECTOR_REGISTERS} vector registers and one whole column block "
+                                    f"(isa {plan.isa}, {regs} registers, OW={spec.out_w})")
         return
     g = plan.gemm
     if g is None:
@@ -154,6 +163,13 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
     if row.lane_indexed and g.a_load_bits not in (64, 128):
         raise OperatorError(f"gemm schedule a_load_bits={g.a_load_bits} must be 64 or 128 for neon")
+    _one_of("gemm schedule ukernel", g.ukernel, UKERNELS)
+    if g.ukernel != "intrinsics":
+        regs = neon_asm.register_count(g.mr, g.nr // lanes, a_load_groups(plan.isa, g.mr, g.a_load_bits))
+        if plan.isa != "neon" or g.a_pack == "direct" or regs > neon_asm.VECTOR_REGISTERS:
+            raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon, A packed or im2col_direct and "
+                                f"at most {neon_asm.VECTOR_REGISTERS} vector registers (isa {plan.isa}, "
+                                f"a_pack {g.a_pack}, {regs} registers)")
     if g.mr > 64 or g.nr // lanes > 16:
         raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
 
@@ -243,7 +259,18 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
                 "via_tile": bool(partial and not has_mask) or via_local_tile,
                 "a_groups": a_load_groups(plan.isa, rows, g.a_load_bits, row_stride),
             })
+            variants[-1]["asm"] = _asm_kloop(plan, variants[-1]) if full else None
     return variants
+
+
+def _asm_kloop(plan: CpuKernelPlan, variant: dict) -> Optional[dict]:
+    """The inline-assembly K loop of the full tile when the plan asks for one (neon_asm.py)."""
+    g = plan.gemm
+    if g.ukernel == "intrinsics":
+        return None
+    kloop = neon_asm.render_asm_kloop(variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack, g.mr,
+                                      g.k_unroll, g.ukernel)
+    return {**kloop, "order": g.ukernel}
 
 
 def conv_stage_geometry(spec) -> dict:
@@ -365,8 +392,13 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
                       for ld in loads for j in sorted({u["vec"] for u in ld["uses"]}) if valid[j]]
         tail = {"ow0": tail_ow0, "loads": tail_loads,
                 "vectors": [{"vec": j, "valid": v, "half": 0 < v <= lanes // 2} for j, v in enumerate(valid)]}
+    dw_asm = None
+    if d.ukernel != "intrinsics":
+        dw_asm = neon_asm.render_depthwise_asm(loads, len(taps), d.oh_rows, d.ow_vectors, lanes, spec.out_w,
+                                               spec.epilogue.activation, d.ukernel)
     ctx = _common_context(plan, "cpu/depthwise.c.j2")
     ctx.update({
+        "dw_asm": dw_asm, "dw_asm_blocks": spec.out_w // ow_block,
         "loads": loads, "tail": tail, "row_tail": d.row_tail, "stage_copy": d.stage_copy,
         "batch": spec.n, "conv": geo, "oh_rows": d.oh_rows, "ow_vectors": d.ow_vectors,
         "ow_block": ow_block, "oh_padded": oh_padded, "ow_padded": ow_padded,

@@ -8,9 +8,12 @@ dialect's capabilities (xfc/cpu/isa.py) and the operator's geometry.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
+from ..hardware.model import CpuCore
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
+from . import neon_asm
 from .isa import IsaRow
 
 LOOP_ORDER = "jr_ir"          # BLIS order: the KC x NR B micro-panel stays in L1 while every A panel passes
@@ -56,11 +59,22 @@ def stage_copy(spec: OperatorSpec, transposed: bool) -> str:
     return "run" if spec.stride_w == 1 else "strided"
 
 
-def gemm_code_shape(row: IsaRow, spec: OperatorSpec, transposed: bool, mr: int) -> dict:
+def gemm_ukernel(row: IsaRow, core: Optional[CpuCore], registers: int) -> str:
+    """How the full tile's K loop is written. On a NEON core with a description, inline assembly
+    with registers allocated from the plan (GCC's allocation spills large tiles and turns 64-bit A
+    loads into scalar loads: ../shared/reference/arm-mca.md), ordered for the core's pipeline; the
+    tile must fit the register file with nothing left to the compiler. Else intrinsics."""
+    if core is None or not row.lane_indexed or registers > min(core.vector_registers, 32):
+        return "intrinsics"
+    return "asm_in_order" if core.pipeline == "in_order" else "asm_out_of_order"
+
+
+def gemm_code_shape(row: IsaRow, spec: OperatorSpec, transposed: bool, mr: int,
+                    ukernel: str = "intrinsics") -> dict:
     """The code-shape fields of a GemmSchedule (ir.GemmSchedule.CODE_SHAPE_FIELDS)."""
     return {"c_store": c_store(row, transposed, mr), "loop_order": LOOP_ORDER, "prefetch_c": PREFETCH_C,
             "prefetch_b_distance": PREFETCH_B_DISTANCE, "pack_a_kb": PACK_A_KB,
-            "stage_copy": stage_copy(spec, transposed)}
+            "stage_copy": stage_copy(spec, transposed), "ukernel": ukernel}
 
 
 def depthwise_tail_vectors(lanes: int, out_w: int, ow_vectors: int) -> list[int]:
@@ -82,7 +96,29 @@ def row_tail(row: IsaRow, lanes: int, out_w: int, ow_vectors: int) -> str:
     return "masked" if row.has_mask else "buffer"
 
 
-def depthwise_code_shape(row: IsaRow, spec: DepthwiseSpec, lanes: int, ow_vectors: int) -> dict:
+def depthwise_ukernel(row: IsaRow, core: Optional[CpuCore], spec: DepthwiseSpec, lanes: int, oh_rows: int,
+                      ow_vectors: int) -> str:
+    """How the whole column blocks of a depthwise plane are written: on a NEON core with a
+    description, inline assembly (registers from the plan; GCC spills the intrinsics loop:
+    ../shared/reference/arm-mca.md) when taps, accumulators, activation constants and two input
+    vectors fit the register file and every offset encodes in one q load/store; else intrinsics."""
+    if core is None or not row.lane_indexed:
+        return "intrinsics"
+    regs = neon_asm.depthwise_registers(spec.r * spec.s, oh_rows, ow_vectors, spec.epilogue.activation)
+    block = ow_vectors * lanes
+    # the staged rows one row block reads (an upper bound of the stage's row stride), and C rows
+    stage_cols = spec.stride_w * (math.ceil((spec.w + spec.pad_left + spec.pad_right) / spec.stride_w)
+                                  + block + spec.s * spec.dilation_w + lanes)
+    in_bytes = 4 * spec.window_rows(oh_rows) * stage_cols
+    out_bytes = 4 * oh_rows * spec.out_w + 16 * ow_vectors
+    if (regs > min(core.vector_registers, neon_asm.VECTOR_REGISTERS) or spec.out_w < block
+            or max(in_bytes, out_bytes) > neon_asm.DW_MAX_OFFSET_BYTES):
+        return "intrinsics"
+    return "asm_in_order" if core.pipeline == "in_order" else "asm_out_of_order"
+
+
+def depthwise_code_shape(row: IsaRow, spec: DepthwiseSpec, lanes: int, ow_vectors: int,
+                         ukernel: str = "intrinsics") -> dict:
     """The code-shape fields of a DepthwiseSchedule (ir.DepthwiseSchedule.CODE_SHAPE_FIELDS)."""
     return {"row_tail": row_tail(row, lanes, spec.out_w, ow_vectors),
-            "stage_copy": "run" if spec.stride_w == 1 else "strided"}
+            "stage_copy": "run" if spec.stride_w == 1 else "strided", "ukernel": ukernel}

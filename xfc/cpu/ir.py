@@ -30,6 +30,7 @@ C_STORES = ("direct", "tile", "vector_transpose")
 LOOP_ORDERS = ("jr_ir", "ir_jr")
 STAGE_COPIES = ("none", "run", "strided")
 ROW_TAILS = ("masked", "buffer", "half_width")
+UKERNELS = ("intrinsics", "asm_out_of_order", "asm_in_order")
 A_PACKS = ("packed", "direct", "im2col_direct")
 
 
@@ -60,11 +61,14 @@ class GemmSchedule:
     pack_a_kb: int = 16            # k values per row copied together when packing A (blocked transpose)
     stage_copy: str = "none"       # staging the padded input: 'none' (not staged), 'run' (contiguous copies,
                                    # stride 1) or 'strided' (column phases of a strided window)
+    ukernel: str = "intrinsics"    # the full tile's K loop: 'intrinsics' (dialect macros, the portable form) or
+                                   # NEON inline assembly with registers from the plan, its instruction order
+                                   # for the core: 'asm_out_of_order' or 'asm_in_order' (xfc/cpu/neon_asm.py)
 
     TILE_FIELDS: ClassVar[tuple[str, ...]] = ("mr", "nr", "k_unroll", "kc", "mc", "nc", "threads", "parallel_axis",
                                                "a_load_bits", "a_pack")
     CODE_SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("c_store", "loop_order", "prefetch_c", "prefetch_b_distance",
-                                                     "pack_a_kb", "stage_copy")
+                                                     "pack_a_kb", "stage_copy", "ukernel")
 
     def tiles(self) -> dict:
         return {k: getattr(self, k) for k in self.TILE_FIELDS}
@@ -83,9 +87,11 @@ class DepthwiseSchedule:
                                 # through a small buffer) or 'half_width' (a separate tail block whose vectors
                                 # with at most half the lanes valid run at half width)
     stage_copy: str = "run"     # staging an input row: 'run' (one contiguous copy, stride 1) or 'strided'
+    ukernel: str = "intrinsics"  # the whole column blocks of full row blocks: 'intrinsics', or NEON inline
+                                 # assembly ('asm_out_of_order' / 'asm_in_order'; xfc/cpu/neon_asm.py)
 
     TILE_FIELDS: ClassVar[tuple[str, ...]] = ("ow_vectors", "oh_rows", "threads")
-    CODE_SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("row_tail", "stage_copy")
+    CODE_SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("row_tail", "stage_copy", "ukernel")
 
     def tiles(self) -> dict:
         return {k: getattr(self, k) for k in self.TILE_FIELDS}

@@ -26,7 +26,7 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
               qemu_cpu: str = "", transposed: bool = False, function_name: Optional[str] = None,
               loop_order: str = decide.LOOP_ORDER, prefetch_c: bool = decide.PREFETCH_C,
               prefetch_b_distance: int = decide.PREFETCH_B_DISTANCE, pack_a_kb: int = decide.PACK_A_KB,
-              extra: tuple = ()) -> CpuKernelPlan:
+              ukernel: str = "intrinsics", extra: tuple = ()) -> CpuKernelPlan:
     """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
     row = isa_row(isa)
     lanes = row.hand_lanes
@@ -56,7 +56,8 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits, a_pack=a_pack,
                      **{**decide.gemm_code_shape(row, spec, transposed, mr), "loop_order": loop_order,
-                        "prefetch_c": prefetch_c, "prefetch_b_distance": prefetch_b_distance, "pack_a_kb": pack_a_kb})
+                        "prefetch_c": prefetch_c, "prefetch_b_distance": prefetch_b_distance, "pack_a_kb": pack_a_kb,
+                        "ukernel": ukernel})
     header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
                f"A={g.a_pack}",)
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")

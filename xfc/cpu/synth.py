@@ -145,7 +145,9 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
             a_pack, a_reason = "packed", f"{crowded} of {mr} rows in place would share one L1 set"
     sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                          parallel_axis=axis, a_load_bits=tile.a_load_bits if row.lane_indexed else 128,
-                         a_pack=a_pack, **decide.gemm_code_shape(row, spec, transposed, mr))
+                         a_pack=a_pack, **decide.gemm_code_shape(
+                             row, spec, transposed, mr,
+                             ukernel=decide.gemm_ukernel(row, core, tile.registers(row.name))))
     reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
                           imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
     return sched, reasons
@@ -247,7 +249,9 @@ def grow_depthwise(spec: DepthwiseSpec, cluster: CpuCluster, threads: int, row: 
     _, oh_rows, ow_vectors = best
     threads_used = max(1, min(threads, spec.n * spec.c))
     sched = DepthwiseSchedule(ow_vectors=ow_vectors, oh_rows=oh_rows, threads=threads_used,
-                              **decide.depthwise_code_shape(row, spec, lanes, ow_vectors))
+                              **decide.depthwise_code_shape(
+                                  row, spec, lanes, ow_vectors,
+                                  ukernel=decide.depthwise_ukernel(row, core, spec, lanes, oh_rows, ow_vectors)))
     return sched, weight_regs
 
 

@@ -1,0 +1,250 @@
+"""AArch64 NEON GEMM micro-kernel K loops as GCC extended inline assembly, registers from the plan.
+
+The intrinsics micro-kernel leaves register allocation and instruction order to GCC, which spills
+accumulators of large tiles and turns 64-bit A loads into scalar loads on in-order cores
+(../shared/reference/arm-mca.md). Hand-written libraries write the K loop in assembly instead;
+this module does the same for the full MR x NR tile of a plan whose `ukernel` is one of
+ASM_UKERNELS (decide.gemm_ukernel chooses it from the core):
+
+  register map   accumulators v0.., then the B vectors, then one register per A load group
+                 (codegen.a_load_groups: q loads of 4 rows, d loads of 2, s loads of 1), so the loop
+                 uses exactly MicroTile.registers() vector registers and never touches the stack
+  loads          B with post-incremented ldr/ldp q; packed A with a post-incremented first load and
+                 negative offsets for the rest of the k step (64-bit `ldr d` when the plan says
+                 a_load_bits=64); im2col_direct A from the staged image at koff[k]
+  order          'asm_out_of_order': a k step's loads, then its FMAs (the core reorders);
+                 'asm_in_order': each A load two groups ahead of the FMAs that use it, so an
+                 in-order core does not wait on a load right before its FMA
+
+The loop leaves the accumulators in a local tile (stored once per call, outside the loop); the
+template reads them back for the C accumulate / bias / activation epilogue. `render_asm_kloop`
+returns the assembly lines; templates/cpu/gemm_neon_asm.j2 spells them inside __asm__.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ASM_UKERNELS = ("asm_out_of_order", "asm_in_order")
+UKERNELS = ("intrinsics",) + ASM_UKERNELS
+VECTOR_REGISTERS = 32
+A_LOOKAHEAD_GROUPS = 2   # in-order order: A loads this many groups ahead of their FMAs
+
+_KIND = {4: "q", 2: "d", 1: "s"}     # A load group width (floats) -> FP register view
+_BYTES = {"q": 16, "d": 8, "s": 4}
+
+
+@dataclass(frozen=True)
+class RegisterMap:
+    """Vector register numbers of one full tile: acc[row][vector], b[vector], a[group]."""
+
+    acc: tuple[tuple[int, ...], ...]
+    b: tuple[int, ...]
+    a: tuple[int, ...]
+
+    @property
+    def used(self) -> tuple[int, ...]:
+        return tuple(sorted([r for row in self.acc for r in row] + list(self.b) + list(self.a)))
+
+
+def register_count(rows: int, nvec: int, a_groups: list[dict]) -> int:
+    return rows * nvec + nvec + len(a_groups)
+
+
+def register_map(rows: int, nvec: int, a_groups: list[dict]) -> RegisterMap:
+    """Accumulators first, then B, then A; raises ValueError past the 32 registers."""
+    need = register_count(rows, nvec, a_groups)
+    if need > VECTOR_REGISTERS:
+        raise ValueError(f"{rows}x{nvec}-vector tile needs {need} vector registers (> {VECTOR_REGISTERS})")
+    acc = tuple(tuple(i * nvec + j for j in range(nvec)) for i in range(rows))
+    b0 = rows * nvec
+    b = tuple(range(b0, b0 + nvec))
+    a = tuple(range(b0 + nvec, b0 + nvec + len(a_groups)))
+    return RegisterMap(acc=acc, b=b, a=a)
+
+
+def _mem(kind: str, reg: int, base: str, offset: int) -> str:
+    """A load of `kind` (q/d/s) into reg at [base + offset]: ldr with a scaled unsigned offset where
+    it encodes, else ldur (signed 9-bit unscaled)."""
+    size = _BYTES[kind]
+    if offset >= 0 and offset % size == 0 and offset // size < 4096:
+        return f"ldr {kind}{reg}, [{base}, #{offset}]" if offset else f"ldr {kind}{reg}, [{base}]"
+    if -256 <= offset <= 255:
+        return f"ldur {kind}{reg}, [{base}, #{offset}]"
+    raise ValueError(f"A offset {offset} does not encode")
+
+
+def _b_loads(regs: RegisterMap) -> list[str]:
+    """B vectors of one k step, post-incrementing the B pointer (pairs where they exist)."""
+    out, j = [], 0
+    while j < len(regs.b):
+        if j + 1 < len(regs.b):
+            out.append(f"ldp q{regs.b[j]}, q{regs.b[j + 1]}, [%[bp]], #32")
+            j += 2
+        else:
+            out.append(f"ldr q{regs.b[j]}, [%[bp]], #16")
+            j += 1
+    return out
+
+
+def _a_loads(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int) -> tuple[list[str], list[str]]:
+    """(address setup, one load per A group) for one k step."""
+    kinds = [_KIND[g["width"]] for g in a_groups]
+    if a_pack == "im2col_direct":
+        setup = ["ldr %[t], [%[koff]], #8", "add %[t], %[ap], %[t], lsl #2"]
+        return setup, [_mem(k, regs.a[i], "%[t]", 4 * g["offset"]) for i, (k, g) in enumerate(zip(kinds, a_groups))]
+    step = 4 * mr
+    loads = []
+    for i, (k, g) in enumerate(zip(kinds, a_groups)):
+        if i == 0:   # offset 0: the k step's first load moves the pointer to the next k step
+            loads.append(f"ldr {k}{regs.a[0]}, [%[ap]], #{step}")
+        else:
+            loads.append(_mem(k, regs.a[i], "%[ap]", 4 * g["offset"] - step))
+    return [], loads
+
+
+def _fmas(regs: RegisterMap, a_groups: list[dict], gi: int) -> list[str]:
+    out = []
+    for row in a_groups[gi]["rows"]:
+        for j, b in enumerate(regs.b):
+            out.append(f"fmla v{regs.acc[row['row']][j]}.4s, v{b}.4s, v{regs.a[gi]}.s[{row['lane']}]")
+    return out
+
+
+def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order: str) -> list[str]:
+    """The instructions of one k step."""
+    setup, a_loads = _a_loads(regs, a_groups, a_pack, mr)
+    lines = setup + _b_loads(regs)
+    if order == "asm_out_of_order":
+        lines += a_loads
+        for gi in range(len(a_groups)):
+            lines += _fmas(regs, a_groups, gi)
+        return lines
+    lines += a_loads[:A_LOOKAHEAD_GROUPS]
+    for gi in range(len(a_groups)):
+        if gi + A_LOOKAHEAD_GROUPS < len(a_loads):
+            lines.append(a_loads[gi + A_LOOKAHEAD_GROUPS])
+        lines += _fmas(regs, a_groups, gi)
+    return lines
+
+
+def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr: int, k_unroll: int,
+                     order: str) -> dict:
+    """The K loop of the full tile as assembly lines plus the registers it clobbers.
+
+    Operands the template binds: %[ap] %[bp] %[koff] (pointers, advanced), %[main] (k_unroll-step
+    iterations) and %[rest] (single steps), %[t] (scratch), %[acc] (the local tile written at the end).
+    """
+    if order not in ASM_UKERNELS:
+        raise ValueError(f"asm order '{order}' is not one of {ASM_UKERNELS}")
+    regs = register_map(rows, nvec, a_groups)
+    step = k_step(regs, a_groups, a_pack, mr, order)
+    lines = [f"movi v{r}.4s, #0" for row in regs.acc for r in row]
+    lines += ["cbz %[main], 2f", "1:"]
+    for _ in range(k_unroll):
+        lines += step
+    lines += ["subs %[main], %[main], #1", "b.ne 1b", "2:", "cbz %[rest], 4f", "3:"]
+    lines += step
+    lines += ["subs %[rest], %[rest], #1", "b.ne 3b", "4:"]
+    acc = [r for row in regs.acc for r in row]   # row-major, as the tile is read back
+    for i in range(0, len(acc) - 1, 2):
+        lines.append(f"stp q{acc[i]}, q{acc[i + 1]}, [%[acc], #{16 * i}]")
+    if len(acc) % 2:
+        lines.append(f"str q{acc[-1]}, [%[acc], #{16 * (len(acc) - 1)}]")
+    return {"lines": lines, "clobbers": [f"v{r}" for r in regs.used], "registers": len(regs.used)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Depthwise: the column-block loop of a full row block.
+# ---------------------------------------------------------------------------------------------
+
+DW_MIN_INPUT_REGISTERS = 2      # rotating input vectors the depthwise loop needs at least
+DW_MAX_OFFSET_BYTES = 65520     # the largest scaled offset of `ldr/str q` (4095 x 16)
+# Input loads are issued this many loads ahead of their FMAs (at most the rotating pool - 1). Out of
+# order: the accumulators start right before their first FMA (the dups spread over the integer pipe);
+# in order: all of them start the iteration, so no FMA waits on a dup (llvm-mca A55 model: 0.64 vs 0.57).
+DW_LOOKAHEAD_LOADS = {"asm_out_of_order": 6, "asm_in_order": 3}
+
+
+def depthwise_constant_registers(activation: str) -> int:
+    """Vector registers the activation needs: 0 (none), 1 (relu: zero) or 2 (relu6: zero, six)."""
+    return {"none": 0, "relu": 1, "relu6": 2}[activation]
+
+
+def depthwise_registers(taps: int, rows: int, vectors: int, activation: str) -> int:
+    """Vector registers the asm loop needs: taps + accumulators + activation constants + inputs."""
+    return taps + rows * vectors + depthwise_constant_registers(activation) + DW_MIN_INPUT_REGISTERS
+
+
+def _residue_pointer(name: str, offset: int) -> tuple[str, int]:
+    """(pointer operand, scaled offset): base pointers exist for each byte residue mod 16 so that
+    every q access is `ldr/str q, [ptr, #multiple of 16]`."""
+    res = offset % 16
+    return f"%[{name}{res}]", offset - res
+
+
+def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, lanes: int, out_w: int,
+                         activation: str, order: str) -> dict:
+    """The loop over the full column blocks of one full row block, as assembly lines.
+
+    Operands the template binds: %[x0] (stage + ow0), %[y0] (out row oh0 + ow0), %[x4] %[x8] %[x12]
+    %[y4] %[y8] %[y12] (the same + 4/8/12 bytes, set here), %[n] (blocks), %[w] (weights pointer),
+    %[init] (the bias bits, or 0). Weights and activation constants are loaded once.
+    """
+    if order not in ASM_UKERNELS:
+        raise ValueError(f"asm order '{order}' is not one of {ASM_UKERNELS}")
+    consts = depthwise_constant_registers(activation)
+    pool = VECTOR_REGISTERS - taps - rows * vectors - consts
+    if pool < DW_MIN_INPUT_REGISTERS:
+        raise ValueError(f"depthwise {rows}x{vectors} tile with {taps} taps needs more than {VECTOR_REGISTERS} registers")
+    acc = [[i * vectors + j for j in range(vectors)] for i in range(rows)]
+    wreg = [rows * vectors + t for t in range(taps)]
+    creg = [rows * vectors + taps + c for c in range(consts)]
+    inreg = [rows * vectors + taps + consts + p for p in range(pool)]
+    block_bytes = 4 * vectors * lanes
+    lines = ["add %[x4], %[x0], #4", "add %[x8], %[x0], #8", "add %[x12], %[x0], #12",
+             "add %[y4], %[y0], #4", "add %[y8], %[y0], #8", "add %[y12], %[y0], #12"]
+    lines += [f"ld1r {{v{r}.4s}}, [%[w]], #4" for r in wreg]
+    if consts:
+        lines.append(f"movi v{creg[0]}.4s, #0")
+    if consts > 1:
+        lines.append(f"fmov v{creg[1]}.4s, #6.0")
+    lines += ["1:"]
+    started: set[int] = set()
+    if order == "asm_in_order":
+        lines += [f"dup v{r}.4s, %w[init]" for row in acc for r in row]
+        started = {r for row in acc for r in row}
+    load_ins = []
+    for k, ld in enumerate(loads):
+        ptr, off = _residue_pointer("x", 4 * ld["offset"])
+        if off > DW_MAX_OFFSET_BYTES:
+            raise ValueError(f"depthwise input offset {off} bytes does not encode")
+        load_ins.append(f"ldr q{inreg[k % pool]}, [{ptr}, #{off}]")
+    ahead = min(DW_LOOKAHEAD_LOADS[order], pool - 1)
+    body = load_ins[:ahead]
+    for k, ld in enumerate(loads):
+        if k + ahead < len(loads):
+            body.append(load_ins[k + ahead])
+        x = inreg[k % pool]
+        for u in ld["uses"]:
+            r = acc[u["row"]][u["vec"]]
+            if r not in started:   # initialised right before its first FMA, on an integer pipe (not a V-pipe copy)
+                started.add(r)
+                body.append(f"dup v{r}.4s, %w[init]")
+            body.append(f"fmla v{r}.4s, v{x}.4s, v{wreg[u['tap']]}.4s")
+    lines += body
+    for i in range(rows):
+        for j in range(vectors):
+            r = acc[i][j]
+            if consts:
+                lines.append(f"fmax v{r}.4s, v{r}.4s, v{creg[0]}.4s")
+            if consts > 1:
+                lines.append(f"fmin v{r}.4s, v{r}.4s, v{creg[1]}.4s")
+            ptr, off = _residue_pointer("y", 4 * i * out_w + 16 * j)
+            if off > DW_MAX_OFFSET_BYTES:
+                raise ValueError(f"depthwise output offset {off} bytes does not encode")
+            lines.append(f"str q{r}, [{ptr}, #{off}]")
+    for p in ("x0", "x4", "x8", "x12", "y0", "y4", "y8", "y12"):
+        lines.append(f"add %[{p}], %[{p}], #{block_bytes}")
+    lines += ["subs %[n], %[n], #1", "b.ne 1b"]
+    used = [r for row in acc for r in row] + wreg + creg + inreg
+    return {"lines": lines, "clobbers": [f"v{r}" for r in sorted(used)], "registers": len(used), "order": order}
