@@ -24,7 +24,7 @@ import pytest
 import support
 from support import conv, dw, mm, needs_arm
 from xfc import mca
-from xfc.build.cpu import build_arm, run_qemu
+from xfc.build.cpu import build_arm
 from xfc.cpu import neon_asm
 from xfc.cpu.codegen import a_load_groups, depthwise_context, render_cpu_kernel, validate_plan
 from xfc.cpu.plans import hand_plan
@@ -182,7 +182,7 @@ def test_hand_plans_with_the_asm_loop_verify_under_qemu(name, spec, overrides, o
     assert "__asm__ volatile" in rendered.source, name
     binary = build_arm(rendered, tmp_path)
     a, b, bias = make_inputs(spec, seed=5)
-    out, _ = run_qemu(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu, repeats=1)
+    out = support.qemu_run(binary, spec, a, b, bias, qemu_cpu=plan.qemu_cpu).output
     support.assert_verified(spec, out, a, b, bias, f"{name} {order} on qemu cortex-a76")
 
 
