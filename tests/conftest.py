@@ -186,3 +186,15 @@ def pytest_terminal_summary(terminalreporter):
     if _unmarked:
         tr.write_line(f"  {len(_unmarked)} test(s) carry none of the markers {', '.join(KIND_MARKERS)}, "
                       f"e.g. {_unmarked[0]}")
+
+
+# xfc's CLI tests send SIGINT to child processes, which inherit the worker's signal dispositions
+# and blocked mask: a test that leaves SIGINT/SIGTERM ignored or blocked breaks every later one.
+@pytest.fixture(autouse=True)
+def _signals_left_as_found(request):
+    import signal
+    before = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    yield
+    after = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    assert after == before, (f"{request.node.nodeid} changed the SIGINT handler or the blocked signals: "
+                             f"{before} -> {after}")

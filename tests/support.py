@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -55,6 +56,14 @@ HAVE_OPENCL = (Path("/usr/include/CL/cl.h").exists()
                and any(Path(os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")).glob("*.icd")))
 needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no OpenCL headers, loader or ICD (apt-get install "
                                   "pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)")
+
+
+def signals_as_default() -> None:
+    """preexec_fn for a child a test will interrupt: SIGINT and SIGTERM at their default
+    dispositions and unblocked, whatever the test runner's worker inherited or set."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def host_cpus() -> int:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from android_runner.virtual_device import Faults, VirtualDevice
-from support import qemu_run
+from support import qemu_run, signals_as_default
 from xfc.errors import DeviceError
 from xfc.ops.spec import make_spec as make_op_spec
 from xfc.runners import get_runner, make_spec
@@ -171,7 +171,7 @@ def test_interrupt_during_a_device_run_leaves_nothing(server, sd865, tmp_path, s
     proc = subprocess.Popen([XFC, "bench", *SMALL, "--device", sd865.serial, "--adb-port", str(server.port),
                              "--repeat", "100000000", "--timeout", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)})
+                            env={**os.environ, "TMPDIR": str(tmp)}, preexec_fn=signals_as_default)
     try:
         deadline = time.monotonic() + 240
         # wait until the harness runs on the device, under qemu in the sandbox (the device lists the
@@ -211,7 +211,7 @@ def test_interrupt_kills_a_harness_that_ignores_the_closed_stream(server, tmp_pa
     try:
         proc = subprocess.Popen([XFC, "bench", *SMALL, "--device", dev.serial, "--adb-port", str(server.port),
                                  "--repeat", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "TMPDIR": str(tmp_path)})
+                                env={**os.environ, "TMPDIR": str(tmp_path)}, preexec_fn=signals_as_default)
         deadline = time.monotonic() + 240
         while not dev.system.processes:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr

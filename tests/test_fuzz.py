@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import signals_as_default
 from xfc.build.toolchain import ARM_CC, QEMU
 from xfc.cli import build_parser
 from xfc.cli.fuzz import Progress, shipped_hardware
@@ -490,7 +491,8 @@ def test_ctrl_c_exits_130_and_leaves_nothing_behind(tmp_path):
     with open(stderr, "w") as err:
         proc = subprocess.Popen([XFC, "fuzz", "--cases", "400", "--seed", "5", "--targets", "host,qemu",
                                  "--jobs", "2", "--save-dir", str(tmp_path / "saved")],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path)
+                                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path,
+                                preexec_fn=signals_as_default)
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and " cases, " not in stderr.read_text():
