@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(gcc make python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-              pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo llvm-16 adb)
+              pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo llvm-16 adb cmake)
 
 missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
@@ -18,6 +18,7 @@ need qemu-aarch64 qemu-user
 need clinfo clinfo
 need llvm-mca-16 llvm-16
 need adb adb
+need cmake cmake
 [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || missing+=(libc6-dev-arm64-cross)
 [ -e /usr/include/CL/cl.h ] || missing+=(opencl-headers)
 ls /usr/lib/x86_64-linux-gnu/libOpenCL.so >/dev/null 2>&1 || missing+=(ocl-icd-opencl-dev)
