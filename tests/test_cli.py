@@ -393,7 +393,7 @@ def test_synth_gpu_fp16_runs_the_fp16_storage_variant(tmp_path, capfd):
     assert code == 0, err
     report = json.loads(out)
     assert report["run_variant"] == "fp16_storage" and report["verified"] is True
-    assert report["pocl_median_s"] > 0 and all(s > 0 for s in report["pocl_samples_s"])
+    assert report["measurement"]["median_s"] > 0 and all(s > 0 for s in report["measurement"]["samples_s"])
     half = list((tmp_path / "h").glob("*.fp16.cl"))
     assert len(half) == 1 and "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in half[0].read_text()
     support.record("opencl (PoCL)", "ran")

@@ -1,7 +1,6 @@
 """xfc.compile / xfc.pipeline: the Python API the README documents, without any CLI module."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import xfc
@@ -93,3 +92,39 @@ def test_run_cpu_returns_one_report_with_measurements(hw_name, tmp_path):
         report.verified = False
     with pytest.raises(TypeError):
         report.keys["verified"] = False
+
+
+@pytest.mark.host
+@pytest.mark.emulated
+@pytest.mark.opencl
+def test_every_report_starts_with_the_same_keys(tmp_path):
+    """One report schema: `xfc synth` (CPU and GPU) and `xfc bench` reports start with
+    pipeline.REPORT_CORE_KEYS, in order, with the same types; target-specific keys follow."""
+    import shutil
+
+    from xfc.pipeline import REPORT_CORE_KEYS, REPORT_SCHEMA_VERSION, run_bench, run_cpu, run_gpu_synth
+    from xfc.runners import get_runner
+    if shutil.which("qemu-aarch64") is None:
+        pytest.skip("qemu-aarch64 not installed")
+    spec = xfc.make_spec("matmul", dict(m=13, n=11, k=7), bias=True)
+    reports = {
+        "synth cpu": run_cpu(spec, xfc.load_hardware("host"), tmp_path / "cpu", threads=1, verify=True, bench=True,
+                             repeat=2).to_dict(),
+        "synth gpu": run_gpu_synth(spec, xfc.load_hardware("snapdragon-865"), tmp_path / "gpu", bench=True,
+                                   repeat=2).to_dict(),
+        "bench cpu": run_bench(spec, xfc.load_hardware("cortex-a76"), get_runner("qemu", qemu_cpu="cortex-a76"),
+                               threads=1, repeat=2, warmup=0).to_dict(),
+    }
+    for name, report in reports.items():
+        command, target = name.split()
+        assert tuple(report)[:len(REPORT_CORE_KEYS)] == REPORT_CORE_KEYS, name
+        assert (report["xfc_report"], report["command"], report["target"]) == (REPORT_SCHEMA_VERSION, command, target)
+        assert report["operator"] == "matmul" and report["shape"] == spec.describe(), name
+        assert isinstance(report["tiles"], dict) and report["predicted_gflops"] > 0, name
+        assert report["verified"] is True and report["failure"] is None, name
+        assert 0 <= report["error_to_bound_ratio"] <= 1 and report["max_abs_error"] >= 0, name
+        m = report["measurement"]
+        assert m["repeats"] == 2 and len(m["samples_s"]) == 2 and m["median_s"] > 0 and m["gflops"] > 0, name
+        assert isinstance(m["where"], str) and isinstance(m["emulated"], bool), name
+    assert not reports["synth cpu"]["measurement"]["emulated"]
+    assert reports["synth gpu"]["measurement"]["emulated"] and reports["bench cpu"]["measurement"]["emulated"]

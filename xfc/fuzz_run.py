@@ -187,7 +187,7 @@ def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
         raise _Failure("crash", f"PoCL run: {exc}") from None
     except XfcError as exc:
         raise _Failure("rejected", f"GPU synthesis: {exc}") from None
-    return float(report.get("worst_error_ratio") or 0.0), f"tiles: {report.get('tile_summary', '')}"
+    return float(report.get("error_to_bound_ratio") or 0.0), f"tiles: {report.get('tile_summary', '')}"
 
 
 def run_case(case: FuzzCase, work_dir: Path) -> CaseResult:

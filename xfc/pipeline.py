@@ -58,6 +58,28 @@ FP16_NOTE = ("PoCL has no cl_khr_fp16, so the half-arithmetic kernel is only ren
 # ---------------------------------------------------------------------------------------------
 
 REPORT_TARGETS = ("cpu", "gpu", "bench")
+# The one report schema (docs/ARCHITECTURE.md, "Reports"): every report starts with these keys,
+# with the same meaning and type whatever the command and target; target-specific keys follow.
+REPORT_SCHEMA_VERSION = 2
+REPORT_CORE_KEYS = ("xfc_report", "xfc_version", "command", "target", "operator", "shape", "hardware", "tiles",
+                    "predicted_gflops", "verified", "failure", "max_abs_error", "error_to_bound_ratio", "measurement")
+
+
+def report_core(command: str, target: str, spec, hardware: str, tiles, predicted_gflops) -> dict:
+    """The keys every report starts with. shape: spec.describe(); measurement: measurement_dict()
+    of the timed run, None until something ran; verified/failure/errors: None until verified."""
+    return {"xfc_report": REPORT_SCHEMA_VERSION, "xfc_version": __version__, "command": command, "target": target,
+            "operator": spec.name, "shape": spec.describe(), "hardware": hardware, "tiles": tiles,
+            "predicted_gflops": predicted_gflops, "verified": None, "failure": None, "max_abs_error": None,
+            "error_to_bound_ratio": None, "measurement": None}
+
+
+def measurement_dict(m: Measurement, weights: Optional[str] = None) -> dict:
+    """A Measurement in a report: Measurement.to_dict() plus GFLOP/s (and how weights were packed)."""
+    out = {**m.to_dict(), "gflops": m.gflops}
+    if weights is not None:
+        out["weights"] = weights
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +114,7 @@ class Report:
     def of(target: str, keys: dict, *, hardware: str, measurement=None, per_call=None,
            output_dir: Optional[str] = None) -> "Report":
         """A Report from its report keys (the typed fields are read from the same keys)."""
-        return Report(target=target, operator=str(keys.get("operator") or keys.get("op") or ""), hardware=hardware,
+        return Report(target=target, operator=str(keys.get("operator") or ""), hardware=hardware,
                       verified=keys.get("verified"), failure=keys.get("failure"), measurement=measurement,
                       per_call=per_call, output_dir=output_dir, explain=keys.get("explain"), keys=keys)
 
@@ -202,7 +224,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
     result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants)
     say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
     rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
-    report = {"xfc_report": 1, "target": "cpu", **result.report(), "synthesis_seconds": synth_s,
+    report = {**report_core("synth", "cpu", spec, hw.name, None, None), **result.report(), "synthesis_seconds": synth_s,
               "threads": result.plan.gemm.threads if result.plan.gemm else result.plan.depthwise.threads,
               "explain": result.explain()}
     if tile_db is not None:
@@ -251,13 +273,9 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                 timing = per_call = None
             report["verified_on"] = "host (native)" if host else f"qemu-aarch64 -cpu {qemu_cpu}"
             if timing is not None:
-                report["measurement"] = {"median_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
-                                         "gflops": timing.gflops, "repeats": len(timing.samples_s),
-                                         "where": timing.where, "weights": "pre-packed once (untimed)"}
+                report["measurement"] = measurement_dict(timing, "pre-packed once (untimed)")
             if per_call is not None:
-                report["measurement_packing_per_call"] = {
-                    "median_s": per_call.median_s, "gflops": per_call.gflops, "repeats": len(per_call.samples_s),
-                    "where": per_call.where, "weights": "packed inside every call"}
+                report["measurement_packing_per_call"] = measurement_dict(per_call, "packed inside every call")
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
     if report.get("verified") is False:
@@ -313,11 +331,11 @@ def run_bench(spec, hw, runner=None, *, cluster=None, threads=None, repeat=10, w
     ok, max_err, ratio = verdict
     gflops = run.gflops
     report = {
-        "operator": spec.name, "shape": spec.describe(), "hardware": hw.name, "cluster": cluster.role,
-        "cpu_ids": list(cluster.cpu_ids), "tiles": result.report().get("tiles"), "synthesis_seconds": synth_s,
-        "build_seconds": build_s, "verified": bool(ok), "max_abs_error": max_err, "error_to_bound_ratio": ratio,
-        "gflops": gflops, "predicted_gflops": result.estimate.predicted_gflops,
-        "prediction_note": "static cost model, not a measurement", "measurement": run.to_dict(),
+        **report_core("bench", "cpu", spec, hw.name, result.report().get("tiles"), result.estimate.predicted_gflops),
+        "verified": bool(ok), "failure": None if ok else verdict.reason, "max_abs_error": max_err,
+        "error_to_bound_ratio": ratio, "measurement": measurement_dict(run),
+        "cluster": cluster.role, "cpu_ids": list(cluster.cpu_ids), "synthesis_seconds": synth_s,
+        "build_seconds": build_s, "gflops": gflops, "prediction_note": "static cost model, not a measurement",
         "device_identity": device_identity,
     }
     rep = Report.of("bench", report, hardware=hw.name, measurement=run)
@@ -390,32 +408,20 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
 
     run_variant = "fp16_storage" if dtype == "fp16" else "fp32"
     report = {
-        "xfc_version": __version__,
-        "hardware": plan.hardware_name,
+        **report_core("synth", "gpu", spec, plan.hardware_name, plan.tiles(), plan.cost.gflops),
         "gpu": plan.gpu_name,
         "family": plan.family,
-        "target": "gpu",
-        "op": spec.name,
-        "shape": spec.shape_dict(),
+        "dims": spec.shape_dict(),
         "epilogue": spec.epilogue.describe(),
         "dtype": dtype,
-        "tiles": plan.tiles(),
         "tile_summary": plan.tile_summary(),
-        "predicted_gflops": plan.cost.gflops,
         "predicted_seconds": plan.cost.seconds,
         "predicted_bound": plan.cost.bound,
         "prediction_label": PREDICTION_LABEL,
         "synthesis_seconds": synthesis.synthesis_seconds,
         "candidates_evaluated": synthesis.candidates_evaluated,
         "build_seconds": None,
-        "verified": None,
-        "max_abs_error": None,
-        "worst_error_ratio": None,
         "run_variant": run_variant if (verify or bench) else None,
-        "pocl_median_s": None,
-        "pocl_min_s": None,
-        "pocl_max_s": None,
-        "pocl_repeats": None,
         "pocl_device": None,
         "timing_label": POCL_LABEL,
         "fp16_kernel": None,
@@ -442,19 +448,18 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
         reps = repeat if repeat is not None else (10 if bench else 1)
         try:
             timing = PoclRunner(harness).execute(RunSpec(harness=files[run_variant], inputs=paths, repeat=reps,
-                                                         warmup=1, timeout_s=HARNESS_RUN_TIMEOUT_S))
+                                                         warmup=1, timeout_s=HARNESS_RUN_TIMEOUT_S, flops=spec.flops))
         except VerificationError as exc:  # a guard zone changed: report it like a wrong result
             report.update(verified=False, failure=str(exc))
             failure = str(exc)
         else:
             got = timing.output
             write_atomic(out / "out.f32", got.tobytes())
-            report.update(pocl_median_s=timing.median_s, pocl_min_s=timing.min_s, pocl_max_s=timing.max_s,
-                          pocl_repeats=timing.repeats, pocl_samples_s=list(timing.samples_s))
+            report["measurement"] = measurement_dict(timing)
             if verify:
                 verdict = check_variant_output(run_variant, spec, got, a, b, bias)
                 report.update(verified=bool(verdict.ok), max_abs_error=verdict.max_abs_error,
-                              worst_error_ratio=verdict.worst_ratio, rms_error=verdict.rms_error,
+                              error_to_bound_ratio=verdict.worst_ratio, rms_error=verdict.rms_error,
                               rms_limit=verdict.rms_limit)
                 if not verdict.ok:
                     report["failure"] = verdict.reason

@@ -37,12 +37,10 @@ def default_out_dir(hw, spec, target: str) -> Path:
 
 
 def print_summary(report: dict) -> None:
-    """A few lines for people; CPU and GPU reports share the keys used here."""
-    op = report.get("operator") or report.get("op")
-    target = report.get("target", "cpu")
-    shape = report["shape"]
-    if isinstance(shape, dict):
-        shape = " ".join(f"{k}={v}" for k, v in shape.items())
+    """A few lines for people, from the keys every report shares (pipeline.REPORT_CORE_KEYS)."""
+    op = report["operator"]
+    target = report["target"]
+    shape = " ".join(f"{k}={v}" for k, v in report["dims"].items()) if target == "gpu" else report["shape"]
     print(f"xfc synth {op} for {report['hardware']} ({target}"
           + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
     tiles = report.get("tile_summary") or report.get("tiles")
@@ -61,13 +59,17 @@ def print_summary(report: dict) -> None:
         print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
               f"{model}; not a measurement)")
     if report.get("verified") is not None:
-        ratio = report.get("error_to_bound_ratio", report.get("worst_error_ratio"))
+        ratio = report.get("error_to_bound_ratio")
         where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
                                               if target == "gpu" else "?")
         print(f"  verified: {'yes' if report['verified'] else 'NO'} on {where} "
               f"(max abs error {report['max_abs_error']:.3g}"
               + (f", {ratio:.2f}x of the bound)" if ratio is not None else ")"))
-    if report.get("measurement"):
+    if report.get("measurement") and target == "gpu":
+        m = report["measurement"]
+        print(f"  timed: median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
+              f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
+    elif report.get("measurement"):
         m = report["measurement"]
         print(f"  measured: {m['gflops']:.2f} GFLOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
               f"[{m['where']}]")
@@ -75,9 +77,6 @@ def print_summary(report: dict) -> None:
             p = report["measurement_packing_per_call"]
             print(f"            {p['gflops']:.2f} GFLOP/s, median {p['median_s'] * 1e3:.3f} ms with the weights "
                   f"packed inside every call")
-    if report.get("pocl_median_s") is not None:
-        print(f"  timed: median {report['pocl_median_s'] * 1e3:.3f} ms over {report.get('pocl_repeats', '?')} runs "
-              f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
     for line in (report.get("mca") or {}).get("summary", []):
         print(f"  {line}")
     print(f"  output: {report['output_dir']}")
