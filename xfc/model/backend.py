@@ -126,68 +126,56 @@ def _fp32(a, shape) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, np.float32).reshape(shape))
 
 
-class RunnerKernel:
+class _PerCallKernel:
+    """A built artifact run through an xfc Runner on every call; the harness packs the weights
+    inside every call, so the "packed" form is the plain weights."""
+
+    def __init__(self, artifact: Path, spec, runner, **run_options):
+        self.artifact, self.spec, self.runner = Path(artifact), spec, runner
+        self.run_options = run_options   # extra RunSpec fields (pinning, protocol, -march, label)
+        self.last = None                 # the last Measurement (where, timings, emulated)
+
+    def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
+        from ..runners import RunSpec
+        shapes = self.spec.input_shapes
+        zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
+        self.last = self.runner.execute(RunSpec(
+            harness=self.artifact, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),
+            repeat=repeat, warmup=warmup, timeout_s=RUN_TIMEOUT_S, output_shape=tuple(self.spec.output_shape),
+            flops=self.spec.flops, **self.run_options))
+        return self.last.output
+
+    def prepack(self, weight):
+        return np.array(weight, np.float32, copy=True)
+
+    def run_packed(self, x, packed, bias):
+        return self.run(x, packed, bias)
+
+    def __call__(self, x, weight, bias):
+        return self.run(x, weight, bias)
+
+
+class RunnerKernel(_PerCallKernel):
     """A static aarch64 harness run through an xfc Runner (qemu-aarch64 or ADB) per call."""
 
     def __init__(self, binary: Path, spec, runner, *, cpu_ids=None, march: str = "", label: str = ""):
-        self.binary, self.spec, self.runner = Path(binary), spec, runner
-        self.cpu_ids = tuple(cpu_ids) if cpu_ids else None
-        self.march, self.label = march, label
-        self.last = None                 # the last Measurement (where, timings, emulated)
+        super().__init__(binary, spec, runner, cpu_ids=tuple(cpu_ids) if cpu_ids else None, label=label,
+                         protocol="times-file", march=march)
+        self.label = label
 
     @property
     def where(self) -> str:
         return self.runner.where
 
-    def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
-        from ..runners import RunSpec
-        shapes = self.spec.input_shapes
-        zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
-        self.last = self.runner.execute(RunSpec(
-            harness=self.binary, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),
-            repeat=repeat, warmup=warmup, timeout_s=RUN_TIMEOUT_S, output_shape=tuple(self.spec.output_shape),
-            cpu_ids=self.cpu_ids, label=self.label, protocol="times-file", march=self.march))
-        return self.last.output
 
-    def prepack(self, weight):
-        return np.array(weight, np.float32, copy=True)
-
-    def run_packed(self, x, packed, bias):
-        return self.run(x, packed, bias)
-
-    def __call__(self, x, weight, bias):
-        return self.run(x, weight, bias)
-
-
-class PoclKernel:
-    """An OpenCL kernel file run by the shape-free harness on PoCL (the host CPU) per call,
-    through xfc.runners.pocl.PoclRunner."""
+class PoclKernel(_PerCallKernel):
+    """An OpenCL kernel file run by the shape-free harness on PoCL (the host CPU) per call."""
 
     where = "PoCL on the host CPU (not a phone GPU timing)"
 
     def __init__(self, harness: Path, kernel_file: Path, spec):
         from ..runners.pocl import PoclRunner
-        self.harness, self.kernel_file, self.spec = Path(harness), Path(kernel_file), spec
-        self.runner = PoclRunner(self.harness)
-        self.last = None                 # the last Measurement (where, timings, emulated)
-
-    def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
-        from ..runners import RunSpec
-        shapes = self.spec.input_shapes
-        zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
-        self.last = self.runner.execute(RunSpec(
-            harness=self.kernel_file, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),
-            repeat=repeat, warmup=warmup, timeout_s=RUN_TIMEOUT_S, output_shape=tuple(self.spec.output_shape)))
-        return self.last.output
-
-    def prepack(self, weight):
-        return np.array(weight, np.float32, copy=True)
-
-    def run_packed(self, x, packed, bias):
-        return self.run(x, packed, bias)
-
-    def __call__(self, x, weight, bias):
-        return self.run(x, weight, bias)
+        super().__init__(kernel_file, spec, PoclRunner(Path(harness)))
 
 
 @dataclass(frozen=True, eq=False)
