@@ -133,17 +133,16 @@ def _compare_cluster(p: str, cf: ClusterFacts, cl: CpuCluster, check, src) -> No
         have = set(xfc_features(cf.hwcaps))
         check(f"{p}.core features", ",".join(sorted(core.features)), ",".join(sorted(have)) + " (from hwcaps)",
               cf.midr_source + " Features", have == set(core.features))
-    if cf.l1d is not None and cf.l1d.size_bytes:
-        check(f"{p}.core l1d.size_kib", _kib(core.l1d.size_bytes), _kib(cf.l1d.size_bytes), src(cf.l1d.path))
-        if cf.l1d.ways:
-            check(f"{p}.core l1d.ways", core.l1d.ways, cf.l1d.ways, src(cf.l1d.path))
-        if cf.l1d.line_bytes:
-            check(f"{p}.core l1d.line_bytes", core.l1d.line_bytes, cf.l1d.line_bytes, src(cf.l1d.path))
-    if cf.l2 is not None and cf.l2.size_bytes:
-        check(f"{p}.l2_kib", _kib(cl.l2.size_bytes), _kib(cf.l2.size_bytes), src(cf.l2.path))
-        if cf.l2.ways:
-            check(f"{p}.core l2.ways", core.l2.ways, cf.l2.ways, src(cf.l2.path))
-        if cf.l2.line_bytes:
-            check(f"{p}.core l2.line_bytes", core.l2.line_bytes, cf.l2.line_bytes, src(cf.l2.path))
-        if cf.l2_shared_by:
-            check(f"{p}.core l2.shared_by_cores", core.l2.shared_by_cores, cf.l2_shared_by, src(cf.l2.path))
+    # l1d is per core; the L2 size is the cluster's (l2_kib), its geometry the core's.
+    for level, size_key, described_bytes, found in (("l1d", "core l1d.size_kib", core.l1d.size_bytes, cf.l1d),
+                                             ("l2", "l2_kib", cl.l2.size_bytes, cf.l2)):
+        if found is None or not found.size_bytes:
+            continue
+        described = getattr(core, level)
+        check(f"{p}.{size_key}", _kib(described_bytes), _kib(found.size_bytes), src(found.path))
+        if found.ways:
+            check(f"{p}.core {level}.ways", described.ways, found.ways, src(found.path))
+        if found.line_bytes:
+            check(f"{p}.core {level}.line_bytes", described.line_bytes, found.line_bytes, src(found.path))
+        if level == "l2" and cf.l2_shared_by:
+            check(f"{p}.core l2.shared_by_cores", core.l2.shared_by_cores, cf.l2_shared_by, src(found.path))
