@@ -29,12 +29,18 @@ from .isa import isa_row
 from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 
 # The form of the model the constants below belong to. A calibration stores it beside the fitted
-# constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join).
-COST_MODEL_VERSION = 2
+# constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join;
+# 3: a chip-wide cap on the shared cache's bandwidth).
+COST_MODEL_VERSION = 3
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
 SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
+# All cores together draw at most this from the shared cache (bytes per cycle of the cluster clock;
+# 0: no chip-wide cap, each core's port adds SHARED_CACHE_BYTES_PER_CYCLE). The descriptions give no
+# such figure, so it stays uncapped until calibration measures one: on the 2-core host VM a
+# stride-2 depthwise call living in L3 ran 1.5x faster on 2 threads than on 1, not 2x.
+SHARED_CACHE_CHIP_BYTES_PER_CYCLE = 0.0
 DRAM_FALLBACK_GBPS = 10.0            # when the description gives no memory bandwidth
 DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a streaming kernel sustains
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
@@ -90,6 +96,7 @@ class CostConstants:
     compute_efficiency: float = 1.0            # share of the micro-kernel's static FMA rate whole GEMMs sustain
     l2_bytes_per_cycle: float = L2_BYTES_PER_CYCLE
     shared_cache_bytes_per_cycle: float = SHARED_CACHE_BYTES_PER_CYCLE
+    shared_cache_chip_bytes_per_cycle: float = SHARED_CACHE_CHIP_BYTES_PER_CYCLE   # 0: uncapped
     dram_efficiency: float = DRAM_EFFICIENCY
     pack_rate_scale: float = 1.0               # multiplies every packing/staging rate
     depthwise_load_cost: float = DEPTHWISE_LOAD_COST
@@ -100,6 +107,14 @@ class CostConstants:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def shared_cache_bytes_per_s(self, clock_hz: float, threads: int) -> float:
+        """What `threads` cores draw from the shared cache together: a port per core, up to the
+        chip-wide cap when one is known."""
+        per_cycle = self.shared_cache_bytes_per_cycle * threads
+        if self.shared_cache_chip_bytes_per_cycle > 0:
+            per_cycle = min(per_cycle, self.shared_cache_chip_bytes_per_cycle)
+        return per_cycle * clock_hz
 
 
 DEFAULT_CONSTANTS = CostConstants()
@@ -216,7 +231,7 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
                                       + 2 * m * n * k_slices)
     l2_s = l2_bytes / (k_.l2_bytes_per_cycle * clock_hz * threads)
     shared_bytes_moved = batch * FLOAT_BYTES * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
-    shared_s = shared_bytes_moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads)
+    shared_s = shared_bytes_moved / k_.shared_cache_bytes_per_s(clock_hz, threads)
     # DRAM: every tensor once (inputs, weights, output).
     dram_bytes = FLOAT_BYTES * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
     dram_s = dram_bytes / dram_bytes_per_second(hw, k_)
@@ -242,9 +257,10 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
     c_bytes = batch * FLOAT_BYTES * m * n
-    c_rate = (k_.l2_bytes_per_cycle if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
-              else k_.shared_cache_bytes_per_cycle)
-    c_pass_s = (k_slices - 1) * 2 * c_bytes / (c_rate * clock_hz * threads)
+    c_bytes_per_s = (k_.l2_bytes_per_cycle * clock_hz * threads
+                     if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
+                     else k_.shared_cache_bytes_per_s(clock_hz, threads))
+    c_pass_s = (k_slices - 1) * 2 * c_bytes / c_bytes_per_s
     parts = (("compute", compute_s + pack_s + c_pass_s), ("L2", l2_s), ("L3", shared_s), ("DRAM", dram_s))
     bound, worst = max(parts, key=lambda p: p[1])
     return CostEstimate(flops=batch * 2 * m * n * k, seconds_by_bound=parts, predicted_s=worst, bound=bound)
@@ -271,7 +287,8 @@ def depthwise_memory(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuC
     That share stays in the thread's own L2 when it fits the core's part of the L2 (the L2 size over
     the cores sharing it, at L2_FILL); else the whole set stays in the shared cache (L3, or the SLC)
     when it fits at L3_FILL; else it comes from DRAM. Private and shared caches have a port per core,
-    so their bandwidth grows with threads; DRAM bandwidth is one figure for the whole chip."""
+    so their bandwidth grows with threads (the shared cache's up to its chip-wide cap, when
+    calibration found one); DRAM bandwidth is one figure for the whole chip."""
     k_ = constants
     moved = depthwise_bytes(spec)
     clock_hz = cluster.clock_ghz * 1e9
@@ -279,7 +296,7 @@ def depthwise_memory(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuC
         return "L2", moved / (k_.l2_bytes_per_cycle * clock_hz * threads)
     shared_bytes = hw.l3_bytes or hw.slc_bytes or 0
     if moved <= shared_bytes * L3_FILL:
-        return ("L3" if hw.l3_bytes else "SLC"), moved / (k_.shared_cache_bytes_per_cycle * clock_hz * threads)
+        return ("L3" if hw.l3_bytes else "SLC"), moved / k_.shared_cache_bytes_per_s(clock_hz, threads)
     return "DRAM", moved / dram_bytes_per_second(hw, k_)
 
 

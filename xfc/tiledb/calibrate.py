@@ -1,7 +1,8 @@
 """Calibration: fit the CPU cost model's per-hardware constants to measurements of one machine.
 
 What is fitted (xfc.cpu.cost_model.CostConstants): the share of the micro-kernel's FMA rate whole
-GEMMs sustain, the L2 and shared-cache bandwidths, a DRAM factor, a scale on every packing
+GEMMs sustain, the L2 and shared-cache bandwidths (per core, and the shared cache's chip-wide
+cap), a DRAM factor, a scale on every packing
 rate, and the depthwise model (its load cost, its sustained share of the FMA issue model, its
 staging rate and per-row cost) and the fork/join cost of a parallel region. Which memory level a
 depthwise call's tensors live in is not fitted: it follows from the description's cache sizes
@@ -71,6 +72,8 @@ GRIDS: dict[str, tuple] = {
     "compute_efficiency": tuple(round(0.40 + 0.02 * i, 2) for i in range(41)),          # 0.40 .. 1.20
     "l2_bytes_per_cycle": (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
     "shared_cache_bytes_per_cycle": (4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0),
+    # 0: no chip-wide cap (every core adds its port); else the cap for all cores together
+    "shared_cache_chip_bytes_per_cycle": (0.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0, 64.0),
     "dram_efficiency": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0),
     "pack_rate_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0),
     "depthwise_load_cost": (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0),
@@ -87,7 +90,8 @@ CONTENDED_RETRIES = 3
 # Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
 # give the same time for one operator): searched together, every pair of grid values, each sweep.
 JOINT: tuple[tuple[str, str], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
-                                      ("depthwise_efficiency", "depthwise_load_cost"))
+                                      ("depthwise_efficiency", "depthwise_load_cost"),
+                                      ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"))
 
 
 @dataclass(frozen=True)
