@@ -77,7 +77,12 @@ def run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None, 
     failure(), as ToolchainError or as errors[exit status] (e.g. a driver's 'wrong result' status).
     """
     try:
-        proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None, env_extra=env)
+        # A private TMPDIR that xfc removes afterwards: the group is stopped with SIGTERM on an
+        # interrupt, and a cc1 or as that was still starting can create its temporary file after
+        # the gcc driver has deleted the ones it knew of; that file must not stay in the user's TMPDIR.
+        with tempfile.TemporaryDirectory(prefix="xfc-tool-", ignore_cleanup_errors=True) as private_tmp:
+            proc = procs.run(argv, timeout=timeout, cwd=str(cwd) if cwd else None,
+                             env_extra={"TMPDIR": private_tmp, **(env or {})})
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} timed out after {timeout:.0f} s: {shlex.join(argv)}") from None
     except OSError as exc:
