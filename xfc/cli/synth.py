@@ -120,6 +120,8 @@ def cmd_synth(args) -> int:
         return 0
     if args.explain and report.explain:
         print(report.explain)
+        for note in (report.to_dict().get("tile_db") or {}).get("notes", []):   # e.g. emulated rows ignored
+            print(f"note: {note}")
         print()
     print_summary(report.to_dict())
     return 0

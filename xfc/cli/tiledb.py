@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from ..errors import XfcError
+from .adb_options import add_adb_server_options
 from ..tiledb.records import RANKS, source_kind
 from ..tiledb.store import TileDb, TileDbError, timestamps
 
-EVALUATOR_NAMES = ("static", "host", "llvm-mca")
+EVALUATOR_NAMES = ("static", "host", "llvm-mca", "adb:SERIAL")
 
 
 def _db_path(args) -> Path:
@@ -23,7 +24,7 @@ def _db_path(args) -> Path:
     return Path(args.db) if args.db else user_db_path(os.environ)
 
 
-def _evaluators(text: str, hw, db_path: Path) -> list:
+def _evaluators(text: str, hw, db_path: Path, args=None) -> list:
     from ..tiledb.evaluators import HostMicroKernelEvaluator, McaMicroKernelEvaluator, StaticDbEvaluator
     from ..tiledb.operators import HostOperatorEvaluator
     from ..tiledb.locations import is_shipped_location
@@ -52,10 +53,29 @@ def _evaluators(text: str, hw, db_path: Path) -> list:
             raise XfcError(f"--evaluators {name}: give 'llvm-mca'; the model comes from each core's entry in "
                            "xfc.mca.MODELS")
         elif kind == "adb":
-            raise XfcError("--evaluators adb: device measurement is not part of this xfc yet")
+            out.append(_device_evaluator(name, hw, db_path, args))
         else:
             raise XfcError(f"--evaluators: unknown evaluator {name!r} (available: {', '.join(EVALUATOR_NAMES)})")
     return out
+
+
+def _device_evaluator(name: str, hw, db_path: Path, args):
+    """adb:SERIAL (or adb: the only device): connected and checked against --hw before the
+    database is opened, so a missing, unauthorized, offline or different device costs one line
+    (exit 3) and writes nothing."""
+    from ..runners.adb import AdbRunner
+    from ..tiledb.build import clusters_of
+    from ..tiledb.device import DeviceEvaluator
+    from ..tiledb.locations import is_shipped_location
+    if is_shipped_location(db_path):
+        raise XfcError(f"--db {db_path}: device measurements go to your own database, never into the shipped "
+                       "tile_db/")
+    serial = name.split(":", 1)[1] if ":" in name else None
+    if serial == "":
+        raise XfcError("--evaluators adb:SERIAL: the serial is empty (see 'xfc devices')")
+    runner = AdbRunner(serial=serial, adb_host=getattr(args, "adb_host", None), adb_port=getattr(args, "adb_port", None),
+                       start_server=not getattr(args, "no_start_server", False))
+    return DeviceEvaluator(runner).attach(hw, clusters_of(hw, getattr(args, "cluster", None)))
 
 
 def cmd_build(args) -> int:
@@ -72,7 +92,7 @@ def cmd_build(args) -> int:
         raise XfcError(f"--jobs must be >= 1, got {args.jobs}")
     tiles = parse_tiles(args.tiles) if args.tiles else None
     path = _db_path(args)
-    evaluators = _evaluators(args.evaluators, hw, path)
+    evaluators = _evaluators(args.evaluators, hw, path, args)
     with TileDb.open(path) as db:
         if db.migrated_from is not None:
             print(f"note: {path}: migrated from schema {db.migrated_from}", file=sys.stderr)
@@ -152,18 +172,23 @@ def cmd_stats(args) -> int:
     size = path.stat().st_size
     measured = sorted({lab for fp, src, n, emulated in by if RANKS[source_kind(src)] == RANKS["host"]
                        and n > (emulated or 0) for lab in labels.get(fp, [fp[:12]])})
+    emulated_only = sorted({lab for fp, src, n, emulated in by if (emulated or 0) > 0
+                            for lab in labels.get(fp, [fp[:12]])} - set(measured))
     if args.json:
         print(json.dumps({"path": str(path), "schema_version": version, "db_id": db_id, "bytes": size,
-                          "counts": counts, "measured_hardware": measured,
+                          "counts": counts, "measured_hardware": measured, "emulated_only_hardware": emulated_only,
                           "tiles": [{"fingerprint": fp, "labels": labels.get(fp, []), "source": src, "rows": n,
                                      "emulated": int(e or 0)} for fp, src, n, e in by]}, indent=1))
         return 0
     print(f"{path}: schema {version}, id {db_id}, {size / 1024:.0f} KiB")
     print("rows: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
     print("hardware with measured rows: " + (", ".join(measured) if measured else "none"))
+    if emulated_only:
+        print("hardware with emulated rows only (kept for the record, never used to rank): " + ", ".join(emulated_only))
     if by:
-        _print_table([[",".join(labels.get(fp, ["?"])), fp[:12], src, n] for fp, src, n, _ in sorted(
-            by, key=lambda r: (",".join(labels.get(r[0], [])), r[1]))], ["hardware", "fingerprint", "source", "tiles"])
+        _print_table([[",".join(labels.get(fp, ["?"])), fp[:12], src, n, int(e or 0)] for fp, src, n, e in sorted(
+            by, key=lambda r: (",".join(labels.get(r[0], [])), r[1]))],
+            ["hardware", "fingerprint", "source", "tiles", "emulated"])
     return 0
 
 
@@ -292,13 +317,17 @@ def register(sub) -> None:
     b.add_argument("--cluster", choices=("prime", "big", "mid", "little"), help="one cluster (default: all)")
     b.add_argument("--evaluators", default="static", metavar="E[,E...]",
                    help="static (the cost model), host (time the rendered micro-kernels here; --hw host only), "
-                        "llvm-mca (the rendered AArch64 micro-kernel's K loop under llvm-mca-16; ARM descriptions)")
+                        "llvm-mca (the rendered AArch64 micro-kernel's K loop under llvm-mca-16; ARM descriptions), "
+                        "adb:SERIAL or adb (build for aarch64 and time on that Android device, pinned per cluster; "
+                        "the device must be the --hw description; a virtual device's rows are stored as emulated "
+                        "and never rank)")
     b.add_argument("--ops", default="gemm", metavar="OP[,OP...]",
                    help="gemm (GEMM micro-kernels), operators (the workload suite at 1 and all cores: operator table)")
     b.add_argument("--tiles", metavar="MRxNR[,...]", help="only these register tiles (default: every tile that fits)")
     b.add_argument("--jobs", type=int, default=1, help="tasks evaluated at once (host timing stays one at a time)")
     b.add_argument("--db", metavar="PATH", help=db_help)
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_adb_server_options(b)
     b.set_defaults(func=cmd_build)
 
     s = tsub.add_parser("show", help="tile rows, best source first")

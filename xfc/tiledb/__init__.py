@@ -10,6 +10,7 @@ One concern per module:
   evaluators.py   static and host micro-kernel evaluators; TileDbEvaluator for synthesis
   plancache.py    warm synthesis: plans xfc synth recorded, answered by lookup
   hostcc.py       the host compiler and machine conditions (argument lists, timeouts)
+  device.py       the adb device evaluator: aarch64 micro-kernels and operators timed on a phone
   probe.py        the host FMA/clock probe, cached in the per-user database
   build.py        resumable, concurrent-safe `tiledb build`
   cli.py          `xfc tiledb ...`

@@ -6,6 +6,9 @@ Filling (used by build.py): each has `source` and `measure(tile, cluster, isa) -
                              L1-resident packed panels, after a correctness check ('host')
   McaMicroKernelEvaluator    the rendered AArch64 micro-kernel's K loop under llvm-mca-16, with
                              the core's closest LLVM model ('llvm-mca:<model>'; a static estimate)
+  device.DeviceEvaluator     the rendered AArch64 micro-kernel (and whole operators) built static and
+                             timed on an Android device over ADB, pinned per cluster ('adb:<serial>';
+                             a virtual device's rows are stored as emulated and never rank)
 Answering (plugged into xfc.cpu.synth.synthesize_cpu(evaluator=...)):
   TileDbEvaluator            best row per tile (measured > published > llvm-mca > static), the
                              live static model for the rest; never raises on a bad database
@@ -318,8 +321,10 @@ class TileDbEvaluator:
 
     Rows are read once per ISA. A row from a measurement, a published figure or llvm-mca answers
     for its tile with source 'tile_db:<row source>'; tiles with no such row (and 'static' rows,
-    which the live model reproduces) get the static model. A database that fails to read gives
-    one warning through warn() and the static model from then on; it never raises.
+    which the live model reproduces) get the static model. Emulated rows never answer; when the
+    fingerprint has any, `notes` says so (printed by `xfc synth --explain`). A database that
+    fails to read gives one warning through warn() and the static model from then on; it never
+    raises.
     """
 
     def __init__(self, db: Optional[TileDb], hw: HardwareDescription, cluster_role: Optional[str] = None, *,
@@ -336,6 +341,7 @@ class TileDbEvaluator:
         self._static = StaticEvaluator()
         self._rows: dict[str, dict] = {}
         self.plan_cache = None          # a plancache.PlanCache: warm synthesis (synthesis_evaluator sets it)
+        self._say_emulated()
 
     def close(self) -> None:
         if self.plan_cache is not None:
@@ -406,6 +412,24 @@ class TileDbEvaluator:
                 rows = {}
         self._rows[isa] = rows
         return rows
+
+    def _say_emulated(self) -> None:
+        """One note (not a warning) when this fingerprint has emulated micro-tile rows: they are
+        kept for the record but never answer, and `xfc synth --explain` prints the note so that
+        nobody takes the scores for device timings."""
+        if self.db is None:
+            return
+        try:
+            found = self.db.query("SELECT source, COUNT(*) FROM tile WHERE fingerprint = ? AND op_class = ? "
+                                  "AND dtype = ? AND emulated != 0 GROUP BY source ORDER BY source",
+                                  (self.fingerprint, OP_GEMM_UKERNEL, self.dtype))
+        except TileDbError:
+            return                     # the first real read warns and falls back
+        if found:
+            sources = ", ".join(f"{n} from {source}" for source, n in found)
+            self.notes.append(f"tile db {self.db.path}: emulated micro-tile rows for {self.label} ({sources}) are "
+                              "kept for the record but never rank tiles; scores come from the other rows or the "
+                              "static model")
 
     def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
         if core != self.cluster.core:

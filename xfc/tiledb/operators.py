@@ -6,7 +6,9 @@ and measured time, so that a warm `synth` can be a lookup.
                                  its predicted time ('static')
   HostOperatorEvaluator          the same plan built with the host gcc, checked against numpy
                                  once, then timed ('host')
-  best_operator(db, ...)         the row that answers a lookup: measured > static, as for tiles
+  DeviceEvaluator.measure_operator (device.py)   the same plan cross-built and timed on an adb device
+  best_operator(db, ...)         the row that answers a lookup: measured > static, as for tiles;
+                                 emulated rows never answer
 
 The workloads are the suite of xfc.ops.workloads (batch 1, fp32), at 1 thread and at every core of
 the cluster.
@@ -24,7 +26,7 @@ from ..errors import VerificationError
 from ..hardware.model import CpuCluster, HardwareDescription
 from ..cpu.synth import synthesize_cpu
 from . import hostcc
-from .records import OperatorRow, canonical_json, source_rank
+from .records import OperatorRow, canonical_json
 from .store import TileDb
 
 
@@ -98,9 +100,9 @@ class HostOperatorEvaluator:
 
 def best_operator(db: TileDb, fingerprint: str, op_key: str, cluster: str, threads: int) -> Optional[OperatorRow]:
     """The row a warm synthesis would use: the highest-ranked source, then the fastest measured
-    (or predicted) time, then a stable order."""
-    rows = db.rows("operator", "fingerprint = ? AND op_key = ? AND cluster = ? AND threads = ?",
-                   (fingerprint, op_key, cluster, threads))
+    (or predicted) time, then a stable order. Emulated rows (a virtual device's) never answer."""
+    rows = [r for r in db.rows("operator", "fingerprint = ? AND op_key = ? AND cluster = ? AND threads = ?",
+                               (fingerprint, op_key, cluster, threads)) if r.rank >= 0]
     if not rows:
         return None
-    return min(rows, key=lambda r: (-source_rank(r.source), r.measured_s or r.predicted_s or 0.0, r.source, r.origin))
+    return min(rows, key=lambda r: (-r.rank, r.measured_s or r.predicted_s or 0.0, r.source, r.origin))

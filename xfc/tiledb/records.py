@@ -51,6 +51,16 @@ def source_rank(source: str, emulated: bool = False) -> int:
     return RANK_EMULATED if emulated else RANKS[source_kind(source)]
 
 
+def operator_emulated(conditions: str) -> bool:
+    """An operator row's emulated flag, which lives in its conditions (the operator table has no
+    column for it): the device evaluator writes "emulated": true for a qemu-backed device."""
+    try:
+        parsed = json.loads(conditions)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("emulated") is True
+
+
 def is_computed(source: str) -> bool:
     """Computed (reproducible anywhere) rather than measured on one machine: origin is ''."""
     return source_kind(source) in ("static", "synth", "llvm-mca", "published")
@@ -129,6 +139,14 @@ class OperatorRow:
     created_at: str
 
     KEY = ("fingerprint", "op_key", "cluster", "threads", "source", "origin")
+
+    @property
+    def emulated(self) -> bool:
+        return operator_emulated(self.conditions)
+
+    @property
+    def rank(self) -> int:
+        return source_rank(self.source, self.emulated)
 
 
 @dataclass(frozen=True)
