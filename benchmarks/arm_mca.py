@@ -54,7 +54,7 @@ NOTES = {
                                "open for the model's 160-entry ROB",
     "method": "cycles per iteration are the steady state (cycles(2N) - cycles(N)) / N for every loop; "
               "cycles(N) / N, the method before, also holds llvm-mca's fixed pipeline fill (fill_cycles, "
-              "10-30 cycles) spread over the arbitrary N = 200 and is kept as cycles_per_iteration_with_fill "
+              "1-44 cycles) spread over the arbitrary N = 200 and is kept as cycles_per_iteration_with_fill "
               "and fma_per_cycle_with_fill",
     "a55_hand_count": "A55 matmul 16x4, k_unroll 4, 64-bit A loads: per k step 16 FMLA (1 per cycle), 8 ldr d "
                       "that co-issue with FMLA and 1 ldr q of B that holds the pipe 2 cycles without pairing "

@@ -21,7 +21,7 @@ the front end beyond its dispatch width. They are not timings.
 
 Cycles per iteration are the loop's steady state: llvm-mca runs the loop N = MCA_ITERATIONS times
 and 2N times, and the figure is (cycles(2N) - cycles(N)) / N, the cost of one more iteration. The
-total over N iterations also holds a fixed pipeline fill and drain (about 10-30 cycles here) that
+total over N iterations also holds a fixed pipeline fill and drain (1-44 cycles on the suite's loops) that
 divided by N depends only on the arbitrary N; it is reported separately as `fill_cycles`, with the
 old total / N figure as `cycles_per_iteration_with_fill`. The same method applies to every loop.
 
