@@ -45,11 +45,17 @@ IN_ORDER = ("cortex-a53", "cortex-a55", "cortex-a510")
 # Why depthwise cannot pass 1.80 on the A710-class model, and the A55 hand count (issue 12 asks for both).
 NOTES = {
     "depthwise_ceiling_2pipe": "a 3x3 depthwise output vector takes 9 FMLA and 1 q store, and the Neoverse-N2 "
-                               "model issues both on the two V pipes (a q store costs one V-pipe slot, as "
-                               "llvm-mca-16 reports for str/stp/st1 q): at most 9 / 10 x 2 = 1.80 FMLA/cycle. The "
-                               "accumulators start with dup from a general register (an integer-pipe op) so "
-                               "nothing else takes a V slot; llvm-mca's 200-iteration run adds its pipeline "
-                               "fill (80.1 cycles for 80), hence 1.798",
+                               "model issues both on the two V pipes (a stored q register costs one V-pipe slot, "
+                               "as llvm-mca-16 reports for str/stp/st1 q): at most 9 / 10 x 2 = 1.80 FMLA/cycle, "
+                               "which both depthwise loops reach in the steady state (V0 = V1 = 80 cycles per "
+                               "144 FMLA + 16 stores; dup, pointer adds and the counter run on M0/M1/S/B). "
+                               "Stride 2 was 80.67 until the loads of the tile's two row halves were interleaved "
+                               "(neon_asm.interleave_row_halves): in offset order too few accumulator chains were "
+                               "open for the model's 160-entry ROB",
+    "method": "cycles per iteration are the steady state (cycles(2N) - cycles(N)) / N for every loop; "
+              "cycles(N) / N, the method before, also holds llvm-mca's fixed pipeline fill (fill_cycles, "
+              "1-44 cycles) spread over the arbitrary N = 200 and is kept as cycles_per_iteration_with_fill "
+              "and fma_per_cycle_with_fill",
     "a55_hand_count": "A55 matmul 16x4, k_unroll 4, 64-bit A loads: per k step 16 FMLA (1 per cycle), 8 ldr d "
                       "that co-issue with FMLA and 1 ldr q of B that holds the pipe 2 cycles without pairing "
                       "(hardware_descriptions/cpu/cortex-a55.yaml load_rules) = 18 cycles per 16 FMLA = 0.89 "
@@ -83,6 +89,10 @@ def measure(core_name: str, workload: str) -> dict:
         "reliable": result.reliable, "function": result.function, "loop_label": result.loop_label,
         "instructions_per_iteration": c.instructions, "fma_per_iteration": c.fma,
         "cycles_per_iteration": round(result.cycles_per_iteration, 3),
+        "cycles_per_iteration_with_fill": round(result.cycles_per_iteration_with_fill, 3),
+        "fill_cycles": round(result.fill_cycles, 3),
+        "fma_per_cycle_with_fill": round(c.fma / result.cycles_per_iteration_with_fill, 3),
+        "block_rthroughput": result.block_rthroughput,
         "fma_per_cycle": round(result.fma_per_cycle, 3), "core_fma_per_cycle": result.core_fma_per_cycle,
         "pipe_share": round(result.pipe_share, 4), "pipes_scale": result.pipes_scale,
         "scaled_fma_per_cycle": None if result.scaled_fma_per_cycle is None else round(result.scaled_fma_per_cycle, 3),
@@ -112,6 +122,11 @@ def criteria(rows: list[dict]) -> dict:
         "min_gemm_conv_fma_per_cycle_2pipe": worst(lambda r: gemm_conv(r) and two_pipe(r), "fma_per_cycle"),
         "min_depthwise_fma_per_cycle_2pipe": worst(lambda r: r["operator"] == "depthwise" and two_pipe(r),
                                                    "fma_per_cycle"),
+        # the same two figures with llvm-mca's pipeline fill over MCA_ITERATIONS left in (the old method)
+        "min_gemm_conv_fma_per_cycle_2pipe_with_fill": worst(lambda r: gemm_conv(r) and two_pipe(r),
+                                                             "fma_per_cycle_with_fill"),
+        "min_depthwise_fma_per_cycle_2pipe_with_fill": worst(lambda r: r["operator"] == "depthwise" and two_pipe(r),
+                                                             "fma_per_cycle_with_fill"),
         "min_gemm_conv_fma_per_cycle_4pipe": worst(lambda r: gemm_conv(r) and r["pipes_scale"] == 2,
                                                    "scaled_fma_per_cycle"),
         "loops_with_spills": sum(1 for r in rows if r["spill_stores"] or r["stack_reloads"]),
@@ -178,8 +193,10 @@ def main(argv=None) -> int:
             "what": "llvm-mca-16 static analysis of the innermost FMA loop of each kernel (threads=1); a scheduling-"
                     "model estimate, not a timing; deterministic",
             "method": "xfc.mca: the kernel compiled with xfc's ARM build flags plus -S; the innermost loop with the "
-                      "most FMAs; llvm-mca-16 -mtriple=aarch64 -mcpu=<model> -iterations="
-                      f"{mca.MCA_ITERATIONS} -json; predicted GFLOP/s = FMA/cycle on the core's pipes x lanes x 2 x "
+                      "most FMAs; llvm-mca-16 -mtriple=aarch64 -mcpu=<model> -json, run with -iterations="
+                      f"N={mca.MCA_ITERATIONS} and 2N; cycles per iteration = the steady state (cycles(2N) - "
+                      "cycles(N)) / N for every loop (the pipeline fill is fill_cycles; cycles(N) / N is "
+                      "cycles_per_iteration_with_fill); predicted GFLOP/s = FMA/cycle on the core's pipes x lanes x 2 x "
                       "clock",
             "tools": {"compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version()},
             "machine": {"analysed_on": platform.platform(), "cpu_model": _host_cpu_model(), "cpus": os.cpu_count(),

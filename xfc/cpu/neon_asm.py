@@ -110,20 +110,41 @@ def _fmas(regs: RegisterMap, a_groups: list[dict], gi: int) -> list[str]:
     return out
 
 
+def koff_ahead(a_pack: str, order: str) -> bool:
+    """True where the loop reads each k row's offset one k step ahead: the in-order loop over the
+    staged image. There `ldr t, [koff]; add t, ap, t, lsl #2; ldr d, [t]` in a row stalls the pipe
+    on the load and the add before every k step; instead %[t] holds this step's A address on entry,
+    the step loads the next offset into %[t2] among its FMAs and forms the next address after its
+    last A load (see k_step). It reads koff[kc], so the caller's koff array has one entry more."""
+    return a_pack == "im2col_direct" and order == "asm_in_order"
+
+
 def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order: str) -> list[str]:
     """The instructions of one k step."""
     setup, a_loads = _a_loads(regs, a_groups, a_pack, mr)
+    ahead = koff_ahead(a_pack, order)
+    if ahead:
+        setup = []
     lines = setup + _b_loads(regs)
     if order == "asm_out_of_order":
         lines += a_loads
         for gi in range(len(a_groups)):
             lines += _fmas(regs, a_groups, gi)
         return lines
+    groups = len(a_groups)
+    # koff ahead: the next offset load pairs with the FMAs after group 0 (at the step's start it would
+    # queue behind B and the first A loads: A55 model 76 -> 72 cycles per 4 steps of 16x4); the next
+    # address is formed after the FMAs of a later group that follows this step's last A load.
+    add_after = min(max(1, groups - 1 - A_LOOKAHEAD_GROUPS), groups - 1)
     lines += a_loads[:A_LOOKAHEAD_GROUPS]
-    for gi in range(len(a_groups)):
+    for gi in range(groups):
         if gi + A_LOOKAHEAD_GROUPS < len(a_loads):
             lines.append(a_loads[gi + A_LOOKAHEAD_GROUPS])
         lines += _fmas(regs, a_groups, gi)
+        if ahead and gi == 0:
+            lines.append("ldr %[t2], [%[koff]], #8")
+        if ahead and gi == add_after:
+            lines.append("add %[t], %[ap], %[t2], lsl #2")
     return lines
 
 
@@ -132,13 +153,17 @@ def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr
     """The K loop of the full tile as assembly lines plus the registers it clobbers.
 
     Operands the template binds: %[ap] %[bp] %[koff] (pointers, advanced), %[main] (k_unroll-step
-    iterations) and %[rest] (single steps), %[t] (scratch), %[acc] (the local tile written at the end).
+    iterations) and %[rest] (single steps), %[t] (scratch; with koff_ahead the A address), %[t2]
+    (scratch, bound only when 'koff_ahead' is true), %[acc] (the local tile written at the end).
     """
     if order not in ASM_UKERNELS:
         raise ValueError(f"asm order '{order}' is not one of {ASM_UKERNELS}")
     regs = register_map(rows, nvec, a_groups)
     step = k_step(regs, a_groups, a_pack, mr, order)
     lines = [f"movi v{r}.4s, #0" for row in regs.acc for r in row]
+    ahead = koff_ahead(a_pack, order)
+    if ahead:   # the first k step's A address
+        lines += ["ldr %[t], [%[koff]], #8", "add %[t], %[ap], %[t], lsl #2"]
     lines += ["cbz %[main], 2f", "1:"]
     for _ in range(k_unroll):
         lines += step
@@ -150,7 +175,8 @@ def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr
         lines.append(f"stp q{acc[i]}, q{acc[i + 1]}, [%[acc], #{16 * i}]")
     if len(acc) % 2:
         lines.append(f"str q{acc[-1]}, [%[acc], #{16 * (len(acc) - 1)}]")
-    return {"lines": lines, "clobbers": [f"v{r}" for r in regs.used], "registers": len(regs.used)}
+    return {"lines": lines, "clobbers": [f"v{r}" for r in regs.used], "registers": len(regs.used),
+            "koff_ahead": ahead}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +199,26 @@ def depthwise_constant_registers(activation: str) -> int:
 def depthwise_registers(taps: int, rows: int, vectors: int, activation: str) -> int:
     """Vector registers the asm loop needs: taps + accumulators + activation constants + inputs."""
     return taps + rows * vectors + depthwise_constant_registers(activation) + DW_MIN_INPUT_REGISTERS
+
+
+def interleave_row_halves(loads: list[dict], rows: int) -> list[dict]:
+    """The loads in program order for the asm loop: those whose first output row is in the top half
+    of the tile alternate with those of the bottom half (each keeps its own order).
+
+    Sorted by offset, a stretch of the loop feeds only the accumulators of the 1-3 output rows one
+    input row reaches (2-4 chains at stride 2), which cannot keep 2 FMA pipes x 4 cycles of latency
+    busy: llvm-mca-16's Neoverse-N2 model fills its 160-entry ROB and loses 0.67 cycles per 8x2
+    stride-2 block. Alternating two independent halves doubles the open chains (steady state
+    80.67 -> 80.0 cycles, the V-pipe bound; the A55 model's in-order loop 277 -> 187)."""
+    if rows < 2:
+        return list(loads)
+    first_row = [min(u["row"] for u in ld["uses"]) for ld in loads]
+    top = [ld for ld, r in zip(loads, first_row) if r < rows // 2]
+    bottom = [ld for ld, r in zip(loads, first_row) if r >= rows // 2]
+    out: list[dict] = []
+    for i in range(max(len(top), len(bottom))):
+        out += top[i:i + 1] + bottom[i:i + 1]
+    return out
 
 
 def _residue_pointer(name: str, offset: int) -> tuple[str, int]:
@@ -213,6 +259,7 @@ def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, 
     if order == "asm_in_order":
         lines += [f"dup v{r}.4s, %w[init]" for row in acc for r in row]
         started = {r for row in acc for r in row}
+    loads = interleave_row_halves(loads, rows)
     load_ins = []
     for k, ld in enumerate(loads):
         ptr, off = _residue_pointer("x", 4 * ld["offset"])
