@@ -61,11 +61,11 @@ class QuantParams:
 
     act_type: str = "uint8"
     a_scale: float = 0.02
-    a_zero_point: int = 128
+    a_zero_point: int = 0
     w_scale: float = 0.01
     per_channel: bool = False
     out_scale: Optional[float] = None
-    out_zero_point: int = 128
+    out_zero_point: int = 0
 
     @property
     def out_type(self) -> str:
@@ -206,11 +206,11 @@ def multipliers(spec: OperatorSpec, q: QuantParams) -> np.ndarray:
     """fp32 requantization multipliers, one per output channel (the kernels' `mult` input)."""
     q = resolve_out_scale(spec, q)
     mult = q.a_scale * weight_scales(spec, q) / q.out_scale
-    out = mult.astype(np.float32)
-    if not np.all(np.isfinite(out)) or np.any(out <= 0):
+    f32 = np.finfo(np.float32)
+    if not np.all(np.isfinite(mult)) or mult.max() > f32.max or mult.min() < f32.tiny:
         raise OperatorError(f"--quant a_scale x w_scale / out_scale = {float(mult.max()):g} is not a normal fp32 "
                             f"multiplier (over- or underflows fp32)")
-    return out
+    return mult.astype(np.float32)
 
 
 def clamp_bounds(spec: OperatorSpec, q: QuantParams) -> tuple[int, int]:
