@@ -35,7 +35,7 @@ from typing import Optional
 from ..errors import OperatorError
 from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
-from ..ops.spec import DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .isa import isa_for
 
 QISAS = ("vnni", "avx2", "generic")
@@ -106,13 +106,35 @@ def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: froze
     return "generic", "no x86 SIMD dialect for this core: plain C"
 
 
-def choose_tile(qisa: str, m: int, n: int, k: int, cluster: CpuCluster, threads: int) -> tuple[QTile, int]:
+@dataclass(frozen=True)
+class GemmShape:
+    """What the tile search needs: M rows; N columns as `column_rows` runs of `run` columns (a
+    conv2d tiles each output row separately: OH runs of OW pixels); 4-deep k groups."""
+    m: int
+    run: int
+    column_rows: int
+    groups: int
+
+
+def gemm_shape(spec: OperatorSpec) -> GemmShape:
+    m, n, k = gemm_view(spec)
+    if isinstance(spec, Conv2dSpec):     # k groups: 4 input channels of one tap (qgemm.c.j2)
+        return GemmShape(m, spec.out_w, spec.out_h, spec.r * spec.s * math.ceil(spec.c / 4))
+    return GemmShape(m, n, 1, math.ceil(k / 4))
+
+
+def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int) -> float:
+    column_tiles = shape.column_rows * math.ceil(shape.run / nr)
+    tiles = math.ceil(shape.m / mr) * column_tiles
+    return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, column_tiles))
+
+
+def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) -> tuple[QTile, int]:
     """The register tile with the shortest modelled time, and how many tiles were scored."""
     core = cluster.core
     lanes = LANES[qisa]
     dots = core.fma_per_cycle * DOT_RATE[qisa]
     loads = core.load_rules.vector_loads_per_cycle
-    groups = math.ceil(k / 4)
     clock_hz = cluster.clock_ghz * 1e9
     best, key_best, scored = None, None, 0
     for nv in range(1, MAX_NV + 1):
@@ -121,8 +143,7 @@ def choose_tile(qisa: str, m: int, n: int, k: int, cluster: CpuCluster, threads:
                 continue
             scored += 1
             cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
-            tiles = math.ceil(m / mr) * math.ceil(n / (nv * lanes))
-            seconds = tiles * groups * cycles / clock_hz / max(1, min(threads, math.ceil(n / (nv * lanes))))
+            seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads)
             key = (round(seconds * 1e12), -mr * nv, mr)
             if key_best is None or key < key_best:
                 best, key_best = QTile(mr, nv, lanes, cycles, seconds), key
@@ -161,24 +182,25 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         return QPlan(spec, quant, qisa, "direct_depthwise", 1, 1, LANES[qisa], min(threads, spec.n * spec.c), name,
                      march, None, tuple(header), tuple(reasons))
     m, n, k = gemm_view(spec)
+    shape = gemm_shape(spec)
     if force_tile is not None:
         mr, nv = force_tile
         if registers_needed(qisa, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
             raise OperatorError(f"int8 tile {mr}x{nv} vectors does not fit {cl.core.vector_registers} registers")
         cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[qisa]), float(cl.core.fma_latency_cycles))
-        tiles = math.ceil(m / mr) * math.ceil(n / (nv * LANES[qisa]))
-        tile = QTile(mr, nv, LANES[qisa], cycles, tiles * math.ceil(k / 4) * cycles / (cl.clock_ghz * 1e9) / threads)
+        tile = QTile(mr, nv, LANES[qisa], cycles,
+                     _tile_seconds(shape, mr, nv * LANES[qisa], cycles, cl.clock_ghz * 1e9, threads))
         reasons.append(f"register tile {mr}x{nv * LANES[qisa]}: forced by the caller")
     else:
-        tile, scored = choose_tile(qisa, m, n, k, cl, threads)
+        tile, scored = choose_tile(qisa, shape, cl, threads)
         reasons.append(
             f"register tile {tile.mr}x{tile.nr} ({tile.mr * tile.nv} accumulators, "
             f"{registers_needed(qisa, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[qisa]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
-    threads = max(1, min(threads, math.ceil(n / tile.nr)))
+    threads = max(1, min(threads, shape.column_rows * math.ceil(shape.run / tile.nr)))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
-    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm"
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}")
     return QPlan(spec, quant, qisa, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                  tuple(header), tuple(reasons))
