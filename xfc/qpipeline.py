@@ -38,11 +38,11 @@ def host_flags(path: Path = CPUINFO) -> frozenset:
 
 
 def compile_int8(spec, quant: QuantParams, hw, out_dir: Path, *, cluster=None, threads=None, flags=None,
-                 force_dialect=None, force_tile=None):
+                 force_dialect=None, force_tile=None, force_rows=None):
     """Plan, render and build into out_dir (an existing directory the caller owns); (plan, kernel)."""
     plan = plan_int8(spec, quant, hw, cluster=cluster, threads=threads,
                      host_flags=host_flags() if flags is None else flags, force_dialect=force_dialect,
-                     force_tile=force_tile)
+                     force_tile=force_tile, force_rows=force_rows)
     rendered = render_int8_kernel(plan)
     return plan, QHostKernel(rendered, build_host(rendered, out_dir))
 

@@ -84,20 +84,28 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
                 "sums_len": (nb * plan.nr) if row_is_act else (mb * plan.mr),
                 "channels": n if row_is_act else m,
                 "batch": spec.batch if row_is_act else spec.n, "w_batches": spec.batch if row_is_act else 1,
-                "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4})
+                "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
+                "boffs": [v * plan.lanes * 4 for v in range(plan.nv)]})
     if isinstance(spec, Conv2dSpec):
         sw = spec.stride_w
-        owc = math.ceil(spec.out_w / plan.nr)
+        rv, vpr = plan.tile_rows, plan.nv // plan.tile_rows
+        run = vpr * plan.lanes
+        owc, ohc = math.ceil(spec.out_w / run), math.ceil(spec.out_h / rv)
         max_off = ((spec.s - 1) * spec.dilation_w) // sw
-        wph = max(owc * plan.nr + max_off, math.ceil((spec.w + spec.pad_left) / sw))
+        wph = max(owc * run + max_off, math.ceil((spec.w + spec.pad_left) / sw))
+        # tiles past the last output row read staged rows up to this (memset to the zero point)
+        hp = max(spec.h + spec.pad_top + spec.pad_bottom, (ohc * rv - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1)
+        row_bytes = sw * wph * 4
         taps = []
         for r in range(spec.r):
             for s in range(spec.s):
                 col = s * spec.dilation_w
                 taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * 4)
         cg = math.ceil(spec.c / 4)
-        ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": spec.h + spec.pad_top + spec.pad_bottom, "WPH": wph,
-                    "OWC": owc, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * 4})
+        ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
+                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * 4,
+                    "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * 4
+                              for v in range(plan.nv)]})
     return "cpu/qgemm.c.j2", ctx
 
 

@@ -59,6 +59,7 @@ class QTile:
     lanes: int
     cycles_per_group: float
     seconds: float
+    tile_rows: int = 1          # conv2d: output rows a column tile spans (nv / tile_rows vectors per row)
 
     @property
     def nr(self) -> int:
@@ -80,13 +81,15 @@ class QPlan:
     predicted_gops: Optional[float]
     header_lines: tuple[str, ...]
     reasons: tuple[str, ...]
+    tile_rows: int = 1                 # conv2d: a column tile spans this many output rows
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
     def summary(self) -> dict:
-        return {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr, "threads": self.threads}
+        return {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
+                "tile_rows": self.tile_rows, "threads": self.threads}
 
 
 def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: frozenset = frozenset()) -> tuple[str, str]:
@@ -123,8 +126,10 @@ def gemm_shape(spec: OperatorSpec) -> GemmShape:
     return GemmShape(m, n, 1, math.ceil(k / 4))
 
 
-def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int) -> float:
-    column_tiles = shape.column_rows * math.ceil(shape.run / nr)
+def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int,
+                  rows: int = 1) -> float:
+    """nr columns per tile, as `rows` output rows of nr / rows columns each (conv2d)."""
+    column_tiles = math.ceil(shape.column_rows / rows) * math.ceil(shape.run / (nr // rows))
     tiles = math.ceil(shape.m / mr) * column_tiles
     return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, column_tiles))
 
@@ -141,12 +146,13 @@ def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) 
         for mr in range(1, MAX_MR + 1):
             if registers_needed(qisa, mr, nv) > core.vector_registers:
                 continue
-            scored += 1
             cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
-            seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads)
-            key = (round(seconds * 1e12), -mr * nv, mr)
-            if key_best is None or key < key_best:
-                best, key_best = QTile(mr, nv, lanes, cycles, seconds), key
+            for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or shape.column_rows > 1)]:
+                scored += 1
+                seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows)
+                key = (round(seconds * 1e12), -mr * nv, mr, rows)
+                if key_best is None or key < key_best:
+                    best, key_best = QTile(mr, nv, lanes, cycles, seconds, rows), key
     if best is None:
         raise OperatorError(f"no int8 register tile fits {core.vector_registers} vector registers")
     return best, scored
@@ -155,9 +161,9 @@ def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) 
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
-              force_tile: Optional[tuple[int, int]] = None) -> QPlan:
-    """The int8 plan. force_dialect / force_tile (tests, benchmarks): a narrower dialect than the
-    core's, an explicit (MR, NV)."""
+              force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> QPlan:
+    """The int8 plan. force_dialect / force_tile / force_rows (tests, benchmarks): a narrower
+    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile."""
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
@@ -188,22 +194,26 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         if registers_needed(qisa, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
             raise OperatorError(f"int8 tile {mr}x{nv} vectors does not fit {cl.core.vector_registers} registers")
         cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[qisa]), float(cl.core.fma_latency_cycles))
+        rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
         tile = QTile(mr, nv, LANES[qisa], cycles,
-                     _tile_seconds(shape, mr, nv * LANES[qisa], cycles, cl.clock_ghz * 1e9, threads))
-        reasons.append(f"register tile {mr}x{nv * LANES[qisa]}: forced by the caller")
+                     _tile_seconds(shape, mr, nv * LANES[qisa], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
+        reasons.append(f"register tile {mr}x{nv * LANES[qisa]} ({rows} output row(s)): forced by the caller")
     else:
         tile, scored = choose_tile(qisa, shape, cl, threads)
         reasons.append(
-            f"register tile {tile.mr}x{tile.nr} ({tile.mr * tile.nv} accumulators, "
+            f"register tile {tile.mr}x{tile.nr}{f' as {tile.tile_rows} output rows' if tile.tile_rows > 1 else ''} "
+            f"({tile.mr * tile.nv} accumulators, "
             f"{registers_needed(qisa, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[qisa]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
-    threads = max(1, min(threads, shape.column_rows * math.ceil(shape.run / tile.nr)))
+    threads = max(1, min(threads, math.ceil(shape.column_rows / tile.tile_rows)
+                         * math.ceil(shape.run / (tile.nr // tile.tile_rows))))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
-    header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}")
+    header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
+                  + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else ""))
     return QPlan(spec, quant, qisa, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
-                 tuple(header), tuple(reasons))
+                 tuple(header), tuple(reasons), tile.tile_rows)
 
 
 def explain(plan: QPlan) -> str:
