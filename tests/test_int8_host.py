@@ -80,6 +80,29 @@ def test_int32_accumulation_at_large_k(isa, dialect, op, shape, act, zp, tmp_pat
     assert verify_kernel(kernel, seed=5)["exact_share"] == 1.0
 
 
+FORCED = {"vnni": [(14, 2, 1), (6, 4, 2), (3, 3, 3), (1, 1, 1)], "avx2": [(4, 2, 2), (1, 3, 1)],
+          "generic": [(3, 2, 2)]}
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+def test_forced_register_tiles_including_multi_row_conv_tiles(isa, dialect, tmp_path):
+    """Tiles the search does not pick for these shapes: the largest register budgets (accumulators
+    pinned to registers), one-lane-wide ones and conv2d tiles spanning 2 or 3 output rows, on
+    ragged shapes whose last tile is partial in every direction."""
+    hw = load(f"host:{isa}")
+    specs = [make_spec("matmul", {"m": 17, "n": 70, "k": 23}, bias=True),
+             make_spec("conv2d", {"c": 6, "h": 9, "w": 21, "k": 15, "r": 3, "s": 2}, stride="2,1", pad="1,1",
+                       bias=True, activation="relu6")]
+    for n, (mr, nv, rows) in enumerate(FORCED[dialect]):
+        for spec in specs:
+            q = QuantParams(act_type="int8", a_zero_point=-7, per_channel=True, out_zero_point=3)
+            plan, kernel = compile_int8(spec, q, hw, tmp_path / f"{n}_{spec.name}", threads=2, flags=FLAGS,
+                                        force_tile=(mr, nv), force_rows=rows)
+            assert (plan.mr, plan.nv) == (mr, nv)
+            verdict = verify_kernel(kernel, seed=n)
+            assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")
