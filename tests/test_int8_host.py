@@ -141,6 +141,8 @@ def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
     (["--quant", "w_scale=-2"], "w_scale=-2"), (["--quant", "act=int8,a_zp=200"], "a_zp=200"),
     (["--quant", "out_zp=300"], "out_zp=300"), (["--target", "gpu", "--hw", "adreno-650"], "not implemented"),
     (["--hw", "snapdragon-865"], "not implemented for this target yet"),
+    (["--dtype", "fp16"], "not implemented for this target yet"),
+    (["--dtype", "fp32", "--quant", "a_zp=1"], "--quant applies to --dtype int8 only"),
 ])
 def test_cli_int8_bad_input_exits_2_with_one_line(argv, contains, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("XFC_HOST_PROBE", "off")

@@ -107,8 +107,8 @@ def cmd_synth(args) -> int:
                                bench=args.bench, force=args.force)
     else:
         if args.dtype != "fp32":
-            raise OperatorError("--dtype fp16 is supported for --target gpu only; CPU kernels are fp32 "
-                                "(and int8 on x86-64 hosts)")
+            raise OperatorError("--dtype fp16 is supported for --target gpu only; not implemented for this target yet "
+                                "(CPU kernels: fp32, and int8 on x86-64 hosts)")
         if args.bench and hw.target_arch != "x86_64" and progress:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
