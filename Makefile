@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep
 
 setup:
 	@scripts/setup.sh
@@ -46,6 +46,12 @@ SOAK_JOBS ?= 2
 soak: setup
 	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl \
 		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
+
+# int8 (issue 13), correctness only (not in CI): the suite on every host int8 dialect and >= 100
+# random shapes per operator, byte-exact against xfc/ops/quant.py -> benchmarks/results/int8_sweep.json.
+INT8_CASES ?= 100
+int8-sweep: setup
+	@$(VENV_PY) scripts/int8_sweep.py --cases $(INT8_CASES)
 
 clean:
 	rm -rf xfc-out .pytest_cache

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..errors import OperatorError, XfcError
-from ..ops.spec import OPERATORS, make_spec, parse_shape
+from ..ops.spec import DTYPES, OPERATORS, make_spec, parse_shape
 from ..pipeline import run_cpu, run_gpu_synth
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
@@ -96,6 +96,10 @@ def cmd_synth(args) -> int:
         from ..mca import require_tools
         require_tools()
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
+    if args.dtype == "int8":
+        return _synth_int8(args, hw, spec, out_dir, progress)
+    if args.quant is not None:
+        raise OperatorError("--quant applies to --dtype int8 only")
     if args.target == "gpu":
         if hw.gpu is None:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
@@ -103,7 +107,8 @@ def cmd_synth(args) -> int:
                                bench=args.bench, force=args.force)
     else:
         if args.dtype != "fp32":
-            raise OperatorError("--dtype fp16 is supported for --target gpu only; CPU kernels are fp32")
+            raise OperatorError("--dtype fp16 is supported for --target gpu only; not implemented for this target yet "
+                                "(CPU kernels: fp32, and int8 on x86-64 hosts)")
         if args.bench and hw.target_arch != "x86_64" and progress:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
@@ -124,6 +129,43 @@ def cmd_synth(args) -> int:
             print(f"note: {note}")
         print()
     print_summary(report.to_dict())
+    return 0
+
+
+def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
+    """--dtype int8: the int8 host pipeline (xfc.qpipeline); other targets are refused (exit 2)."""
+    from ..ops.quant import parse_quant
+    from ..qpipeline import run_int8, summary_lines
+    if args.target != "cpu" or hw.target_arch != "x86_64":
+        where = "--target gpu" if args.target != "cpu" else f"{hw.name} ({hw.target_arch})"
+        raise OperatorError(f"--dtype int8 is not implemented for this target yet ({where}; int8 kernels: x86-64 host CPUs)")
+    if args.mca:
+        raise OperatorError("--mca analyses AArch64 fp32 kernels; not available for --dtype int8")
+    quant = parse_quant(args.quant)
+    report = run_int8(spec, quant, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
+                      bench=args.bench, repeat=args.repeat, progress=progress, force=args.force)
+    data = report.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    if args.explain and report.explain:
+        print(report.explain)
+        print()
+    print(f"xfc synth {data['operator']} int8 for {data['hardware']} (cpu): {data['shape']}")
+    tiles = data["tile_summary"]
+    print(f"  plan: {tiles['lowering']}, {tiles['dialect']} dialect, register tile {tiles['mr']}x{tiles['nr']}, "
+          f"{tiles['threads']} thread(s)")
+    if data.get("predicted_gflops") is not None:
+        print(f"  predicted: {data['predicted_gflops']:.1f} GOP/s (int8 issue model; not a measurement)")
+    if data.get("verified") is not None:
+        print(f"  verified: {'yes' if data['verified'] else 'NO'} on {data.get('verified_on', '?')}")
+    for line in summary_lines(data):
+        print(line)
+    if data.get("measurement"):
+        m = data["measurement"]
+        print(f"  measured: {m['gflops']:.2f} GOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
+              f"[{m['where']}]")
+    print(f"  output: {data['output_dir']}")
     return 0
 
 
@@ -175,7 +217,11 @@ def register(sub) -> None:
                        "process behind.")
     add_operator_arguments(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
-    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (fp16: GPU only)")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32",
+                   help="element type (fp16: GPU only; int8: x86-64 host CPU, ONNX QLinearMatMul/QLinearConv semantics)")
+    p.add_argument("--quant", default=None, metavar="K=V,...",
+                   help="int8 quantization: act=uint8|int8, a_scale=, a_zp=, w_scale=, per_channel=0|1, "
+                        "out_scale=|auto, out_zp= (defaults: uint8, 0.02, middle of the type, 0.01, 0, auto, middle)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>); see 'Outputs' below")
     p.add_argument("--force", action="store_true",

@@ -1,0 +1,153 @@
+"""int8 (issue 13) host kernels: built with the host gcc, run in process, compared byte for byte
+with the exact reference (xfc.ops.quant). Every dialect this machine runs (vnni only with
+avx512_vnni), ragged shapes, both activation types, zero points at both ends, per-channel scales,
+the int32 extremes at K >= 16384, and the `xfc synth --dtype int8` command line. The >= 100
+random shapes per operator run behind `make int8-sweep` (scripts/int8_sweep.py)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from xfc.cli import main
+from xfc.errors import OperatorError
+from xfc.hardware.host import available_isas
+from xfc.hardware.load import load
+from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
+from xfc.ops.spec import make_spec
+from xfc.qpipeline import compile_int8, host_flags, verify_kernel
+
+pytestmark = pytest.mark.host
+
+FLAGS = host_flags()
+HAS_VNNI = "avx512_vnni" in FLAGS and "avx512" in available_isas()
+
+
+def _dialects():
+    out = []
+    if HAS_VNNI:
+        out.append(("avx512", "vnni"))
+    if "avx2" in available_isas():
+        out.append(("avx2", "avx2"))
+    out.append(("generic", "generic"))
+    return out
+
+
+DIALECTS = _dialects()
+CASES = [
+    ("matmul", {"m": 19, "n": 37, "k": 45, "batch": 2}, {}, ("uint8", 0, 255), "relu", True),
+    ("matmul", {"m": 1, "n": 1, "k": 1}, {}, ("int8", 127, -128), "none", False),
+    ("conv2d", {"c": 5, "h": 11, "w": 9, "k": 21, "r": 3, "s": 3, "n": 2}, {"stride": "2,1", "pad": "1,2,0,1"},
+     ("int8", -128, 127), "relu6", True),
+    ("conv2d", {"c": 7, "h": 6, "w": 6, "k": 3, "r": 1, "s": 1}, {}, ("uint8", 255, 0), "none", False),
+    ("depthwise", {"c": 6, "h": 9, "w": 13, "r": 3, "s": 3}, {"stride": "2", "pad": "1", "dilation": "1,2"},
+     ("uint8", 128, 3), "relu6", True),
+    ("depthwise", {"c": 3, "h": 5, "w": 4, "r": 5, "s": 4, "n": 2}, {"pad": "2,1"}, ("int8", 127, -128), "relu", True),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("op, shape, geometry, quant, activation, per_channel", CASES,
+                         ids=[f"{c[0]}-{c[3][0]}-{c[4]}" for c in CASES])
+def test_int8_kernel_matches_the_reference_exactly(isa, dialect, op, shape, geometry, quant, activation, per_channel,
+                                                   tmp_path):
+    act, a_zp, out_zp = quant
+    spec = make_spec(op, shape, bias=True, activation=activation, **geometry)
+    q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
+    plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=2, flags=FLAGS)
+    assert plan.qisa == dialect
+    verdict = verify_kernel(kernel, seed=11)
+    assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("op, shape", [("matmul", {"m": 3, "n": 33, "k": 16384 + 3}),
+                                       ("conv2d", {"c": 2048, "h": 3, "w": 4, "k": 5, "r": 3, "s": 3})])
+@pytest.mark.parametrize("act, zp", [("uint8", 0), ("uint8", 255), ("int8", -128), ("int8", 127)])
+def test_int32_accumulation_at_large_k(isa, dialect, op, shape, act, zp, tmp_path):
+    """x at the far end from its zero point, w = -128: |acc| = K x 255 x 128 (> 2^29 at K >= 16384)
+    reaches the output unclamped through a small multiplier; then random data at the same K."""
+    spec = make_spec(op, shape)
+    k = spec.reduction_size
+    q = QuantParams(act_type=act, a_zero_point=zp, a_scale=1.0, w_scale=1.0, out_scale=float(k * 255 * 128 / 100),
+                    out_zero_point=128 if act == "uint8" else 0)
+    _, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=1, flags=FLAGS)
+    x, w, bias = make_qinputs(spec, q, mode="extreme")
+    ref = qreference(spec, q, x, w, bias)
+    assert abs(int(ref.astype(np.int64).reshape(-1)[0]) - q.out_zero_point) == 100   # full magnitude, not clamped
+    np.testing.assert_array_equal(kernel.run_packed(x, w, bias, multipliers(spec, q)), ref)
+    assert verify_kernel(kernel, seed=5)["exact_share"] == 1.0
+
+
+FORCED = {"vnni": [(14, 2, 1), (6, 4, 2), (3, 3, 3), (1, 1, 1)], "avx2": [(4, 2, 2), (1, 3, 1)],
+          "generic": [(3, 2, 2)]}
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+def test_forced_register_tiles_including_multi_row_conv_tiles(isa, dialect, tmp_path):
+    """Tiles the search does not pick for these shapes: the largest register budgets (accumulators
+    pinned to registers), one-lane-wide ones and conv2d tiles spanning 2 or 3 output rows, on
+    ragged shapes whose last tile is partial in every direction."""
+    hw = load(f"host:{isa}")
+    specs = [make_spec("matmul", {"m": 17, "n": 70, "k": 23}, bias=True),
+             make_spec("conv2d", {"c": 6, "h": 9, "w": 21, "k": 15, "r": 3, "s": 2}, stride="2,1", pad="1,1",
+                       bias=True, activation="relu6")]
+    for n, (mr, nv, rows) in enumerate(FORCED[dialect]):
+        for spec in specs:
+            q = QuantParams(act_type="int8", a_zero_point=-7, per_channel=True, out_zero_point=3)
+            plan, kernel = compile_int8(spec, q, hw, tmp_path / f"{n}_{spec.name}", threads=2, flags=FLAGS,
+                                        force_tile=(mr, nv), force_rows=rows)
+            assert (plan.mr, plan.nv) == (mr, nv)
+            verdict = verify_kernel(kernel, seed=n)
+            assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+def test_vnni_is_refused_cleanly_without_the_flag():
+    if "avx512" not in available_isas():
+        pytest.skip("no AVX-512 here")
+    from xfc.cpu.qplans import plan_int8
+    spec = make_spec("matmul", {"m": 4, "n": 4, "k": 4})
+    plan = plan_int8(spec, QuantParams(), load("host:avx512"), host_flags=frozenset())
+    assert plan.qisa == "avx2"
+    with pytest.raises(OperatorError, match="vnni"):
+        plan_int8(spec, QuantParams(), load("host:avx2"), host_flags=FLAGS, force_dialect="vnni")
+
+
+def _run(argv, capfd):
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("XFC_HOST_PROBE", "off")
+    code, out, err = _run(["synth", "conv2d", "--hw", "host", "--shape", "c=8,h=10,w=7,k=12,r=3,s=3", "--pad", "1",
+                           "--bias", "--activation", "relu", "--dtype", "int8", "--quant",
+                           "act=int8,a_zp=-128,per_channel=1,out_zp=-20", "--verify", "--json",
+                           "-o", str(tmp_path / "o")], capfd)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verified"] is True and report["exact_share"] == 1.0 and report["dtype"] == "int8"
+    assert report["quantization"]["per_channel"] is True
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["exact_share"] == 1.0
+
+
+@pytest.mark.parametrize("argv, contains", [
+    (["--quant", "a_scale=0"], "a_scale=0"), (["--quant", "out_scale=nan"], "out_scale=nan"),
+    (["--quant", "w_scale=-2"], "w_scale=-2"), (["--quant", "act=int8,a_zp=200"], "a_zp=200"),
+    (["--quant", "out_zp=300"], "out_zp=300"), (["--target", "gpu", "--hw", "adreno-650"], "not implemented"),
+    (["--hw", "snapdragon-865"], "not implemented for this target yet"),
+    (["--dtype", "fp16"], "not implemented for this target yet"),
+    (["--dtype", "fp32", "--quant", "a_zp=1"], "--quant applies to --dtype int8 only"),
+])
+def test_cli_int8_bad_input_exits_2_with_one_line(argv, contains, tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("XFC_HOST_PROBE", "off")
+    base = ["synth", "matmul", "--hw", "host", "--shape", "m=4,n=4,k=4", "--dtype", "int8", "-o", str(tmp_path / "o")]
+    code, out, err = _run(base + argv, capfd)
+    lines = [ln for ln in err.splitlines() if ln.startswith("xfc: error")]
+    assert code == 2 and len(lines) == 1 and contains in lines[0] and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()

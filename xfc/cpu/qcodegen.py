@@ -1,0 +1,124 @@
+"""int8 code generation: a QPlan -> C source of the kernel (templates/cpu/qgemm.c.j2 or
+qdepthwise.c.j2, dialect pieces in qdialect.h.j2) and of its timing entry points (qharness.c.j2).
+
+C entry points (dimensions and quantization constants are compile-time; scales are not):
+
+    long <fn>_packed_bytes(void);
+    int  <fn>_prepack(const int8_t *w, uint8_t *packed);        weights -> packed layout + sums
+    int  <fn>_packed(const void *x, const uint8_t *packed, const int32_t *bias, const float *mult, void *out);
+    int  <fn>(const void *x, const int8_t *w, const int32_t *bias, const float *mult, void *out);
+    int  <fn>_bench / <fn>_bench_packed(..., int warmup, int repeats, double *samples);
+
+x: uint8 or int8 activations (spec.input_shapes[0]); w: int8 (input_shapes[1]); bias: int32 per
+output channel (NULL: none); mult: fp32 per output channel (xfc.ops.quant.multipliers); out: the
+activation type, spec.output_shape. Return 0, or 1 when scratch memory cannot be allocated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jinja2
+
+from ..errors import OperatorError
+from ..ops.quant import clamp_bounds, np_type
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
+from ..paths import TEMPLATES_DIR
+from .qplans import QPlan
+
+
+@dataclass(frozen=True)
+class QRenderedKernel:
+    """What xfc.build.cpu.build_host needs (source, harness_source, function_name, plan.gcc_march)."""
+    source: str
+    harness_source: str
+    function_name: str
+    isa: str
+    plan: QPlan
+
+    @property
+    def bench_name(self) -> str:
+        return f"{self.function_name}_bench"
+
+
+_ENV = None
+
+
+def _env() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), undefined=jinja2.StrictUndefined,
+                                  trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    return _ENV
+
+
+ARG_DOC = {"matmul": "in0=x[batch,M,K], in1=w[batch,K,N] int8, bias[N] int32, mult[N] fp32, out[batch,M,N]",
+           "conv2d": "in0=x[N,C,H,W], in1=w[K,C,R,S] int8, bias[K] int32, mult[K] fp32, out[N,K,OH,OW]",
+           "depthwise": "in0=x[N,C,H,W], in1=w[C,1,R,S] int8, bias[C] int32, mult[C] fp32, out[N,C,OH,OW]"}
+
+
+def _conv(spec) -> dict:
+    return {"c": spec.c, "h": spec.h, "w": spec.w, "r": spec.r, "s": spec.s, "sh": spec.stride_h, "sw": spec.stride_w,
+            "pt": spec.pad_top, "pl": spec.pad_left, "dh": spec.dilation_h, "dw": spec.dilation_w,
+            "oh": spec.out_h, "ow": spec.out_w}
+
+
+def render_context(plan: QPlan) -> tuple[str, dict]:
+    spec, q = plan.spec, plan.quant
+    qlo, qhi = clamp_bounds(spec, q)
+    ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.qisa, "op": spec.name,
+           "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": True, "march": plan.gcc_march,
+           "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
+           "act_signed": q.act_type == "int8", "za": q.a_zero_point}
+    if isinstance(spec, DepthwiseSpec):
+        ctx.update({"conv": _conv(spec), "batch": spec.n, "hp": spec.h + spec.pad_top + spec.pad_bottom,
+                    "wp": spec.w + spec.pad_left + spec.pad_right})
+        return "cpu/qdepthwise.c.j2", ctx
+    m, n, k = gemm_view(spec)
+    k4 = math.ceil(k / 4) * 4
+    mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
+    row_is_act = isinstance(spec, MatmulSpec)
+    ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // 4, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
+                "L": plan.lanes, "MB": mb, "NB": nb, "row_is_act": row_is_act, "col_unsigned": not row_is_act,
+                "za_u": q.a_zero_point + q.shift, "act_flip": q.shift,
+                "sums_len": (nb * plan.nr) if row_is_act else (mb * plan.mr),
+                "channels": n if row_is_act else m,
+                "batch": spec.batch if row_is_act else spec.n, "w_batches": spec.batch if row_is_act else 1,
+                "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
+                "boffs": [v * plan.lanes * 4 for v in range(plan.nv)]})
+    if isinstance(spec, Conv2dSpec):
+        sw = spec.stride_w
+        rv, vpr = plan.tile_rows, plan.nv // plan.tile_rows
+        run = vpr * plan.lanes
+        owc, ohc = math.ceil(spec.out_w / run), math.ceil(spec.out_h / rv)
+        max_off = ((spec.s - 1) * spec.dilation_w) // sw
+        wph = max(owc * run + max_off, math.ceil((spec.w + spec.pad_left) / sw))
+        # tiles past the last output row read staged rows up to this (memset to the zero point)
+        hp = max(spec.h + spec.pad_top + spec.pad_bottom, (ohc * rv - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1)
+        row_bytes = sw * wph * 4
+        taps = []
+        for r in range(spec.r):
+            for s in range(spec.s):
+                col = s * spec.dilation_w
+                taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * 4)
+        cg = math.ceil(spec.c / 4)
+        ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
+                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * 4,
+                    "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * 4
+                              for v in range(plan.nv)]})
+    return "cpu/qgemm.c.j2", ctx
+
+
+def render_int8_kernel(plan: QPlan) -> QRenderedKernel:
+    """Kernel and timing sources for a plan (deterministic: same plan, same text)."""
+    template, ctx = render_context(plan)
+    try:
+        source = _env().get_template(template).render(**ctx)
+        harness = _env().get_template("cpu/qharness.c.j2").render(fn=plan.function_name)
+    except jinja2.TemplateError as exc:
+        raise OperatorError(f"rendering {template} for {plan.function_name} failed: {exc}") from exc
+    return QRenderedKernel(source, harness, plan.function_name, plan.qisa, plan)
+
+
+def output_dtype(plan: QPlan):
+    return np_type(plan.quant.out_type)
