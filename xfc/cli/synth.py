@@ -141,6 +141,9 @@ def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
         raise OperatorError(f"--dtype int8 is not implemented for this target yet ({where}; int8 kernels: x86-64 host CPUs)")
     if args.mca:
         raise OperatorError("--mca analyses AArch64 fp32 kernels; not available for --dtype int8")
+    if args.tile_db not in ("auto", "off"):
+        raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; int8 plans come from "
+                            "the static int8 issue model (use --tile-db auto or off)")
     quant = parse_quant(args.quant)
     report = run_int8(spec, quant, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
                       bench=args.bench, repeat=args.repeat, progress=progress, force=args.force)
