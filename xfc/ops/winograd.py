@@ -50,7 +50,10 @@ worst case; typical errors are far smaller since rounding errors add like sqrt(C
 m = 2 for any C below 10^4, m = 4 up to C ~ 1000 and m = 6 up to C ~ 500 (not at C = 512).
 
 The RMS (statistical) check of accuracy.py is not applied to Winograd outputs: its model counts
-the rounding events of a direct dot product; the worst-case bound above is the check.
+the rounding events of a direct dot product; the worst-case bound above is the check. Its limit:
+at m = 4 and 6 the bound is wide enough to admit operands rounded to fp16 (at m = 2 it is not),
+so it catches wrong results (a missing channel, a wrong tap, an unwritten element), not a loss
+of a few bits of precision.
 """
 from __future__ import annotations
 
