@@ -261,3 +261,70 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
                 f"({direct_summary}) {direct_s * 1e3:.3f} ms: {ratio:.2f}x faster")
     return (f"lowering choice: {chosen} predicted {direct_s * 1e3:.3f} ms ({direct_summary}) vs best winograd "
             f"m={m} {winograd_s * 1e3:.3f} ms: winograd {1 / ratio:.2f}x the time" + (f"; {excluded}" if excluded else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthesis (synth.synthesize_cpu calls this for conv2d unless the caller asked for 'direct')
+# ---------------------------------------------------------------------------------------------
+
+def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
+                        constants: CostConstants, header_common: list[str]) -> list:
+    """The best Winograd program per admissible tile size, fastest first: a list of
+    (m, CpuSynthesis). Empty when no tile size is admissible for the input channels."""
+    from .explain import CpuSynthesis
+    from .isa import isa_row
+    from .synth import ranked_gemm_candidates
+    core = cluster.core
+    lanes = isa_row(isa).synthesis_lanes(core)
+    out = []
+    for m in wmath.admissible_tile_sizes(spec.c):
+        problem = gemm_problem(spec, m)
+        best = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)[0]
+        stages = stage_costs(spec, m, hw, cluster, threads, lanes, best.sched.nr, best.estimate, constants)
+        sched = winograd_schedule(best.sched)
+        th, tw = wmath.tile_counts(spec, m)
+        a = m + 2
+        lines = header_common + [
+            f"lowered: winograd F({m}x{m},3x3): {a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}",
+            f"tiles: m={m} mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
+            f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A=packed",
+            f"isa: {isa}"]
+        plan = make_plan(spec, m, isa, lanes, sched, f"xfc_{spec.name}", tuple(lines), hardware_name=hw.name,
+                         gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+        out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
+                                    levels=stage_levels(spec, m, stages, best.levels, lanes),
+                                    estimate=winograd_estimate(spec, stages), gemm_shape=tuple(gemm_view_of(problem)),
+                                    micro_tile_source=best.score.source)))
+    out.sort(key=lambda pair: (pair[1].estimate.predicted_s, pair[0]))
+    return out
+
+
+def gemm_view_of(problem: MatmulSpec) -> tuple[int, int, int]:
+    return (problem.m, problem.n, problem.k)
+
+
+def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
+    """The synthesis to return and the one-line reason (lowering 'auto' keeps the faster;
+    'winograd' the best Winograd plan; the loser's summary goes to the runners-up)."""
+    from dataclasses import replace as _replace
+    direct_summary = f"{direct.plan.lowering} {direct.tiles_line.split(' threads')[0]}"
+    excluded = [m for m in wmath.TILE_SIZES if m not in wmath.admissible_tile_sizes(spec.c)]
+    excluded_text = (f"m={','.join(map(str, excluded))} excluded: worst-case error bound above "
+                     f"{wmath.RELATIVE_TOLERANCE:g} at C={spec.c}") if excluded else ""
+    if not winograds:
+        line = describe_choice(direct.plan.lowering, None, direct.estimate.predicted_s, None, direct_summary,
+                               excluded_text)
+        return _replace(direct, decision=line)
+    m, wbest = winograds[0]
+    take_winograd = lowering == LOWERING or wbest.estimate.predicted_s < direct.estimate.predicted_s
+    chosen = LOWERING if take_winograd else direct.plan.lowering
+    line = describe_choice(chosen, wbest.estimate.predicted_s, direct.estimate.predicted_s, m, direct_summary,
+                           excluded_text if take_winograd is False else "")
+    others = tuple((f"winograd m={om}", s.estimate.predicted_s) for om, s in winograds[1:])
+    if take_winograd:
+        if excluded_text:
+            line += f"; {excluded_text}"
+        alternatives = ((f"direct {direct_summary}", direct.estimate.predicted_s),) + others
+        return _replace(wbest, alternatives=alternatives, decision=line)
+    alternatives = ((f"winograd m={m}", wbest.estimate.predicted_s),) + others + direct.alternatives
+    return _replace(direct, alternatives=alternatives, decision=line)

@@ -111,11 +111,16 @@ def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray, variance: np.
 
 
 def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray, *,
-                 statistical: bool = True):
+                 statistical: bool = True, winograd_m: int = 0):
     """Compare a kernel's output with the reference: a Verdict (see accuracy.py) that unpacks as
     (ok, max_abs_error, worst_ratio). ok needs every element finite and within the worst-case
     bound, and, when statistical and K and the output are large enough, the RMS error within the
-    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs)."""
+    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs).
+    winograd_m: the output of a Winograd plan with that tile size (CpuKernelPlan.winograd_m) is
+    judged under its own derived bound (xfc/ops/winograd.py); 0: a direct plan."""
+    if winograd_m:
+        from .winograd import check_winograd_output
+        return check_winograd_output(spec, winograd_m, got, a, b, bias)
     mag = magnitude(spec, a, b, bias)
     k = spec.reduction_size
     variance = variance_bound(k, mag) if statistical else None

@@ -172,7 +172,8 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
     with tempfile.TemporaryDirectory(prefix="xfc-calibrate-") as tmp:
         for index, (spec, t) in enumerate(((s, t) for s in specs for t in threads), 1):
             progress(f"[{index}/{total}] {spec.describe()} at {t} thread(s)")
-            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants).plan
+            # direct plans only: the constants fitted here belong to the GEMM roofline model
+            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants, lowering="direct").plan
             rendered = render_cpu_kernel(plan)
             kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"k{index}"))
             a, b, bias = make_inputs(spec, seed=0)
