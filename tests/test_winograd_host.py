@@ -18,7 +18,7 @@ from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.winograd import hand_winograd_plan
 from xfc.errors import OperatorError
 from xfc.ops.reference import make_inputs
-from xfc.ops.winograd import check_winograd_output
+from xfc.ops.reference import check_winograd_output
 
 pytestmark = pytest.mark.host
 

@@ -12,7 +12,7 @@ import pytest
 from support import conv
 from xfc.errors import OperatorError
 from xfc.ops import winograd as w
-from xfc.ops.reference import make_inputs, reference
+from xfc.ops.reference import check_winograd_output, make_inputs, reference
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +52,7 @@ def test_model_matches_direct_reference(spec, m):
     exact = reference(spec, a, b, bias)
     np.testing.assert_allclose(w.winograd_conv(spec, a, b, bias, m), exact, rtol=0, atol=1e-12)
     got32 = w.winograd_conv(spec, a, b, bias, m, dtype=np.float32)
-    verdict = w.check_winograd_output(spec, m, got32, a, b, bias)
+    verdict = check_winograd_output(spec, m, got32, a, b, bias)
     assert verdict.ok, verdict.describe()
     assert verdict.worst_ratio > 0
 
@@ -63,20 +63,20 @@ def test_bound_holds_at_large_magnitudes_and_catches_errors(m):
     a, b, bias = make_inputs(spec, seed=5)
     a, b, bias = a * np.float32(3e4), b * np.float32(2e3), bias * np.float32(1e7)
     got32 = w.winograd_conv(spec, a, b, bias, m, dtype=np.float32)
-    assert w.check_winograd_output(spec, m, got32, a, b, bias).ok
+    assert check_winograd_output(spec, m, got32, a, b, bias).ok
     # one element off by ten times its bound fails
     bad = got32.astype(np.float64)
     bound = w.winograd_error_bound(spec, a, b, bias, m)
     bad[0, 3, 5, 7] += 10 * bound[0, 3, 5, 7]
-    assert not w.check_winograd_output(spec, m, bad, a, b, bias).ok
+    assert not check_winograd_output(spec, m, bad, a, b, bias).ok
     # a channel left out of the sum fails
     missing = a.copy()
     missing[:, 17] = 0
-    assert not w.check_winograd_output(spec, m, w.winograd_conv(spec, missing, b, bias, m), a, b, bias).ok
+    assert not check_winograd_output(spec, m, w.winograd_conv(spec, missing, b, bias, m), a, b, bias).ok
     # operands rounded to fp16: caught by the m = 2 bound only (the m = 4, 6 worst-case bounds are
     # wide enough to admit them; the module docstring says so)
     a16, b16 = a.astype(np.float16).astype(np.float32), b.astype(np.float16).astype(np.float32)
-    verdict16 = w.check_winograd_output(spec, m, w.winograd_conv(spec, a16, b16, bias, m), a, b, bias)
+    verdict16 = check_winograd_output(spec, m, w.winograd_conv(spec, a16, b16, bias, m), a, b, bias)
     assert verdict16.ok == (m != 2)
 
 

@@ -317,7 +317,8 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     direct = _gemm_synthesis(spec, hw, chosen, isa, best, tuple(alternatives))
     if lowering == "direct" or not isinstance(spec, Conv2dSpec) or winograd.wmath.not_applicable(spec):
         return direct
-    winograds = winograd.synthesize_winograd(spec, hw, chosen, threads, isa, evaluator, constants, header_common)
+    winograds = winograd.synthesize_winograd(spec, hw, chosen, threads, isa, evaluator, constants, header_common,
+                                             ranked_gemm_candidates)
     if lowering == winograd.LOWERING and not winograds:
         raise OperatorError(f"--lowering winograd: no tile size keeps the error bound within "
                             f"{winograd.wmath.RELATIVE_TOLERANCE:g} at C={spec.c}")

@@ -28,12 +28,13 @@ from typing import Optional
 from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
-from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, dram_bytes_per_second,
-                         l2_per_core_bytes)
-from .explain import TileLevel
+from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
+                         dram_bytes_per_second, gemm_estimate, l2_per_core_bytes)
+from .explain import CpuSynthesis, TileLevel
 from .ir import A_PACKS, LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
-from .isa import ISA_TABLE
-from .tiles import FLOAT_BYTES, round_up
+from .isa import ISA_TABLE, isa_row
+from .plans import hand_plan
+from .tiles import FLOAT_BYTES, MicroTile, round_up
 
 LOWERING = "winograd"
 LOWERINGS = ("auto", "direct", "winograd")   # what a caller may ask the synthesizer for
@@ -67,6 +68,8 @@ class WinogradStages:
     gemm_s: float
     output_s: float
     traffic_s: float
+    gemm_bound: str = "compute"      # what bounds the GEMM stage (its roofline: compute, L2, L3, DRAM)
+    traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
@@ -105,20 +108,35 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     tile_bytes = FLOAT_BYTES * a * a * (spec.c * n_padded + spec.k * th * tw)
     moved = spec.n * tile_bytes * 1.5
     if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
-        traffic_s = moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
+        level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
-        traffic_s = moved / (constants.shared_cache_bytes_per_cycle * clock_hz * threads)
+        level, traffic_s = "L3", moved / (constants.shared_cache_bytes_per_cycle * clock_hz * threads)
     else:
-        traffic_s = moved / dram_bytes_per_second(hw, constants)
+        level, traffic_s = "DRAM", moved / dram_bytes_per_second(hw, constants)
     return WinogradStages(input_s=input_s, gemm_s=a * a * gemm_estimate.predicted_s, output_s=output_s,
-                          traffic_s=traffic_s)
+                          traffic_s=traffic_s, gemm_bound=gemm_estimate.bound, traffic_level=level)
+
+
+def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
+                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None) -> WinogradStages:
+    """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is the roofline
+    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed); the
+    micro-tile is scored by evaluator (default: the static issue model)."""
+    tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
+    score = (evaluator or StaticEvaluator()).evaluate(tile, cluster.core, isa)
+    gemm = gemm_estimate(gemm_problem(spec, m), hw, cluster, tile, score, replace(sched, a_pack="direct"), False,
+                         constants)
+    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
     """A CostEstimate whose flops are the direct convolution's (effective GFLOP/s) and whose parts
-    are the stages; the prediction is their sum, the 'bound' the largest stage."""
+    are the stages; the prediction is their sum. The bound is what limits the largest stage, in the
+    vocabulary of the other plans: the GEMMs' own bound, 'compute' for a transform (core cycles),
+    the level the transformed tiles live in for their traffic."""
     parts = stages.parts()
-    bound = max(parts, key=lambda p: p[1])[0]
+    largest = max(parts, key=lambda p: p[1])[0]
+    bound = {"GEMMs": stages.gemm_bound, "tile traffic": stages.traffic_level}.get(largest, "compute")
     return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=stages.total_s, bound=bound)
 
 
@@ -142,7 +160,6 @@ def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedul
 
 def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: int = 1, **overrides) -> CpuKernelPlan:
     """A hand-picked Winograd plan (tests): the GEMM stage from plans.hand_plan on gemm_problem."""
-    from .plans import hand_plan
     check_applicable(spec)
     if m not in wmath.TILE_SIZES:
         raise OperatorError(f"winograd tile size m={m} must be one of {wmath.TILE_SIZES}")
@@ -268,20 +285,18 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 # ---------------------------------------------------------------------------------------------
 
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
-                        constants: CostConstants, header_common: list[str]) -> list:
+                        constants: CostConstants, header_common: list[str], ranked_gemm_candidates) -> list:
     """The best Winograd program per admissible tile size, fastest first: a list of
-    (m, CpuSynthesis). Empty when no tile size is admissible for the input channels."""
-    from .explain import CpuSynthesis
-    from .isa import isa_row
-    from .synth import ranked_gemm_candidates
+    (m, CpuSynthesis). Empty when no tile size is admissible for the input channels.
+    ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module)."""
     core = cluster.core
     lanes = isa_row(isa).synthesis_lanes(core)
     out = []
     for m in wmath.admissible_tile_sizes(spec.c):
         problem = gemm_problem(spec, m)
         best = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)[0]
-        stages = stage_costs(spec, m, hw, cluster, threads, lanes, best.sched.nr, best.estimate, constants)
         sched = winograd_schedule(best.sched)
+        stages = plan_stages(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
         lines = header_common + [
@@ -306,7 +321,6 @@ def gemm_view_of(problem: MatmulSpec) -> tuple[int, int, int]:
 def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
     """The synthesis to return and the one-line reason (lowering 'auto' keeps the faster;
     'winograd' the best Winograd plan; the loser's summary goes to the runners-up)."""
-    from dataclasses import replace as _replace
     direct_summary = f"{direct.plan.lowering} {direct.tiles_line.split(' threads')[0]}"
     excluded = [m for m in wmath.TILE_SIZES if m not in wmath.admissible_tile_sizes(spec.c)]
     excluded_text = (f"m={','.join(map(str, excluded))} excluded: worst-case error bound above "
@@ -314,7 +328,7 @@ def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
     if not winograds:
         line = describe_choice(direct.plan.lowering, None, direct.estimate.predicted_s, None, direct_summary,
                                excluded_text)
-        return _replace(direct, decision=line)
+        return replace(direct, decision=line)
     m, wbest = winograds[0]
     take_winograd = lowering == LOWERING or wbest.estimate.predicted_s < direct.estimate.predicted_s
     chosen = LOWERING if take_winograd else direct.plan.lowering
@@ -325,6 +339,6 @@ def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
         if excluded_text:
             line += f"; {excluded_text}"
         alternatives = ((f"direct {direct_summary}", direct.estimate.predicted_s),) + others
-        return _replace(wbest, alternatives=alternatives, decision=line)
+        return replace(wbest, alternatives=alternatives, decision=line)
     alternatives = ((f"winograd m={m}", wbest.estimate.predicted_s),) + others + direct.alternatives
-    return _replace(direct, alternatives=alternatives, decision=line)
+    return replace(direct, alternatives=alternatives, decision=line)

@@ -1,7 +1,7 @@
 """Winograd minimal filtering F(m x m, 3 x 3): the transforms, a numpy model and the error bound.
 
 Pure functions (no I/O). The CPU planner (xfc/cpu/winograd.py) and code generation read the
-transform matrices from here; the verification of a Winograd plan uses `check_winograd_output`.
+transform matrices from here; the verification of a Winograd plan uses `reference.check_winograd_output` (or check_output(..., winograd_m=m)).
 
 Transforms, generated from interpolation points
 ------------------------------------------------
@@ -65,7 +65,7 @@ from typing import Optional
 
 import numpy as np
 
-from .accuracy import UNIT_ROUNDOFF, Verdict, judge
+from .accuracy import UNIT_ROUNDOFF
 from .spec import Conv2dSpec, OperatorSpec
 
 FILTER_TAPS = 3
@@ -270,10 +270,3 @@ def winograd_error_bound(spec: Conv2dSpec, x: np.ndarray, w: np.ndarray, bias: n
     if spec.epilogue.bias:
         mag = mag + np.abs(bias.astype(np.float64)).reshape(1, -1, 1, 1)
     return _gamma(channel_roundings(m, spec.c)) * mag + np.finfo(np.float32).tiny
-
-
-def check_winograd_output(spec: Conv2dSpec, m: int, got, x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> Verdict:
-    """The verdict for a Winograd kernel's output: finite, and within the derived bound of the
-    float64 direct reference."""
-    from .reference import reference
-    return judge(reference(spec, x, w, bias), got, winograd_error_bound(spec, x, w, bias, m))
