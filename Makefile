@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb winograd-sweep
 
 setup:
 	@scripts/setup.sh
@@ -46,6 +46,11 @@ SOAK_JOBS ?= 2
 soak: setup
 	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl \
 		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
+
+# Winograd lowering (issue 19, not in CI): 240 random 3x3 stride-1 shapes verified under the derived
+# bound on every host ISA and under qemu-aarch64 (A55, A76, X1); writes benchmarks/results/winograd_sweep.json.
+winograd-sweep: setup
+	@$(VENV_PY) scripts/winograd_sweep.py
 
 clean:
 	rm -rf xfc-out .pytest_cache

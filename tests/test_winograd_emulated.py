@@ -30,12 +30,9 @@ def build_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("m", (2, 4, 6))
 @pytest.mark.parametrize("core", CORES)
-def test_winograd_neon_qemu(core, m, build_dir, monkeypatch):
+def test_winograd_neon_qemu(core, m, build_dir):
     hw = load(core)
-    # force the tile size: the synthesizer's choice among admissible m, restricted to this one
-    from xfc.ops import winograd as wmath
-    monkeypatch.setattr(wmath, "admissible_tile_sizes", lambda c: (m,))
-    result = synthesize_cpu(SPEC, hw, threads=min(2, hw.cluster().count), lowering="winograd")
+    result = synthesize_cpu(SPEC, hw, threads=min(2, hw.cluster().count), lowering="winograd", winograd_m=m)
     plan = result.plan
     assert plan.lowering == "winograd" and plan.winograd_m == m
     rendered = render_cpu_kernel(plan)

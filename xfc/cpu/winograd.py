@@ -285,14 +285,22 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 # ---------------------------------------------------------------------------------------------
 
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
-                        constants: CostConstants, header_common: list[str], ranked_gemm_candidates) -> list:
+                        constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
+                        only_m: Optional[int] = None) -> list:
     """The best Winograd program per admissible tile size, fastest first: a list of
     (m, CpuSynthesis). Empty when no tile size is admissible for the input channels.
-    ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module)."""
+    ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
+    only_m: consider this tile size only (OperatorError when it is not admissible)."""
     core = cluster.core
     lanes = isa_row(isa).synthesis_lanes(core)
+    sizes = wmath.admissible_tile_sizes(spec.c)
+    if only_m is not None:
+        if only_m not in sizes:
+            raise OperatorError(f"winograd tile size m={only_m} is not admissible at C={spec.c} (admissible: "
+                                f"{', '.join(map(str, sizes)) or 'none'}; xfc/ops/winograd.py RELATIVE_TOLERANCE)")
+        sizes = (only_m,)
     out = []
-    for m in wmath.admissible_tile_sizes(spec.c):
+    for m in sizes:
         problem = gemm_problem(spec, m)
         best = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)[0]
         sched = winograd_schedule(best.sched)
