@@ -31,8 +31,8 @@ from ..ops.spec import Conv2dSpec, MatmulSpec
 from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
                          dram_bytes_per_second, gemm_estimate, l2_per_core_bytes)
 from .explain import CpuSynthesis, TileLevel
-from .ir import A_PACKS, LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
-from .isa import ISA_TABLE, isa_row
+from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
+from .isa import isa_row
 from .plans import hand_plan
 from .tiles import FLOAT_BYTES, MicroTile, round_up
 
@@ -213,7 +213,7 @@ def validate(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"the winograd GEMM stage reads U packed, stores C directly and stages nothing "
                             f"(a_pack='packed', c_store='direct', stage_copy='none'), got {g.a_pack!r}, "
                             f"{g.c_store!r}, {g.stage_copy!r}")
-    if g.a_pack not in A_PACKS or g.loop_order not in LOOP_ORDERS or g.ukernel not in UKERNELS:
+    if g.loop_order not in LOOP_ORDERS or g.ukernel not in UKERNELS:
         raise OperatorError(f"gemm schedule loop_order '{g.loop_order}' / ukernel '{g.ukernel}' not known")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
@@ -262,8 +262,6 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
         "prefetch_b_distance": g.prefetch_b_distance, "transposed": False, "vector_transpose": False,
         "bias_axis": "m",
     })
-    if not ISA_TABLE[plan.isa].has_mask:
-        ctx["has_mask"] = False
     return ctx
 
 
