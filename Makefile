@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep winograd-sweep
 
 setup:
 	@scripts/setup.sh
@@ -52,6 +52,11 @@ soak: setup
 INT8_CASES ?= 100
 int8-sweep: setup
 	@$(VENV_PY) scripts/int8_sweep.py --cases $(INT8_CASES)
+
+# Winograd lowering (issue 19, not in CI): 240 random 3x3 stride-1 shapes verified under the derived
+# bound on every host ISA and under qemu-aarch64 (A55, A76, X1); writes benchmarks/results/winograd_sweep.json.
+winograd-sweep: setup
+	@$(VENV_PY) scripts/winograd_sweep.py
 
 clean:
 	rm -rf xfc-out .pytest_cache

@@ -9,7 +9,9 @@ Calibration (`xfc tiledb calibrate`, xfc/tiledb/calibrate.py) is fitted on opera
 suite, so the suite here is a held-out check. Each suite operator is synthesized with the
 calibrated constants (what `xfc synth --hw host --tile-db auto` runs), built, verified and timed
 with the weights pre-packed (fastest of the repeats); its plan is predicted under both sets of
-constants. The host description is the measured one (host probe). Issue 11's target: mean absolute
+constants. Only direct (implicit-GEMM) plans are measured: calibration synthesizes with
+lowering='direct', since the constants it fits belong to the GEMM roofline; Winograd plans are
+excluded. The host description is the measured one (host probe). Issue 11's target: mean absolute
 error <= 10% after calibration, no workload beyond 25%.
 
 Output: a table and benchmarks/results/prediction_error.json. Needs a quiet machine: a busy one

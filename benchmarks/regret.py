@@ -10,6 +10,9 @@ first choice is also the fastest here). Issue 11's target: within 3% on every wo
 description is the measured one (host probe) and the cost-model constants are the calibrated ones
 when the per-user tile database has them (`xfc tiledb calibrate`), else the static ones: the same
 inputs `xfc synth --hw host` uses. Depthwise plans are not GEMM candidates and are left out.
+Winograd plans are left out too: the candidates are the implicit-GEMM programs of one cost model
+(candidate_syntheses), compared like with like; "chosen" is the first of them, i.e. what
+`xfc synth --lowering direct` picks (benchmarks/winograd.py measures the Winograd choice).
 
 Timing: every candidate is built, verified against numpy, and timed with the weights pre-packed;
 the candidates are timed in interleaved rounds and each keeps its fastest run (contention only

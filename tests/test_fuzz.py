@@ -313,7 +313,7 @@ def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp
     from xfc.fuzz_run import run_case
     rejected = run_case(_case("host", threads=999), tmp_path)
     assert rejected.status == "rejected" and "--threads 999" in rejected.detail
-    monkeypatch.setattr(ops, "check_output", lambda *a: 1 / 0)
+    monkeypatch.setattr(ops, "check_output", lambda *a, **k: 1 / 0)
     error = run_case(_case("host"), tmp_path)
     assert error.status == "error" and error.detail.startswith("ZeroDivisionError")
 

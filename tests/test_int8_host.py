@@ -144,6 +144,7 @@ def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
     (["--dtype", "fp16"], "not implemented for this target yet"),
     (["--dtype", "fp32", "--quant", "a_zp=1"], "--quant applies to --dtype int8 only"),
     (["--tile-db", "some.db"], "fp32 rows only"),
+    (["--lowering", "winograd"], "fp32 CPU lowerings"),
 ])
 def test_cli_int8_bad_input_exits_2_with_one_line(argv, contains, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("XFC_HOST_PROBE", "off")

@@ -183,12 +183,13 @@ ASM_HWS = [*HOST_HWS, "cortex-a53", "cortex-a55", "cortex-a76", "cortex-x3", "co
 
 
 def _asm_cases():
-    """Distinct synthesized micro-tiles (per -march) over the suite, single-threaded."""
+    """Distinct synthesized micro-tiles (per -march) over the suite, single-threaded (implicit-GEMM
+    plans: a Winograd kernel's hottest FMA loop may be a transform, not the k loop)."""
     cases, seen = [], set()
     for hw_name in ASM_HWS:
         hw = hardware(hw_name)
         for name in SUITE:
-            plan = synthesize_cpu(suite_spec(name), hw, threads=1).plan
+            plan = synthesize_cpu(suite_spec(name), hw, threads=1, lowering="direct").plan
             if plan.gemm is None:
                 continue
             g = plan.gemm
@@ -218,7 +219,7 @@ def test_compiled_k_loop_keeps_the_tile_in_registers(hw_name, workload, tmp_path
     (NR / lanes) distinct accumulator registers, no more vector registers than the core has, and
     no vector loads or stores to the stack (spills)."""
     hw = hardware(hw_name)
-    plan = synthesize_cpu(suite_spec(workload), hw, threads=1).plan
+    plan = synthesize_cpu(suite_spec(workload), hw, threads=1, lowering="direct").plan
     g, arm = plan.gemm, plan.isa == "neon"
     asm = support.compile_to_asm(render_cpu_kernel(plan), tmp_path, arm)
     loop = support.hot_loop(asm, arm)

@@ -126,11 +126,11 @@ def _phase(status: str, what: str, fn, *args, **kwargs):
         raise _Failure(status, f"{what}: {exc}") from None
 
 
-def _check(spec, outputs: dict, a, b, bias) -> float:
+def _check(spec, outputs: dict, a, b, bias, winograd_m: int = 0) -> float:
     from .ops.reference import check_output
     worst = 0.0
     for entry, out in outputs.items():
-        ok, max_err, ratio = check_output(spec, out, a, b, bias)
+        ok, max_err, ratio = check_output(spec, out, a, b, bias, winograd_m=winograd_m)
         worst = max(worst, ratio)
         if not ok:
             raise _Failure("wrong", f"{entry}: max abs error {max_err:.3g} is {ratio:.3g}x the K-derived bound")
@@ -171,7 +171,8 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
             input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
     per_call = _phase("crash", "per-call entry", entry, False)
     pre_packed = _phase("crash", "pre-packed entry", entry, True)
-    ratio = _check(spec, {"per-call entry": per_call, "pre-packed entry": pre_packed}, a, b, bias)
+    ratio = _check(spec, {"per-call entry": per_call, "pre-packed entry": pre_packed}, a, b, bias,
+                   winograd_m=plan.winograd_m)
     return ratio, tiles
 
 

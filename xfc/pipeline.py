@@ -201,27 +201,31 @@ def _build_owned(rendered, out_dir: Path, builder, what: str):
 # CPU: xfc synth --target cpu
 # ---------------------------------------------------------------------------------------------
 
-def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, constants=None):
+def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, constants=None, lowering="auto"):
     """Run the (pure) synthesizer and time it: the one place synthesis seconds are measured.
     evaluator / constants: a tile-database evaluator and calibrated cost-model constants
-    (xfc.tiledb, chosen by the command line's --tile-db); None: the static model."""
+    (xfc.tiledb, chosen by the command line's --tile-db); None: the static model. lowering:
+    'auto', 'direct' or 'winograd' (synth.synthesize_cpu); a forced lowering is never answered
+    from the plan cache, which holds 'auto' choices only."""
     start = time.perf_counter()
     extra = {} if constants is None else {"constants": constants}
     synthesize = getattr(evaluator, "synthesize", synthesize_cpu)   # a tile db's plan cache (xfc.tiledb.plancache)
+    if lowering != "auto":
+        synthesize, extra = synthesize_cpu, {**extra, "lowering": lowering}
     result = synthesize(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, **extra)
     return result, time.perf_counter() - start
 
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
             repeat=20, seed=0, progress=None, force=False, mca=False, evaluator=None, constants=None,
-            tile_db: Optional[dict] = None) -> Report:
+            tile_db: Optional[dict] = None, lowering: str = "auto") -> Report:
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files).
     evaluator, constants: see synthesize_timed; tile_db: what the caller says about the database
     they came from (recorded in the report as 'tile_db')."""
 
     say = progress or (lambda msg: None)
-    result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants)
+    result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants, lowering)
     say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
     rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
     report = {**report_core("synth", "cpu", spec, hw.name, None, None), **result.report(), "synthesis_seconds": synth_s,
@@ -263,8 +267,9 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                     input_shapes=tuple(tuple(s) for s in spec.input_shapes), flops=spec.flops))
             try:
                 per_call, timing = measure(prepacked=False), measure(prepacked=True)
-                verdict = merge([check_output(spec, per_call.output, a, b, bias),
-                                 check_output(spec, timing.output, a, b, bias)])
+                wm = result.plan.winograd_m
+                verdict = merge([check_output(spec, per_call.output, a, b, bias, winograd_m=wm),
+                                 check_output(spec, timing.output, a, b, bias, winograd_m=wm)])
                 report.update(verdict.as_report())
             except VerificationError as exc:
                 report.update(verified=False, max_abs_error=None, error_to_bound_ratio=None, failure=str(exc))
@@ -327,7 +332,7 @@ def run_bench(spec, hw, runner=None, *, cluster=None, threads=None, repeat=10, w
                                      timeout_s=timeout_s, output_shape=spec.output_shape,
                                      cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
                                      protocol="times-file", march=result.plan.gcc_march, flops=spec.flops))
-    verdict = check_output(spec, run.output, a, b, bias)
+    verdict = check_output(spec, run.output, a, b, bias, winograd_m=result.plan.winograd_m)
     ok, max_err, ratio = verdict
     gflops = run.gflops
     report = {

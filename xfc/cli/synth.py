@@ -103,12 +103,18 @@ def cmd_synth(args) -> int:
     if args.target == "gpu":
         if hw.gpu is None:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
+        if args.lowering != "auto":
+            raise OperatorError(f"--lowering {args.lowering} is a CPU option (the OpenCL path has no Winograd "
+                                f"lowering: docs/winograd.md)")
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
     else:
         if args.dtype != "fp32":
             raise OperatorError("--dtype fp16 is supported for --target gpu only; not implemented for this target yet "
                                 "(CPU kernels: fp32, and int8 on x86-64 hosts)")
+        if args.lowering == "winograd":
+            from ..cpu.winograd import check_applicable
+            check_applicable(spec)
         if args.bench and hw.target_arch != "x86_64" and progress:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
@@ -116,7 +122,7 @@ def cmd_synth(args) -> int:
         try:
             report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
                              bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca,
-                             evaluator=evaluator, constants=constants, tile_db=tile_db)
+                             evaluator=evaluator, constants=constants, tile_db=tile_db, lowering=args.lowering)
         finally:
             if evaluator is not None:
                 evaluator.close()
@@ -141,6 +147,9 @@ def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
         raise OperatorError(f"--dtype int8 is not implemented for this target yet ({where}; int8 kernels: x86-64 host CPUs)")
     if args.mca:
         raise OperatorError("--mca analyses AArch64 fp32 kernels; not available for --dtype int8")
+    if args.lowering != "auto":
+        raise OperatorError(f"--lowering {args.lowering} chooses among fp32 CPU lowerings; int8 kernels have one "
+                            "(implicit GEMM, or direct depthwise)")
     if args.tile_db not in ("auto", "off"):
         raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; int8 plans come from "
                             "the static int8 issue model (use --tile-db auto or off)")
@@ -242,5 +251,9 @@ def register(sub) -> None:
                    help="CPU: answer micro-tile scores and cost-model constants from a tile database (docs/tile-db.md): "
                         "auto (default) = the shipped database for shipped hardware, the per-user one (measured and "
                         "calibrated rows: 'xfc tiledb calibrate') for host and your own files; off = the static model")
+    p.add_argument("--lowering", choices=("auto", "direct", "winograd"), default="auto",
+                   help="CPU conv2d: auto (default) = the faster of implicit GEMM and, for 3x3 stride-1 layers, "
+                        "Winograd as the cost model predicts; direct = implicit GEMM only; winograd = force it "
+                        "(3x3, stride 1, dilation 1 only)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(func=cmd_synth)

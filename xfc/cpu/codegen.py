@@ -29,7 +29,7 @@ import jinja2
 from ..errors import OperatorError
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..paths import TEMPLATES_DIR
-from . import neon_asm
+from . import neon_asm, winograd
 from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
 from .isa import ISA_TABLE, ISAS
 
@@ -92,12 +92,15 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"plan vector_lanes={lanes} must be a power of two")
     if not _C_IDENT.match(plan.function_name or ""):
         raise OperatorError(f"plan function_name '{plan.function_name}' is not a C identifier")
-    allowed = {MatmulSpec: ("gemm",), Conv2dSpec: ("implicit_gemm", "implicit_gemm_t"),
+    allowed = {MatmulSpec: ("gemm",), Conv2dSpec: ("implicit_gemm", "implicit_gemm_t", winograd.LOWERING),
                DepthwiseSpec: ("direct_depthwise",)}[type(spec)]
     if plan.lowering not in allowed:
         raise OperatorError(f"plan lowering '{plan.lowering}' does not fit {spec.name} "
                             f"(expected {' or '.join(repr(a) for a in allowed)})")
     expected = plan.lowering
+    if expected == winograd.LOWERING:
+        winograd.validate(plan)
+        return
     if expected == "direct_depthwise":
         d = plan.depthwise
         if d is None:
@@ -411,6 +414,10 @@ def render_context(plan: CpuKernelPlan) -> tuple[str, dict]:
     validate_plan(plan)
     if plan.lowering == "direct_depthwise":
         return "cpu/depthwise.c.j2", depthwise_context(plan)
+    if plan.lowering == winograd.LOWERING:
+        m, n, lda = gemm_view(winograd.gemm_problem(plan.spec, plan.winograd_m))
+        return "cpu/winograd.c.j2", winograd.context(plan, _common_context(plan, "cpu/winograd.c.j2"),
+                                                     micro_kernel_variants(plan, m, n, lda))
     return "cpu/gemm.c.j2", gemm_context(plan)
 
 

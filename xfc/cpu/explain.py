@@ -55,6 +55,7 @@ class CpuSynthesis:
     gemm_shape: Optional[tuple[int, int, int]]   # (M, N, K) of the lowered GEMM, per batch item
     alternatives: tuple[tuple[str, float], ...] = field(default_factory=tuple)  # (summary, predicted_s)
     micro_tile_source: str = "static"
+    decision: str = ""   # conv2d: which lowering won and why (xfc/cpu/winograd.py choose)
 
     @property
     def tiles_line(self) -> str:
@@ -69,7 +70,12 @@ class CpuSynthesis:
                  f"({c.core.pipeline.replace('_', '-')}, {c.core.vector_bits}-bit SIMD x{c.core.vector_registers} "
                  f"registers, {c.core.fma_per_cycle:g} FMA/cycle, L1d {c.core.l1d.size_bytes // 1024} KiB, "
                  f"L2 {c.l2.size_bytes // 1024} KiB), isa {self.plan.isa}"]
-        if self.gemm_shape:
+        if self.plan.lowering == "winograd":
+            m, n, k = self.gemm_shape
+            a = self.plan.winograd_m + 2
+            lines.append(f"lowering: winograd F({a - 2}x{a - 2},3x3) as {a * a} GEMMs M={m} N={n} K={k}"
+                         + (f" (x{self.spec.n} batch)" if self.spec.n > 1 else ""))
+        elif self.gemm_shape:
             m, n, k = self.gemm_shape
             lines.append(f"lowering: {self.plan.lowering} as GEMM M={m} N={n} K={k}"
                          + (f" (x{self.spec.n} batch)" if isinstance(self.spec, Conv2dSpec) and self.spec.n > 1 else ""))
@@ -85,6 +91,8 @@ class CpuSynthesis:
                      f"{est.predicted_gflops:.1f} GFLOP/s, bound: {est.bound} ({parts})")
         if self.alternatives:
             lines.append("runners-up: " + "; ".join(f"{s} {t * 1e3:.3f} ms" for s, t in self.alternatives[:3]))
+        if self.decision:
+            lines.append(self.decision)
         return "\n".join(lines)
 
     def report(self) -> dict:
@@ -101,6 +109,11 @@ class CpuSynthesis:
             "predicted_bound": self.estimate.bound, "prediction_note": PREDICTION_NOTE,
             "flops": self.spec.flops, "micro_tile_source": self.micro_tile_source,
         }
+        if plan.lowering == "winograd":
+            out["winograd_m"] = plan.winograd_m
+            out["predicted_stages"] = dict(self.estimate.seconds_by_bound)
+        if self.decision:
+            out["lowering_choice"] = self.decision
         if plan.schedule is not None:
             out["tiles"] = plan.schedule.tiles()
             out["code_shape"] = plan.schedule.code_shape()

@@ -107,7 +107,8 @@ class CpuKernelPlan:
     spec: OperatorSpec
     isa: str                      # one of ISAS
     vector_lanes: int             # fp32 lanes per SIMD register (16 avx512, 8 avx2, 4 neon)
-    lowering: str                 # 'gemm' (matmul), 'implicit_gemm' (conv2d), 'implicit_gemm_t', 'direct_depthwise'
+    lowering: str                 # 'gemm' (matmul), 'implicit_gemm' (conv2d), 'implicit_gemm_t', 'direct_depthwise',
+                                  # 'winograd' (3x3 stride-1 conv2d; gemm is its GEMM stage: xfc/cpu/winograd.py)
     gemm: Optional[GemmSchedule]
     depthwise: Optional[DepthwiseSchedule]
     function_name: str            # exported C symbol
@@ -117,6 +118,7 @@ class CpuKernelPlan:
     qemu_cpu: str = ""            # for ARM plans: the qemu-aarch64 -cpu value
     extra: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # free-form notes for reports (never read
                                                                        # by code generation)
+    winograd_m: int = 0           # lowering 'winograd': the output tile size m (2, 4 or 6); 0 otherwise
 
     @property
     def schedule(self):

@@ -25,7 +25,7 @@ from typing import Optional
 from ..errors import OperatorError
 from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
-from . import decide
+from . import decide, winograd
 from .cost_model import (DEFAULT_CONSTANTS, L1_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
                          StaticEvaluator, depthwise_estimate,
                          depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, split_imbalance)
@@ -273,10 +273,19 @@ def _check_request(spec: OperatorSpec, hw: HardwareDescription, cluster_role: Op
 
 def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
                    threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
-                   isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS) -> CpuSynthesis:
+                   isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS,
+                   lowering: str = "auto", winograd_m: Optional[int] = None) -> CpuSynthesis:
     """Construct a CPU kernel for spec on hw's cluster, bottom-up. Pure and deterministic.
     constants: the cost model's assumptions (default: the static ones; a calibrated set from the
-    tile database changes predictions and, where it changes which bound dominates, choices)."""
+    tile database changes predictions and, where it changes which bound dominates, choices).
+    lowering: 'auto' (3x3 stride-1 conv2d: the faster of the best implicit-GEMM and the best
+    Winograd plan, xfc/cpu/winograd.py), 'direct' (no Winograd) or 'winograd' (forced; one-line
+    OperatorError where it does not apply). winograd_m: consider only this Winograd tile size
+    (it must be admissible for the input channels: xfc.ops.winograd.admissible_tile_sizes)."""
+    if lowering not in winograd.LOWERINGS:
+        raise OperatorError(f"--lowering must be one of {', '.join(winograd.LOWERINGS)}, got {lowering!r}")
+    if lowering == winograd.LOWERING:
+        winograd.check_applicable(spec)
     chosen, threads = _check_request(spec, hw, cluster, threads)
     core = chosen.core
     isa = isa or isa_for(core)
@@ -306,7 +315,15 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
         if (c.transposed, c.sched) not in seen:
             seen.add((c.transposed, c.sched))
             alternatives.append((c.summary(), c.predicted_s))
-    return _gemm_synthesis(spec, hw, chosen, isa, best, tuple(alternatives))
+    direct = _gemm_synthesis(spec, hw, chosen, isa, best, tuple(alternatives))
+    if lowering == "direct" or not isinstance(spec, Conv2dSpec) or winograd.wmath.not_applicable(spec):
+        return direct
+    winograds = winograd.synthesize_winograd(spec, hw, chosen, threads, isa, evaluator, constants, header_common,
+                                             ranked_gemm_candidates, winograd_m)
+    if lowering == winograd.LOWERING and not winograds:
+        raise OperatorError(f"--lowering winograd: no tile size keeps the error bound within "
+                            f"{winograd.wmath.RELATIVE_TOLERANCE:g} at C={spec.c}")
+    return winograd.choose(spec, direct, winograds, lowering)
 
 
 def ranked_gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
@@ -342,7 +359,8 @@ def candidate_syntheses(spec: OperatorSpec, hw: HardwareDescription, cluster: Op
                         isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS,
                         top: int = 10) -> list[CpuSynthesis]:
     """The cost model's `top` best distinct GEMM programs for spec, best first (the first is what
-    synthesize_cpu returns). For measuring how much the ranking leaves on the table (regret)."""
+    synthesize_cpu(lowering='direct') returns; Winograd plans are not among them). For measuring
+    how much the ranking leaves on the table (regret)."""
     chosen, threads = _check_request(spec, hw, cluster, threads)
     if isinstance(spec, DepthwiseSpec):
         raise OperatorError("candidate_syntheses: depthwise plans have no ranked GEMM candidates")

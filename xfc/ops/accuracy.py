@@ -43,6 +43,13 @@ Two checks, both derived from the standard model of floating-point arithmetic
    The model does not hold for structured inputs (all ones, repeated values: rounding errors
    are then correlated and a correct kernel's error can grow like K); callers with such inputs
    pass statistical=False to check_output.
+
+Winograd plans (3x3 stride-1 conv2d lowered to F(m x m, 3x3), xfc/cpu/winograd.py) compute a
+different sum, through transforms whose entries are not all 1: their bound is derived in
+xfc/ops/winograd.py from the transform matrices and C (gamma_(C + 4a + 3) times a Winograd
+magnitude Mw >= M_e; a = m + 2) and replaces check 1 for them (reference.check_winograd_output,
+or check_output(..., winograd_m=m)); check 2 is not applied (its event count is the direct
+dot product's). docs/winograd.md has the derivation and the tile-size tolerance.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from .accuracy import Verdict, judge, variance_bound  # noqa: F401  (Verdict: re-exported)
 from .spec import Conv2dSpec, MatmulSpec, OperatorSpec, _WindowedSpec
+from .winograd import winograd_error_bound
 
 # Pre-activation spread (standard deviation) aimed for when a spec ends in ReLU6, so that its upper
 # clamp is crossed as often as its lower one (about one output in six above 6).
@@ -111,15 +112,26 @@ def compare_to_bound(expected: np.ndarray, got, bound: np.ndarray, variance: np.
 
 
 def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray, *,
-                 statistical: bool = True):
+                 statistical: bool = True, winograd_m: int = 0):
     """Compare a kernel's output with the reference: a Verdict (see accuracy.py) that unpacks as
     (ok, max_abs_error, worst_ratio). ok needs every element finite and within the worst-case
     bound, and, when statistical and K and the output are large enough, the RMS error within the
-    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs)."""
+    sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs).
+    winograd_m: the output of a Winograd plan with that tile size (CpuKernelPlan.winograd_m) is
+    judged under its own derived bound (xfc/ops/winograd.py); 0: a direct plan."""
+    if winograd_m:
+        return check_winograd_output(spec, winograd_m, got, a, b, bias)
     mag = magnitude(spec, a, b, bias)
     k = spec.reduction_size
     variance = variance_bound(k, mag) if statistical else None
     return judge(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias, mag), variance, k)
+
+
+def check_winograd_output(spec: Conv2dSpec, m: int, got, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Verdict:
+    """The verdict for the output of a Winograd plan with tile size m: finite, and within the
+    derived Winograd bound (xfc/ops/winograd.py) of the float64 direct reference. No RMS check
+    (its model counts the rounding events of a direct dot product)."""
+    return judge(reference(spec, a, b, bias), got, winograd_error_bound(spec, a, b, bias, m))
 
 
 # ---------------------------------------------------------------------------------------------

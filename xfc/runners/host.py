@@ -156,7 +156,7 @@ class HostKernel:
         an output is not finite (NaN: never written), an error is outside the K-derived bound or
         the RMS error is outside the statistical limit."""
         out = self(in0, in1, bias)
-        verdict = check_output(self.spec, out, in0, in1, bias)
+        verdict = check_output(self.spec, out, in0, in1, bias, winograd_m=self.rendered.plan.winograd_m)
         if not verdict.ok:
             raise VerificationError(f"{self.rendered.function_name}: output differs from the reference "
                                     f"({verdict.reason})")

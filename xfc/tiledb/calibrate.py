@@ -123,6 +123,10 @@ def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, co
     plan = item.plan
     if plan.depthwise is not None:
         return depthwise_estimate(item.spec, hw, cluster, plan.depthwise, plan.vector_lanes, constants).predicted_s
+    if plan.lowering == "winograd":
+        from ..cpu.winograd import plan_stages
+        return plan_stages(item.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa,
+                           constants).total_s
     g = plan.gemm
     tile = MicroTile(mr=g.mr, nr_vectors=g.nr // plan.vector_lanes, lanes=plan.vector_lanes, a_load_bits=g.a_load_bits)
     score = StaticEvaluator().evaluate(tile, cluster.core, plan.isa)
@@ -176,7 +180,8 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
     with tempfile.TemporaryDirectory(prefix="xfc-calibrate-") as tmp:
         for index, (spec, t) in enumerate(((s, t) for s in specs for t in threads), 1):
             progress(f"[{index}/{total}] {spec.describe()} at {t} thread(s)")
-            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants).plan
+            # direct plans only: the constants fitted here belong to the GEMM roofline model
+            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants, lowering="direct").plan
             rendered = render_cpu_kernel(plan)
             kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"k{index}"))
             a, b, bias = make_inputs(spec, seed=0)

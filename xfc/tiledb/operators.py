@@ -81,7 +81,7 @@ class HostOperatorEvaluator:
             rendered = render_cpu_kernel(result.plan)
             kernel = HostKernel(rendered, build_host(rendered, Path(tmp)))
             a, b, bias = make_inputs(spec, seed=0)
-            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
+            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=result.plan.winograd_m)
             if not ok:
                 raise VerificationError(f"{spec.describe()}: the synthesized kernel differs from the reference "
                                         f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")

@@ -42,8 +42,12 @@ SOURCE = "synth"
 # digest, so an edited synthesizer never answers from rows it did not write.
 PACKAGE = Path(__file__).resolve().parent.parent
 SYNTH_SOURCES = ("cpu/synth.py", "cpu/tiles.py", "cpu/cost_model.py", "cpu/decide.py", "cpu/isa.py", "cpu/ir.py",
-                 "cpu/explain.py", "ops/spec.py", "tiledb/plancache.py", "tiledb/evaluators.py",
-                 "tiledb/calibrate.py")
+                 "cpu/explain.py", "cpu/winograd.py", "ops/spec.py", "ops/winograd.py", "tiledb/plancache.py",
+                 "tiledb/evaluators.py", "tiledb/calibrate.py")
+# The layout of a cached row and the synthesizer's choices it may hold: bumped when either changes
+# (2: conv2d plans may be Winograd plans, with winograd_m and the lowering decision), so that rows
+# written by an older synthesizer are stale even where file sizes and times would match.
+PLAN_FORMAT = 2
 _code_digest: Optional[str] = None
 
 
@@ -66,7 +70,8 @@ def inputs_digest(spec: OperatorSpec, hw: HardwareDescription, isa: Optional[str
                   tile_state: str) -> str:
     # The description's facts; its notes and sources are prose (the host's notes carry the probe's time).
     facts_only = replace(hw, notes="", sources=(), uncertain=(), source_path="")
-    facts = {"xfc": __version__, "code": code_digest(), "hardware": repr(facts_only), "spec": repr(spec),
+    facts = {"xfc": __version__, "format": PLAN_FORMAT, "code": code_digest(), "hardware": repr(facts_only),
+             "spec": repr(spec),
              "isa": isa or "", "constants": constants.as_dict(), "tiles": tile_state}
     return hashlib.sha256(canonical_json(facts).encode()).hexdigest()[:32]
 
@@ -83,7 +88,7 @@ def synthesis_payload(result: CpuSynthesis) -> dict:
                  "depthwise": asdict(plan.depthwise) if plan.depthwise is not None else None,
                  "function_name": plan.function_name, "header_lines": list(plan.header_lines),
                  "hardware_name": plan.hardware_name, "gcc_march": plan.gcc_march, "qemu_cpu": plan.qemu_cpu,
-                 "extra": [list(pair) for pair in plan.extra]},
+                 "extra": [list(pair) for pair in plan.extra], "winograd_m": plan.winograd_m},
         "hardware": result.hardware,
         "levels": [[lv.level, lv.tile, lv.usage, lv.decided_by] for lv in result.levels],
         "estimate": {"flops": est.flops, "seconds_by_bound": [list(p) for p in est.seconds_by_bound],
@@ -91,6 +96,7 @@ def synthesis_payload(result: CpuSynthesis) -> dict:
         "gemm_shape": list(result.gemm_shape) if result.gemm_shape is not None else None,
         "alternatives": [list(a) for a in result.alternatives],
         "micro_tile_source": result.micro_tile_source,
+        "decision": result.decision,
     }
 
 
@@ -114,7 +120,8 @@ def synthesis_from_payload(payload: dict, spec: OperatorSpec, cluster) -> CpuSyn
         header_lines=tuple(_typed(x, str, "header line") for x in p["header_lines"]),
         hardware_name=_typed(p["hardware_name"], str, "hardware_name"), gcc_march=_typed(p["gcc_march"], str, "gcc_march"),
         qemu_cpu=_typed(p["qemu_cpu"], str, "qemu_cpu"),
-        extra=tuple((_typed(k, str, "extra"), _typed(v, str, "extra")) for k, v in p["extra"]))
+        extra=tuple((_typed(k, str, "extra"), _typed(v, str, "extra")) for k, v in p["extra"]),
+        winograd_m=_typed(p["winograd_m"], int, "winograd_m"))
     e = payload["estimate"]
     estimate = CostEstimate(flops=_typed(e["flops"], int, "flops"),
                             seconds_by_bound=tuple((_typed(n, str, "bound"), _typed(s, float, "seconds"))
@@ -127,7 +134,8 @@ def synthesis_from_payload(payload: dict, spec: OperatorSpec, cluster) -> CpuSyn
         estimate=estimate,
         gemm_shape=tuple(_typed(x, int, "gemm_shape") for x in shape) if shape is not None else None,
         alternatives=tuple((_typed(s, str, "alternative"), _typed(t, float, "alternative")) for s, t in payload["alternatives"]),
-        micro_tile_source=_typed(payload["micro_tile_source"], str, "micro_tile_source"))
+        micro_tile_source=_typed(payload["micro_tile_source"], str, "micro_tile_source"),
+        decision=_typed(payload["decision"], str, "decision"))
 
 
 def payload_digest(plan_text: str) -> str:

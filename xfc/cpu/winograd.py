@@ -1,0 +1,350 @@
+"""The Winograd lowering of 3x3 stride-1 conv2d on the CPU: plans, cost, choice and render context.
+
+A Winograd plan (lowering 'winograd', CpuKernelPlan.winograd_m = m) runs four stages
+(templates/cpu/winograd.c.j2; the math is xfc/ops/winograd.py):
+
+  filter   U = G g G^T, once per weight tensor (the pre-pack entry point; per call otherwise)
+  input    V = BT d BT^T of the (m+2)x(m+2) input tiles, fused with the zero padding, written
+           into the packed B panels of the GEMMs
+  GEMMs    (m+2)^2 independent GEMMs M[xi] = U[xi] (K x C) V[xi] (C x tiles): an ordinary matmul
+           problem, whose register tile, KC/MC/NC blocking and thread split the synthesizer grows
+           exactly as for any GEMM (synth.ranked_gemm_candidates); U is always pre-packed, so A is
+           'packed'
+  output   Y = AT M AT^T + bias, activation, written straight into the output
+
+The cost model charges each stage (winograd_estimate): the transforms' vector arithmetic, loads
+and stores, the scalar staging and scatter, the traffic of the transformed tiles through the
+level they fit, and the GEMMs' own roofline estimate times (m+2)^2. The synthesizer compares the
+best Winograd plan over the admissible tile sizes (xfc.ops.winograd.admissible_tile_sizes) with
+the best implicit-GEMM plan and keeps the faster (synth.synthesize_cpu, lowering='auto').
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Optional
+
+from ..errors import OperatorError
+from ..ops import winograd as wmath
+from ..ops.spec import Conv2dSpec, MatmulSpec
+from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
+                         dram_bytes_per_second, gemm_estimate, l2_per_core_bytes)
+from .explain import CpuSynthesis, TileLevel
+from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
+from .isa import isa_row
+from .plans import hand_plan
+from .tiles import FLOAT_BYTES, MicroTile, round_up
+
+LOWERING = "winograd"
+LOWERINGS = ("auto", "direct", "winograd")   # what a caller may ask the synthesizer for
+STORES_PER_CYCLE = 1.0         # vector stores a core retires per cycle (transform outputs)
+SCALAR_ELEMENT_CYCLES = 1.0    # one scalar load + store (staging the phase-split plane, the output scatter)
+
+
+def gemm_problem(spec: Conv2dSpec, m: int) -> MatmulSpec:
+    """One of the (m+2)^2 GEMMs, as a matmul problem: M = output channels, N = tiles, K = input
+    channels, batch = images (the synthesizer grows its schedule like any matmul's)."""
+    th, tw = wmath.tile_counts(spec, m)
+    return MatmulSpec(m=spec.k, n=th * tw, k=spec.c, batch=spec.n)
+
+
+def check_applicable(spec) -> None:
+    """One-line OperatorError when the Winograd lowering cannot be used for spec."""
+    why = wmath.not_applicable(spec)
+    if why:
+        raise OperatorError(f"--lowering winograd does not apply: {why}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WinogradStages:
+    """Predicted seconds of each stage (they run one after another, separated by barriers)."""
+
+    input_s: float
+    gemm_s: float
+    output_s: float
+    traffic_s: float
+    gemm_bound: str = "compute"      # what bounds the GEMM stage (its roofline: compute, L2, L3, DRAM)
+    traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
+
+    def parts(self) -> tuple[tuple[str, float], ...]:
+        return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
+                ("tile traffic", self.traffic_s))
+
+    @property
+    def total_s(self) -> float:
+        return self.input_s + self.gemm_s + self.output_s + self.traffic_s
+
+
+def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
+                gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS) -> WinogradStages:
+    """The stages of a Winograd plan (module docstring). The filter transform is not charged: the
+    pre-pack entry point does it once per weight tensor, like the packed weights of a GEMM plan."""
+    core = cluster.core
+    t = wmath.transforms(m)
+    a = t.alpha
+    ops = t.arithmetic()
+    clock_hz = cluster.clock_ghz * 1e9
+    th, tw = wmath.tile_counts(spec, m)
+    groups = th * math.ceil(tw / lanes)            # LANES tiles per vector group
+    loads_per_cycle = core.load_rules.vector_loads_per_cycle
+    pack = constants.pack_rate_scale
+    stage_elems = (th * m + a - m) * m * (round_up(tw, lanes) + lanes)
+    input_group = ops["input"] / core.fma_per_cycle + a * a / loads_per_cycle + a * a / STORES_PER_CYCLE
+    input_cycles = spec.n * spec.c * (groups * input_group + stage_elems * SCALAR_ELEMENT_CYCLES / pack)
+    output_group = ops["output"] / core.fma_per_cycle + a * a / loads_per_cycle + m * m / STORES_PER_CYCLE
+    output_cycles = spec.n * spec.k * (groups * output_group
+                                       + spec.out_h * spec.out_w * SCALAR_ELEMENT_CYCLES / pack)
+    used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
+    input_s = input_cycles / (clock_hz * used[0])
+    output_s = output_cycles / (clock_hz * used[1])
+    # The transformed tiles: V written by the input transform, M written by the GEMMs and read
+    # back by the output transform (the GEMMs' own reads of U and V are in their estimate).
+    n_padded = round_up(th * tw, nr)
+    tile_bytes = FLOAT_BYTES * a * a * (spec.c * n_padded + spec.k * th * tw)
+    moved = spec.n * tile_bytes * 1.5
+    if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
+        level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
+    elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
+        level, traffic_s = "L3", moved / (constants.shared_cache_bytes_per_cycle * clock_hz * threads)
+    else:
+        level, traffic_s = "DRAM", moved / dram_bytes_per_second(hw, constants)
+    return WinogradStages(input_s=input_s, gemm_s=a * a * gemm_estimate.predicted_s, output_s=output_s,
+                          traffic_s=traffic_s, gemm_bound=gemm_estimate.bound, traffic_level=level)
+
+
+def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
+                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None) -> WinogradStages:
+    """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is the roofline
+    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed); the
+    micro-tile is scored by evaluator (default: the static issue model)."""
+    tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
+    score = (evaluator or StaticEvaluator()).evaluate(tile, cluster.core, isa)
+    gemm = gemm_estimate(gemm_problem(spec, m), hw, cluster, tile, score, replace(sched, a_pack="direct"), False,
+                         constants)
+    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants)
+
+
+def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
+    """A CostEstimate whose flops are the direct convolution's (effective GFLOP/s) and whose parts
+    are the stages; the prediction is their sum. The bound is what limits the largest stage, in the
+    vocabulary of the other plans: the GEMMs' own bound, 'compute' for a transform (core cycles),
+    the level the transformed tiles live in for their traffic."""
+    parts = stages.parts()
+    largest = max(parts, key=lambda p: p[1])[0]
+    bound = {"GEMMs": stages.gemm_bound, "tile traffic": stages.traffic_level}.get(largest, "compute")
+    return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=stages.total_s, bound=bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans
+# ---------------------------------------------------------------------------------------------
+
+def winograd_schedule(sched: GemmSchedule) -> GemmSchedule:
+    """A grown GEMM schedule as the Winograd GEMM stage runs it: U arrives pre-packed as MR-row
+    panels (a_pack 'packed') and V is written packed by the input transform (no staging)."""
+    return replace(sched, a_pack="packed", c_store="direct", stage_copy="none")
+
+
+def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
+              header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
+              qemu_cpu: str = "") -> CpuKernelPlan:
+    return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING, gemm=winograd_schedule(sched),
+                         depthwise=None, function_name=function_name, header_lines=header_lines,
+                         hardware_name=hardware_name, gcc_march=gcc_march, qemu_cpu=qemu_cpu, winograd_m=m)
+
+
+def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: int = 1, **overrides) -> CpuKernelPlan:
+    """A hand-picked Winograd plan (tests): the GEMM stage from plans.hand_plan on gemm_problem."""
+    check_applicable(spec)
+    if m not in wmath.TILE_SIZES:
+        raise OperatorError(f"winograd tile size m={m} must be one of {wmath.TILE_SIZES}")
+    base = hand_plan(gemm_problem(spec, m), isa, threads, a_pack="packed", **overrides)
+    name = overrides.get("function_name") or base.function_name.replace("xfc_matmul", f"xfc_wino{m}_conv")
+    header = (f"xfc CPU kernel: {spec.describe()}", f"isa={isa} lanes={base.vector_lanes} threads={threads}",
+              f"plan: hand_winograd_plan m={m} (xfc.cpu.winograd)", base.header_lines[-1])
+    return make_plan(spec, m, isa, base.vector_lanes, base.gemm, name, header, gcc_march=base.gcc_march,
+                     qemu_cpu=base.qemu_cpu)
+
+
+def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: tuple[TileLevel, ...],
+                 lanes: int) -> tuple[TileLevel, ...]:
+    """The explanation's levels: the transforms around the GEMM stage's own levels."""
+    a = m + 2
+    th, tw = wmath.tile_counts(spec, m)
+    return (
+        TileLevel("FILTER", f"U = G g G^T: {a}x{a} per (K={spec.k}, C={spec.c}) pair, in double",
+                  "once per weight tensor (pre-pack entry point)", "not charged: weights are pre-packed"),
+        TileLevel("INPUT", f"V = BT d BT^T: {th}x{tw} tiles of {a}x{a}, {lanes} tiles per vector",
+                  f"{stages.input_s * 1e3:.3f} ms", "fused with zero padding; written as packed B panels"),
+        *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels),
+        TileLevel("GEMMS", f"{a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
+                  "the synthesizer's best GEMM schedule for this problem"),
+        TileLevel("OUTPUT", f"Y = AT M AT^T: {m}x{m} outputs per tile + bias, activation",
+                  f"{stages.output_s * 1e3:.3f} ms", "written straight into the output (ragged tiles cropped)"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and render context (codegen.py calls these for lowering 'winograd')
+# ---------------------------------------------------------------------------------------------
+
+def validate(plan: CpuKernelPlan) -> None:
+    """Raise OperatorError (one line) if the Winograd plan cannot be rendered."""
+    why = wmath.not_applicable(plan.spec)
+    if why:
+        raise OperatorError(f"plan lowering 'winograd': {why}")
+    if plan.winograd_m not in wmath.TILE_SIZES:
+        raise OperatorError(f"plan winograd_m={plan.winograd_m} must be one of {wmath.TILE_SIZES}")
+    g = plan.gemm
+    if g is None:
+        raise OperatorError("plan lowering 'winograd' needs a GemmSchedule for its GEMM stage (plan.gemm is None)")
+    for name in ("mr", "nr", "k_unroll", "kc", "mc", "nc", "threads"):
+        if getattr(g, name) < 1:
+            raise OperatorError(f"gemm schedule {name}={getattr(g, name)} must be >= 1")
+    if g.nr % plan.vector_lanes or g.mc % g.mr or g.nc % g.nr:
+        raise OperatorError(f"gemm schedule nr={g.nr}, mc={g.mc}, nc={g.nc} must be multiples of the "
+                            f"{plan.vector_lanes} lanes, mr={g.mr} and nr={g.nr}")
+    if (g.a_pack, g.c_store, g.stage_copy) != ("packed", "direct", "none"):
+        raise OperatorError(f"the winograd GEMM stage reads U packed, stores C directly and stages nothing "
+                            f"(a_pack='packed', c_store='direct', stage_copy='none'), got {g.a_pack!r}, "
+                            f"{g.c_store!r}, {g.stage_copy!r}")
+    if g.loop_order not in LOOP_ORDERS or g.ukernel not in UKERNELS:
+        raise OperatorError(f"gemm schedule loop_order '{g.loop_order}' / ukernel '{g.ukernel}' not known")
+    if g.parallel_axis not in ("n", "m"):
+        raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
+    if g.ukernel != "intrinsics" and plan.isa != "neon":
+        raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon (isa {plan.isa})")
+    if g.mr > 64 or g.nr // plan.vector_lanes > 16:
+        raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
+
+
+def _terms(row) -> list[dict]:
+    """The nonzero entries of one transform row as the template spells them."""
+    out = []
+    for index, x in enumerate(row):
+        if x == 0:
+            continue
+        kind = "add" if x == 1 else ("sub" if x == -1 else "fma")
+        out.append({"index": index, "kind": kind, "literal": f"{float(x)!r}f"})
+    return out
+
+
+def _point_text(p: Fraction) -> str:
+    return str(p.numerator) if p.denominator == 1 else f"{p.numerator}/{p.denominator}"
+
+
+def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
+    """The render context of templates/cpu/winograd.c.j2 (common: codegen's shared keys;
+    variants: codegen.micro_kernel_variants of the GEMM stage)."""
+    spec, g, m = plan.spec, plan.gemm, plan.winograd_m
+    t = wmath.transforms(m)
+    th, tw = wmath.tile_counts(spec, m)
+    lanes = plan.vector_lanes
+    ctx = dict(common)
+    ctx.update({
+        "wm": m, "wa": t.alpha, "k_out": spec.k, "batch": spec.n, "tiles_h": th, "tiles_w": tw, "tiles": th * tw,
+        "conv": {"c": spec.c, "h": spec.h, "w": spec.w, "oh": spec.out_h, "ow": spec.out_w,
+                 "pt": spec.pad_top, "pl": spec.pad_left},
+        "stage_cols": round_up(tw, lanes) + lanes,
+        "points_text": ", ".join(_point_text(p) for p in t.points) + " and infinity",
+        "bt_terms": [_terms(row) for row in t.bt_exact], "at_terms": [_terms(row) for row in t.at_exact],
+        "g_rows": [[repr(float(x)) for x in row] for row in t.g_exact],
+        "mr": g.mr, "nr": g.nr, "ku": g.k_unroll, "kc": g.kc, "mc": g.mc, "nc": g.nc,
+        "m_padded": round_up(spec.k, g.mr), "n_padded": round_up(th * tw, g.nr),
+        "parallel_axis": g.parallel_axis, "loop_order": g.loop_order,
+        # the micro-kernel macro's keys (gemm_ukernel.j2): A packed, C direct, epilogue never on
+        "variants": variants, "a_pack": "packed", "prefetch_c": g.prefetch_c,
+        "prefetch_b_distance": g.prefetch_b_distance, "transposed": False, "vector_transpose": False,
+        "bias_axis": "m",
+    })
+    return ctx
+
+
+def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m: Optional[int],
+                    direct_summary: str, excluded: str = "") -> str:
+    """One line: which lowering won and by how much (explain and reports)."""
+    if winograd_s is None:
+        return f"lowering choice: {chosen} ({excluded or 'winograd not considered'})"
+    ratio = direct_s / winograd_s
+    if chosen == LOWERING:
+        return (f"lowering choice: winograd m={m} predicted {winograd_s * 1e3:.3f} ms vs best direct plan "
+                f"({direct_summary}) {direct_s * 1e3:.3f} ms: {ratio:.2f}x faster")
+    return (f"lowering choice: {chosen} predicted {direct_s * 1e3:.3f} ms ({direct_summary}) vs best winograd "
+            f"m={m} {winograd_s * 1e3:.3f} ms: winograd {1 / ratio:.2f}x the time" + (f"; {excluded}" if excluded else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthesis (synth.synthesize_cpu calls this for conv2d unless the caller asked for 'direct')
+# ---------------------------------------------------------------------------------------------
+
+def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
+                        constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
+                        only_m: Optional[int] = None) -> list:
+    """The best Winograd program per admissible tile size, fastest first: a list of
+    (m, CpuSynthesis). Empty when no tile size is admissible for the input channels.
+    ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
+    only_m: consider this tile size only (OperatorError when it is not admissible)."""
+    core = cluster.core
+    lanes = isa_row(isa).synthesis_lanes(core)
+    sizes = wmath.admissible_tile_sizes(spec.c)
+    if only_m is not None:
+        if only_m not in sizes:
+            raise OperatorError(f"winograd tile size m={only_m} is not admissible at C={spec.c} (admissible: "
+                                f"{', '.join(map(str, sizes)) or 'none'}; xfc/ops/winograd.py RELATIVE_TOLERANCE)")
+        sizes = (only_m,)
+    out = []
+    for m in sizes:
+        problem = gemm_problem(spec, m)
+        best = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)[0]
+        sched = winograd_schedule(best.sched)
+        stages = plan_stages(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator)
+        th, tw = wmath.tile_counts(spec, m)
+        a = m + 2
+        lines = header_common + [
+            f"lowered: winograd F({m}x{m},3x3): {a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}",
+            f"tiles: m={m} mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
+            f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A=packed",
+            f"isa: {isa}"]
+        plan = make_plan(spec, m, isa, lanes, sched, f"xfc_{spec.name}", tuple(lines), hardware_name=hw.name,
+                         gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+        out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
+                                    levels=stage_levels(spec, m, stages, best.levels, lanes),
+                                    estimate=winograd_estimate(spec, stages), gemm_shape=tuple(gemm_view_of(problem)),
+                                    micro_tile_source=best.score.source)))
+    out.sort(key=lambda pair: (pair[1].estimate.predicted_s, pair[0]))
+    return out
+
+
+def gemm_view_of(problem: MatmulSpec) -> tuple[int, int, int]:
+    return (problem.m, problem.n, problem.k)
+
+
+def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
+    """The synthesis to return and the one-line reason (lowering 'auto' keeps the faster;
+    'winograd' the best Winograd plan; the loser's summary goes to the runners-up)."""
+    direct_summary = f"{direct.plan.lowering} {direct.tiles_line.split(' threads')[0]}"
+    excluded = [m for m in wmath.TILE_SIZES if m not in wmath.admissible_tile_sizes(spec.c)]
+    excluded_text = (f"m={','.join(map(str, excluded))} excluded: worst-case error bound above "
+                     f"{wmath.RELATIVE_TOLERANCE:g} at C={spec.c}") if excluded else ""
+    if not winograds:
+        line = describe_choice(direct.plan.lowering, None, direct.estimate.predicted_s, None, direct_summary,
+                               excluded_text)
+        return replace(direct, decision=line)
+    m, wbest = winograds[0]
+    take_winograd = lowering == LOWERING or wbest.estimate.predicted_s < direct.estimate.predicted_s
+    chosen = LOWERING if take_winograd else direct.plan.lowering
+    line = describe_choice(chosen, wbest.estimate.predicted_s, direct.estimate.predicted_s, m, direct_summary,
+                           excluded_text if take_winograd is False else "")
+    others = tuple((f"winograd m={om}", s.estimate.predicted_s) for om, s in winograds[1:])
+    if take_winograd:
+        if excluded_text:
+            line += f"; {excluded_text}"
+        alternatives = ((f"direct {direct_summary}", direct.estimate.predicted_s),) + others
+        return replace(wbest, alternatives=alternatives, decision=line)
+    alternatives = ((f"winograd m={m}", wbest.estimate.predicted_s),) + others + direct.alternatives
+    return replace(direct, alternatives=alternatives, decision=line)
