@@ -48,10 +48,9 @@ def start_args(*, head: bool, address: Optional[str], port: int, resources: Mapp
                num_cpus: Optional[int], object_store_bytes: Optional[int], temp_dir: Optional[str],
                expose: bool, node_ip: Optional[str]) -> list[str]:
     """The `ray start` argument list (pure)."""
-    args = ["start", "--block", "--disable-usage-stats", "--include-dashboard", "false",
-            "--dashboard-host", LOCAL_IP, "--resources", json.dumps(dict(sorted(resources.items())))]
+    args = ["start", "--block", "--disable-usage-stats", "--resources", json.dumps(dict(sorted(resources.items())))]
     if head:
-        args += ["--head", "--port", str(port)]
+        args += ["--head", "--port", str(port), "--include-dashboard", "false", "--dashboard-host", LOCAL_IP]
     else:
         args += ["--address", address]
     ip = node_ip or (None if expose else LOCAL_IP)
