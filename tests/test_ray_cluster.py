@@ -20,6 +20,7 @@ import pytest
 
 from android_runner.testbed import free_port
 from xfc.cluster import EXPOSE_WARNING, start_args
+from xfc.errors import XfcError
 from xfc.tiledb.ray_executor import missing_resources, phone_resources, wrong_phones
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,6 +95,26 @@ def test_nodes_get_127_0_0_1_unless_exposed():
     assert json.loads(local[local.index("--resources") + 1]) == {"xfc-qemu": 1.0}
     assert "--node-ip-address" not in start_args(expose=True, **common)
     assert "anyone who can reach" in EXPOSE_WARNING and "run any code" in EXPOSE_WARNING
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_an_evaluators_error_stops_the_build_a_dead_worker_is_reported():
+    import ray.exceptions as ex
+    from xfc.errors import VerificationError
+    from xfc.hardware.load import load
+    from xfc.tiledb.ray_executor import RayExecutor
+    executor = RayExecutor("127.0.0.1:1", load(HW), retries=1)      # not connected: failure() is pure
+    cause = VerificationError("tile 4x8: C differs")
+    wrapped = ex.RayTaskError("measure_on_node", "traceback", cause).as_instanceof_cause()
+    with pytest.raises(VerificationError) as raised:
+        executor.failure(wrapped)
+    assert type(raised.value) is VerificationError and str(raised.value) == "tile 4x8: C differs"
+    why = executor.failure(ex.WorkerCrashedError())
+    assert why.startswith("WorkerCrashedError after 1 retry: The worker died") and "\n" not in why
+    assert executor.failure(KeyError("x")) is None
+    with pytest.raises(XfcError):
+        RayExecutor("127.0.0.1:1", load(HW), retries=-1)
 
 
 @pytest.mark.subprocess

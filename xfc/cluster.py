@@ -27,11 +27,16 @@ EXPOSE_WARNING = ("xfc: warning: this Ray node is reachable from the network: an
 
 
 def node_resources(environ: Mapping[str, str], adb_host: Optional[str], adb_port: Optional[int],
-                   use_adb: bool = True) -> dict[str, float]:
+                   use_adb: bool = True, warn=lambda message: None, start_server: bool = True) -> dict[str, float]:
+    """This host's resources; without a reachable adb server the node offers no phones (warn says why)."""
+    from .errors import DeviceError
     out = host_resources(environ)
     if use_adb:
         from .runners.adb import device_rows
-        out.update(phone_resources(device_rows(adb_host, adb_port)))
+        try:
+            out.update(phone_resources(device_rows(adb_host, adb_port, start_server=start_server)))
+        except DeviceError as exc:
+            warn(f"no phones on this node: {exc}")
     return out
 
 

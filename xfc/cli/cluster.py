@@ -11,13 +11,18 @@ from .adb_options import add_adb_server_options
 DEFAULT_HEAD_PORT = 6379
 
 
+def _warn(message: str) -> None:
+    print(f"xfc: warning: {message}", file=sys.stderr, flush=True)
+
+
 def _node_args(args, head: bool) -> list[str]:
     from ..cluster import EXPOSE_WARNING, node_resources, start_args
     from ..tiledb.ray_executor import require_ray
     require_ray()
     if args.num_cpus is not None and args.num_cpus < 0:
         raise XfcError(f"--num-cpus must be >= 0, got {args.num_cpus}")
-    resources = node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb)
+    resources = node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb,
+                               start_server=not args.no_start_server, warn=_warn)
     if args.expose:
         print(EXPOSE_WARNING, file=sys.stderr, flush=True)
     phones = sorted(k.split(":", 1)[1] for k in resources if k.startswith("xfc-phone:"))
@@ -55,7 +60,8 @@ def cmd_resources(args) -> int:
             ray.shutdown()
         print(json.dumps(nodes, indent=1, sort_keys=True))
     else:
-        print(json.dumps(node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb),
+        print(json.dumps(node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb,
+                                        start_server=not args.no_start_server, warn=_warn),
                          indent=1, sort_keys=True))
     return 0
 
@@ -68,7 +74,7 @@ def _common(p) -> None:
                    help="give Ray this host's network address instead of 127.0.0.1 (prints a warning: a Ray "
                         "node runs code for anyone who can reach it)")
     p.add_argument("--no-adb", action="store_true", help="do not look for phones")
-    add_adb_server_options(p, start_server_flag=False)
+    add_adb_server_options(p)
 
 
 def register(sub) -> None:
@@ -85,6 +91,6 @@ def register(sub) -> None:
     p = csub.add_parser("resources", help="what this host would advertise, or (--address) every node's")
     p.add_argument("--address", metavar="ADDR", help="list the nodes of this running cluster")
     p.add_argument("--no-adb", action="store_true", help="do not look for phones")
-    add_adb_server_options(p, start_server_flag=False)
+    add_adb_server_options(p)
     p.set_defaults(func=cmd_resources)
     c.set_defaults(func=lambda a: (c.print_help(), 2)[1])

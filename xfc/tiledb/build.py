@@ -369,5 +369,6 @@ def run_build(db: TileDb, tasks: Sequence[Task], *, jobs: int = 1,
         bar.update(done, "done", final=True)
     return BuildSummary(planned=len(tasks), skipped=skipped, evaluated=counts["evaluated"],
                         taken_by_others=counts["others"], replaced=counts["replaced"],
-                        conflicts=counts["conflicts"], where=tuple((src, place, n) for (src, place), n in sorted(places.items())),
+                        conflicts=counts["conflicts"],
+                        where=tuple((src, place, n) for (src, place), n in sorted(places.items())),
                         unmeasured=tuple(unmeasured))

@@ -245,13 +245,13 @@ class RayExecutor:
     def failure(self, exc: BaseException) -> Optional[str]:
         """A dead worker or node (after the retries) -> why; an evaluator's own error -> raised."""
         ex = self.ray.exceptions
-        if isinstance(exc, XfcError):
-            raise exc.__class__(str(exc)) from None   # the evaluator's one line, as locally
         if isinstance(exc, ex.RayTaskError):
             cause = getattr(exc, "cause", None)
             if isinstance(cause, XfcError):
-                raise cause.__class__(str(cause)) from None
+                raise cause from None             # the evaluator's one line, as locally
             raise XfcError(f"a task failed on the Ray cluster: {' '.join(str(cause or exc).split())[:200]}")
+        if isinstance(exc, XfcError):
+            raise exc
         if isinstance(exc, (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError,
                             ex.LocalRayletDiedError, ex.TaskUnschedulableError)):
             first = " ".join(str(exc).split())[:160]
