@@ -318,6 +318,15 @@ def test_a_static_build_through_ray_exports_what_the_local_one_does(cluster, tmp
         assert out.returncode == 0, out.stderr
         exports.append(out.stdout)
     assert exports[0] == exports[1] and exports[0].count('"kind":"tile"') > 50
+    # the other path: two hosts build a cluster each and merge; the same records again
+    parts = [tmp_path / "prime.sqlite", tmp_path / "rest.sqlite"]
+    for db, clusters in zip(parts, (["prime"], ["big", "little"])):
+        for role in clusters:
+            proc = xfc("tiledb", "build", "--hw", HW, "--cluster", role, "--evaluators", "static", "--db", str(db),
+                       "--quiet")
+            assert proc.returncode == 0, proc.stderr
+    assert xfc("tiledb", "merge", str(parts[1]), "--db", str(parts[0])).returncode == 0
+    assert xfc("tiledb", "export", "--db", str(parts[0])).stdout == exports[1]
 
 
 @pytest.mark.adb
