@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from android_runner.testbed import free_port
-from xfc.cluster import EXPOSE_WARNING, start_args
+from xfc.tiledb.cluster import EXPOSE_WARNING, start_args
 from xfc.errors import XfcError
 from xfc.tiledb.ray_executor import missing_resources, phone_resources, wrong_phones
 
@@ -171,12 +171,16 @@ def stop_groups(procs: list[subprocess.Popen], grace_s: float = 4.0) -> None:
 
 
 def wait_for_nodes(address: str, marker: str, count: int, node: subprocess.Popen, log: Path,
-                   deadline_s: float = 90.0) -> list[dict]:
+                   deadline_s: float = 180.0) -> list[dict]:
+    """The cluster's live nodes once there are count of them (a loaded machine starts Ray slowly)."""
     end = time.monotonic() + deadline_s
     while True:
         if node.poll() is not None:
             raise AssertionError(f"the Ray node stopped: {log.read_text()[-600:]}")
-        proc = xfc("cluster", "resources", "--address", address, marker=marker, timeout=60)
+        try:
+            proc = xfc("cluster", "resources", "--address", address, marker=marker, timeout=60)
+        except subprocess.TimeoutExpired as exc:
+            proc = subprocess.CompletedProcess(exc.cmd, -1, "", "timed out")
         if proc.returncode == 0:
             nodes = [n for n in json.loads(proc.stdout) if n["alive"]]
             if len(nodes) >= count:
@@ -252,7 +256,7 @@ def kill_one_device_task(marker: str, proc: subprocess.Popen, timeout_s: float =
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmd.startswith(b"ray::measure_on_node") and any(e.startswith(b"XFC_CLUSTER_ADB_PORT=") for e in environ):
+            if cmd.startswith(b"ray::measure_on_node") and b"XFC_CLUSTER_NODE=worker" in environ:
                 os.kill(pid, signal.SIGKILL)
                 return pid
         time.sleep(0.05)

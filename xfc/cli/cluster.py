@@ -1,4 +1,4 @@
-"""`xfc cluster head|join|resources`: Ray nodes for `xfc tiledb build --executor ray` (xfc/cluster.py)."""
+"""`xfc cluster head|join|resources`: Ray nodes for `xfc tiledb build --executor ray` (xfc/tiledb/cluster.py)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ def _warn(message: str) -> None:
 
 
 def _node_args(args, head: bool) -> list[str]:
-    from ..cluster import EXPOSE_WARNING, node_resources, start_args
+    from ..tiledb.cluster import EXPOSE_WARNING, node_resources, start_args
     from ..tiledb.ray_executor import require_ray
     require_ray()
     if args.num_cpus is not None and args.num_cpus < 0:
@@ -35,19 +35,19 @@ def _node_args(args, head: bool) -> list[str]:
 
 
 def cmd_head(args) -> int:
-    from ..cluster import exec_node
-    exec_node(_node_args(args, head=True), os.environ, args.adb_host, args.adb_port)
+    from ..tiledb.cluster import exec_node
+    exec_node(_node_args(args, head=True), os.environ, args.adb_host, args.adb_port, "head")
     return 0
 
 
 def cmd_join(args) -> int:
-    from ..cluster import exec_node
-    exec_node(_node_args(args, head=False), os.environ, args.adb_host, args.adb_port)
+    from ..tiledb.cluster import exec_node
+    exec_node(_node_args(args, head=False), os.environ, args.adb_host, args.adb_port, "worker")
     return 0
 
 
 def cmd_resources(args) -> int:
-    from ..cluster import node_resources
+    from ..tiledb.cluster import node_resources
     if args.address:
         from ..tiledb.ray_executor import require_ray
         ray = require_ray()

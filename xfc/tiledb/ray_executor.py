@@ -1,7 +1,7 @@
 """`xfc tiledb build --executor ray`: the build's task list run on a Ray cluster.
 
 What a node can measure is a set of Ray custom resources (node_resources, advertised by
-`xfc cluster join`, xfc/cluster.py):
+`xfc cluster join`, xfc/tiledb/cluster.py):
   xfc-phone:<serial>   1 per attached phone: a device task asks for 1, so a phone runs one task at
                        a time, on the node that holds it (the evaluator pins it per cluster there)
   xfc-soc:<hw name>    phones of that shipped description on the node (the fail-fast check)
@@ -19,7 +19,6 @@ retries it is reported as not measured (failure), with no row. An evaluator's ow
 """
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import replace
 from typing import Mapping, Optional
@@ -28,8 +27,6 @@ from ..errors import DeviceError, XfcError
 from ..hardware.model import HardwareDescription
 
 INSTALL_HINT = "--executor ray needs Ray: pip install 'xfc[ray]' (or pip install 'ray>=2.9')"
-ADB_PORT_ENV = "XFC_CLUSTER_ADB_PORT"     # set by `xfc cluster join` for its Ray workers
-ADB_HOST_ENV = "XFC_CLUSTER_ADB_HOST"
 PHONE = "xfc-phone:"
 SOC = "xfc-soc:"
 HOST = "xfc-host:"
@@ -173,9 +170,8 @@ def _worker_evaluator(recipe: tuple, task, hw: Optional[HardwareDescription]):
     if kind == "adb":
         from ..runners.adb import AdbRunner
         from .device import DeviceEvaluator
-        port = os.environ.get(ADB_PORT_ENV)
-        runner = AdbRunner(serial=recipe[1], adb_host=os.environ.get(ADB_HOST_ENV) or None,
-                           adb_port=int(port) if port else None)
+        # the node's adb server: ANDROID_ADB_SERVER_HOST/PORT as `xfc cluster join` set them
+        runner = AdbRunner(serial=recipe[1])
         evaluator = DeviceEvaluator(runner).attach(hw, [task.cluster])
     else:
         evaluator = {"static": StaticDbEvaluator, "host-tile": HostMicroKernelEvaluator,

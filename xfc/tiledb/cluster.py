@@ -1,10 +1,10 @@
 """`xfc cluster head|join|resources`: Ray nodes that advertise what they can measure.
 
 A node is `ray start --block` (Ray's own command, replacing this process: its signals and exit
-are Ray's) with xfc's custom resources (xfc.tiledb.ray_executor.node_resources): the phones its
-adb server sees (by serial and by SoC), its host fingerprints, qemu / llvm-mca / OpenCL. Its Ray
-workers inherit the adb server address (XFC_CLUSTER_ADB_HOST/PORT), so device tasks reach the
-phone through the node's own server.
+are Ray's) with xfc's custom resources (node_resources): the phones its adb server sees (by
+serial and by SoC), its host fingerprints, qemu / llvm-mca / OpenCL. Its Ray workers inherit the
+adb server address (ANDROID_ADB_SERVER_HOST/PORT, read through xfc.settings), so device tasks
+reach the phone through the node's own server; XFC_CLUSTER_NODE says which kind of node it is.
 
 Binding: xfc gives Ray 127.0.0.1 as the node address unless expose=True, which prints
 EXPOSE_WARNING. A Ray node runs any code that a client reaching it submits.
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .errors import XfcError
-from .tiledb.ray_executor import ADB_HOST_ENV, ADB_PORT_ENV, host_resources, phone_resources, require_ray
+from ..errors import XfcError
+from .ray_executor import host_resources, phone_resources, require_ray
 
 LOCAL_IP = "127.0.0.1"
 EXPOSE_WARNING = ("xfc: warning: this Ray node is reachable from the network: anyone who can reach its ports "
@@ -29,10 +29,10 @@ EXPOSE_WARNING = ("xfc: warning: this Ray node is reachable from the network: an
 def node_resources(environ: Mapping[str, str], adb_host: Optional[str], adb_port: Optional[int],
                    use_adb: bool = True, warn=lambda message: None, start_server: bool = True) -> dict[str, float]:
     """This host's resources; without a reachable adb server the node offers no phones (warn says why)."""
-    from .errors import DeviceError
+    from ..errors import DeviceError
     out = host_resources(environ)
     if use_adb:
-        from .runners.adb import device_rows
+        from ..runners.adb import device_rows
         try:
             out.update(phone_resources(device_rows(adb_host, adb_port, start_server=start_server)))
         except DeviceError as exc:
@@ -71,14 +71,14 @@ def start_args(*, head: bool, address: Optional[str], port: int, resources: Mapp
 
 
 def exec_node(args: Sequence[str], environ: Mapping[str, str], adb_host: Optional[str],
-              adb_port: Optional[int]) -> None:
+              adb_port: Optional[int], kind: str) -> None:
     """Replace this process by `ray start --block ...` (never returns)."""
     require_ray()
-    env = dict(environ)
+    env = dict(environ, XFC_CLUSTER_NODE=kind)
     if adb_port is not None:
-        env[ADB_PORT_ENV] = str(adb_port)
+        env["ANDROID_ADB_SERVER_PORT"] = str(adb_port)
     if adb_host:
-        env[ADB_HOST_ENV] = adb_host
+        env["ANDROID_ADB_SERVER_HOST"] = adb_host
     command = ray_command() + list(args)
     sys.stdout.flush()
     sys.stderr.flush()
