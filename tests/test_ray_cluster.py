@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 HW = "snapdragon-865"
 CLUSTER = "prime"
 TILES = "4x8,8x8,6x8"      # three device tiles: long enough to kill a worker in the middle
+SOCKET_TAIL = "/session_2026-11-23_22-40-10_751857_1271/sockets/plasma_store.1"   # what Ray appends
 HAVE_ARM = bool(shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc"))
 try:
     import ray  # noqa: F401
@@ -209,7 +211,10 @@ def cluster(tmp_path_factory, server, device):
     marker = root.name + str(os.getpid())
     port = free_port()
     address = f"127.0.0.1:{port}"
-    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(root / "r")]
+    # Ray's sockets live under its temp dir and an AF_UNIX path holds 107 bytes: under xdist the
+    # test's tmp path can be too long, then a short private directory under /tmp is used (removed below)
+    ray_tmp = root if len(str(root)) + len(SOCKET_TAIL) + 8 <= 107 else Path(tempfile.mkdtemp(prefix="xr"))
+    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp)]
     procs = []
     try:
         for args, log in ((["cluster", "head", "--port", str(port), "--no-adb", *small], "head.log"),
@@ -231,6 +236,8 @@ def cluster(tmp_path_factory, server, device):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if ray_tmp != root:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
         assert not marked_pids(marker) or time.sleep(2) or not marked_pids(marker)
 
 
@@ -246,8 +253,8 @@ def ran(out: str) -> dict[str, dict[str, int]]:
     return places
 
 
-def kill_one_device_task(marker: str, proc: subprocess.Popen, timeout_s: float = 150) -> int:
-    """SIGKILL the Ray worker running a device task (the phone node's worker, in the task)."""
+def kill_one_device_task(marker: str, proc: subprocess.Popen, source: str, timeout_s: float = 150) -> int:
+    """SIGKILL the Ray worker running a device task (its process title is 'ray::xfc <source>')."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end and proc.poll() is None:
         for pid in marked_pids(marker):
@@ -256,7 +263,7 @@ def kill_one_device_task(marker: str, proc: subprocess.Popen, timeout_s: float =
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmd.startswith(b"ray::measure_on_node") and b"XFC_CLUSTER_NODE=worker" in environ:
+            if cmd.startswith(f"ray::xfc {source}".encode()) and b"XFC_CLUSTER_NODE=worker" in environ:
                 os.kill(pid, signal.SIGKILL)
                 return pid
         time.sleep(0.05)
@@ -279,7 +286,7 @@ def test_device_tasks_run_on_the_phone_node_and_a_killed_worker(cluster, device,
             "--retries", str(retries), "--db", str(db), "--quiet"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(marker))
     try:
-        kill_one_device_task(marker, proc)
+        kill_one_device_task(marker, proc, f"adb:{device.serial}")
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:

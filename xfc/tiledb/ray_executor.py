@@ -233,7 +233,8 @@ class RayExecutor:
         recipe = evaluator_recipe(task.evaluator)
         # the evaluator stays here; the worker rebuilds it from the recipe
         shipped = replace(task, evaluator=None)
-        ref = self._remote.options(resources=task_resources(task, recipe), num_cpus=1,
+        # the task's name (its source) shows in Ray's listings and as the worker's process title
+        ref = self._remote.options(resources=task_resources(task, recipe), num_cpus=1, name=f"xfc {task.source}",
                                    max_retries=self.retries, retry_exceptions=False,
                                    ).remote(recipe, shipped, self.hw if recipe[0] == "adb" else None)
         return ref.future()
