@@ -3,6 +3,7 @@
 #   system packages (apt-get, when run as root; otherwise a message naming them), then
 #   a virtual environment .venv with xfc (editable) and its Python dependencies.
 # Usage: scripts/setup.sh [--bench]   (--bench adds the peers used by benchmarks/: torch, onnxruntime)
+# The tests need the 'test' and 'ray' extras (Ray: tests/test_ray_cluster.py, --executor ray).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,9 +52,9 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 
 # Re-install only when the dependency list changed: keeps re-runs fast.
-extras="test"
-[ "${1:-}" = "--bench" ] && extras="test,bench"
-stamp=".venv/.xfc-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
+extras="test,ray"
+[ "${1:-}" = "--bench" ] && extras="test,ray,bench"
+stamp=".venv/.xfc-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras//,/-}"
 if [ ! -e "$stamp" ]; then
   echo "[setup] installing Python packages into .venv (xfc[$extras])"
   log=.venv/xfc-pip.log

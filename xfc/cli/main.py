@@ -194,13 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     hwprobe.register(hw_sub)
     hw.set_defaults(func=lambda a: (hw.print_help(), 2)[1])
 
-    from . import bench, devices, fuzz, model, synth, tiledb
+    from . import bench, cluster, devices, fuzz, model, synth, tiledb
     synth.register(sub)
     bench.register(sub)
     tiledb.register(sub)   # the tile database (docs/tile-db.md)
     model.register(sub)
     fuzz.register(sub)
     devices.register(sub)
+    cluster.register(sub)   # Ray nodes for tiledb build --executor ray
     return parser
 
 

@@ -52,6 +52,13 @@ def _evaluators(text: str, hw, db_path: Path, args=None) -> list:
         elif kind == "llvm-mca":
             raise XfcError(f"--evaluators {name}: give 'llvm-mca'; the model comes from each core's entry in "
                            "xfc.mca.MODELS")
+        elif kind == "adb" and getattr(args, "executor", "local") == "ray":
+            # the phone hangs off some node of the cluster: the node holding it attaches there
+            from ..tiledb.ray_executor import ClusterDevice
+            if is_shipped_location(db_path):
+                raise XfcError(f"--db {db_path}: device measurements go to your own database, never into the "
+                               "shipped tile_db/")
+            out.append(ClusterDevice(name.split(":", 1)[1] if ":" in name else "", hw))
         elif kind == "adb":
             out.append(_device_evaluator(name, hw, db_path, args))
         else:
@@ -92,18 +99,41 @@ def cmd_build(args) -> int:
         raise XfcError(f"--jobs must be >= 1, got {args.jobs}")
     tiles = parse_tiles(args.tiles) if args.tiles else None
     path = _db_path(args)
+    if args.executor == "ray":
+        from ..tiledb.ray_executor import RayExecutor, require_ray
+        require_ray()                       # before anything is opened: one line saying what to install
+        if not args.address:
+            raise XfcError("--executor ray needs --address HOST:PORT (the head of 'xfc cluster head')")
+    elif args.address:
+        raise XfcError("--address is for --executor ray")
     evaluators = _evaluators(args.evaluators, hw, path, args)
     with TileDb.open(path) as db:
         if db.migrated_from is not None:
             print(f"note: {path}: migrated from schema {db.migrated_from}", file=sys.stderr)
         register_hardware(db, hw, args.cluster)
         tasks = plan_tasks(db, hw, evaluators, ops, args.cluster, tiles)
-        summary = run_build(db, tasks, jobs=args.jobs,
-                            progress=None if args.quiet else sys.stderr, created_at=timestamps(os.environ))
+        progress = None if args.quiet else sys.stderr
+        if args.executor == "ray":
+            with RayExecutor(args.address, hw, retries=args.retries) as executor:
+                executor.check(tasks)       # no node for a phone / SoC / host: one line, nothing measured
+                summary = run_build(db, tasks, progress=progress, created_at=timestamps(os.environ),
+                                    executor=executor)
+        else:
+            summary = run_build(db, tasks, jobs=args.jobs, progress=progress, created_at=timestamps(os.environ))
+    if args.executor == "ray":
+        for source in dict.fromkeys(src for src, _, _ in summary.where):
+            print(f"ran {source}: " + ", ".join(f"{n} on {place}" for src, place, n in summary.where
+                                                 if src == source))
+    for what, why in summary.unmeasured:
+        print(f"not measured: {what}: {why}")
     print(f"{path}: {summary.planned} task(s) for {hw.name}: {summary.evaluated} evaluated, "
           f"{summary.skipped} already present, {summary.taken_by_others} done by another builder"
           + (f", {summary.replaced} recomputed (other xfc version)" if summary.replaced else "")
           + (f", {summary.conflicts} conflict(s) kept as they were" if summary.conflicts else ""))
+    if summary.unmeasured:
+        from ..errors import DeviceError
+        raise DeviceError(f"{len(summary.unmeasured)} task(s) could not be measured (listed above, no rows "
+                          "written for them); run the build again to retry them")
     return 0
 
 
@@ -327,6 +357,12 @@ def register(sub) -> None:
     b.add_argument("--jobs", type=int, default=1, help="tasks evaluated at once (host timing stays one at a time)")
     b.add_argument("--db", metavar="PATH", help=db_help)
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local (threads here, the default) or ray (the nodes of a Ray cluster; needs xfc[ray], "
+                        "see 'xfc cluster')")
+    b.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster head's HOST:PORT")
+    b.add_argument("--retries", type=int, default=2,
+                   help="--executor ray: times a task is retried when its worker or node dies (default 2)")
     add_adb_server_options(b)
     b.set_defaults(func=cmd_build)
 

@@ -11,6 +11,11 @@ key, cluster, threads, source, origin). The build is:
                on one file split the work, lose nothing and measure nothing twice;
   parallel     --jobs N evaluates N tasks at once in threads (the host evaluator still times one
                tile at a time); the main thread alone writes.
+  executors    the task list is a value: LocalExecutor (threads, the default) and
+               xfc.tiledb.ray_executor.RayExecutor (a Ray cluster) run the same list through
+               run_build, which alone writes; an executor reports where each task ran, and may
+               report a task as not measured (a crashed worker after its retries) instead of
+               stopping the build.
 Progress goes to a stream (stderr) as a bar with an ETA on a terminal, as a line every few
 seconds otherwise.
 """
@@ -137,6 +142,35 @@ class BuildSummary:
     taken_by_others: int  # rows another builder wrote while this one ran
     replaced: int         # computed rows of another xfc version recomputed
     conflicts: int
+    where: tuple[tuple[str, str, int], ...] = ()   # (source, place a task ran, tasks), sorted
+    unmeasured: tuple[tuple[str, str], ...] = ()   # (task, why) an executor gave up on; no row
+
+
+class LocalExecutor:
+    """N threads of this process (the default executor): every task runs 'local'."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1):
+        if jobs < 1:
+            raise XfcError(f"--jobs must be >= 1, got {jobs}")
+        self.capacity = jobs
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def __enter__(self) -> "LocalExecutor":
+        self._pool = ThreadPoolExecutor(max_workers=self.capacity)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True)
+
+    def submit(self, task: "Task") -> Future:
+        """A future of (result, place)."""
+        return self._pool.submit(lambda: (task.evaluate(), "local"))
+
+    def failure(self, exc: BaseException) -> Optional[str]:
+        """Why a task could not be measured (the build goes on), or None: the error stops the build."""
+        return None
 
 
 def clusters_of(hw: HardwareDescription, role: Optional[str]) -> tuple[CpuCluster, ...]:
@@ -246,10 +280,16 @@ class Progress:
 
 def run_build(db: TileDb, tasks: Sequence[Task], *, jobs: int = 1,
               progress: Optional[TextIO] = sys.stderr, created_at: Callable[[], str],
-              host: Optional[str] = None, pid: Optional[int] = None) -> BuildSummary:
-    """Evaluate the tasks that have no row yet; see the module docstring for the guarantees."""
+              host: Optional[str] = None, pid: Optional[int] = None, executor=None) -> BuildSummary:
+    """Evaluate the tasks that have no row yet; see the module docstring for the guarantees.
+    executor: LocalExecutor(jobs) unless given (an entered executor with capacity, submit, failure)."""
     if jobs < 1:
         raise XfcError(f"--jobs must be >= 1, got {jobs}")
+    if executor is None:
+        with LocalExecutor(jobs) as local:
+            return run_build(db, tasks, jobs=jobs, progress=progress, created_at=created_at, host=host, pid=pid,
+                             executor=local)
+    jobs = executor.capacity
     host = host or socket.gethostname()
     pid = pid or os.getpid()
     existing = _existing(db, tasks)
@@ -258,6 +298,8 @@ def run_build(db: TileDb, tasks: Sequence[Task], *, jobs: int = 1,
     bar = Progress(len(pending), progress)
     counts = {"evaluated": 0, "others": 0, "replaced": 0, "conflicts": 0}
     waiting: list[Task] = []
+    places: dict[tuple[str, str], int] = {}
+    unmeasured: list[tuple[str, str]] = []
 
     def row_done(task: Task):
         def check(conn) -> bool:
@@ -276,31 +318,45 @@ def run_build(db: TileDb, tasks: Sequence[Task], *, jobs: int = 1,
     done = 0
     queue = list(pending)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            running: dict[Future, Task] = {}
-            while queue or running or waiting:
-                while queue and len(running) < jobs:
-                    task = queue.pop(0)
-                    state = db.claim(task_id(task), host, pid, CLAIM_STALE_S, time.time(), row_done(task))
-                    if state == "done":             # another builder finished it meanwhile
-                        counts["others"] += 1
+        running: dict[Future, Task] = {}
+        while queue or running or waiting:
+            while queue and len(running) < jobs:
+                task = queue.pop(0)
+                state = db.claim(task_id(task), host, pid, CLAIM_STALE_S, time.time(), row_done(task))
+                if state == "done":             # another builder finished it meanwhile
+                    counts["others"] += 1
+                    done += 1
+                    bar.update(done, f"{task.describe()} (by another builder)")
+                    continue
+                if state == "held":             # a live builder is on it: look again later
+                    waiting.append(task)
+                    continue
+                running[executor.submit(task)] = task
+            if running:
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for future in finished:
+                    task = running.pop(future)
+                    try:
+                        result, place = future.result()
+                    except Exception as exc:    # noqa: BLE001 - the executor decides
+                        why = executor.failure(exc)
+                        if why is None:
+                            raise               # an evaluator's error stops the build here
+                        # no row; the claim goes, so a re-run (or another builder) measures it
+                        tid = task_id(task)
+                        db.transact(lambda conn: conn.execute("DELETE FROM claim WHERE task = ?", (tid,)),
+                                    "release a build claim")
+                        unmeasured.append((task.describe(), why))
                         done += 1
-                        bar.update(done, f"{task.describe()} (by another builder)")
+                        bar.update(done, f"{task.describe()} NOT MEASURED")
                         continue
-                    if state == "held":             # a live builder is on it: look again later
-                        waiting.append(task)
-                        continue
-                    running[pool.submit(task.evaluate)] = task
-                if running:
-                    finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        task = running.pop(future)
-                        finish(task, future.result())   # an evaluator's error stops the build here
-                        done += 1
-                        bar.update(done, task.describe())
-                elif waiting:
-                    time.sleep(WAIT_POLL_S)
-                    queue, waiting = waiting, []
+                    finish(task, result)
+                    places[(task.source, place)] = places.get((task.source, place), 0) + 1
+                    done += 1
+                    bar.update(done, task.describe() + ("" if place == "local" else f" on {place}"))
+            elif waiting:
+                time.sleep(WAIT_POLL_S)
+                queue, waiting = waiting, []
     except BaseException:
         # Leave nothing claimed: a re-run (or the other builder) takes these tasks at once.
         try:
@@ -313,4 +369,6 @@ def run_build(db: TileDb, tasks: Sequence[Task], *, jobs: int = 1,
         bar.update(done, "done", final=True)
     return BuildSummary(planned=len(tasks), skipped=skipped, evaluated=counts["evaluated"],
                         taken_by_others=counts["others"], replaced=counts["replaced"],
-                        conflicts=counts["conflicts"])
+                        conflicts=counts["conflicts"],
+                        where=tuple((src, place, n) for (src, place), n in sorted(places.items())),
+                        unmeasured=tuple(unmeasured))
