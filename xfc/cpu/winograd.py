@@ -137,8 +137,9 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
     """A CostEstimate whose flops are the direct convolution's (effective GFLOP/s) and whose parts
     are the stages; the prediction is WinogradStages.total_s (the transforms overlapping their tile
-    traffic, then the GEMMs). The bound is what limits the largest stage, in the vocabulary of the other plans: the GEMMs' own bound, 'compute' for a transform (core cycles),
-    the level the transformed tiles live in for their traffic."""
+    traffic, then the GEMMs). The bound is what limits the largest stage, in the vocabulary of the
+    other plans: the GEMMs' own bound, 'compute' for a transform (core cycles), the level the
+    transformed tiles live in for their traffic."""
     parts = stages.parts()
     largest = max(parts, key=lambda p: p[1])[0]
     bound = {"GEMMs": stages.gemm_bound, "tile traffic": stages.traffic_level}.get(largest, "compute")
