@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import support
-from xfc.cpu.cost_model import StaticEvaluator, gemm_estimate, l2_stream_factor
+from xfc.cpu.cost_model import StaticEvaluator, gemm_estimate, l2_stream_factor, share_imbalance
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import MicroTile
 from xfc.ops.spec import gemm_view
@@ -99,6 +99,8 @@ def test_the_operand_packed_across_the_split_is_charged_to_every_thread():
                                         False).seconds_by_bound)["compute"] for axis in ("m", "n")}
     m, n, k = gemm_view(spec, False)
     im2col_s = k * n / 2 / (cluster.clock_ghz * 1e9)            # lanes x 0.25 elements per cycle
-    imbalance = {"m": 1.0, "n": 10 / 9}                          # 64 row tiles, 9 column tiles over 2 threads
+    # 64 row tiles split evenly; the columns as the kernel deals its NR panels (the last one short)
+    imbalance = {"m": share_imbalance(m, 4, 2), "n": share_imbalance(n, 24, 2, 8)}
+    assert imbalance["m"] == 1.0
     # split m: both threads pack all of B; split n: each packs half (imbalance aside)
     assert by_axis["m"] - by_axis["n"] / imbalance["n"] == pytest.approx(im2col_s / 2, rel=0.35)

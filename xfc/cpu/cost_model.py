@@ -169,6 +169,24 @@ def split_imbalance(tiles: int, threads: int) -> float:
     return math.ceil(tiles / threads) * threads / tiles
 
 
+def share_imbalance(extent: int, step: int, threads: int, unit: int = 1) -> float:
+    """Work of the busiest thread relative to an even split when [0, extent) is cut into `step`-wide
+    panels dealt out in contiguous runs, as the GEMM kernels split their axis (thread t takes panels
+    [P t / T, P (t+1) / T)); each thread's share counts in `unit`s (columns padded to whole vectors).
+    Unlike split_imbalance it sees that the last panel is short: 49 columns in panels of 16 on two
+    threads are 32 and 17 columns, not two panels each."""
+    if threads <= 1:
+        return 1.0
+    panels = math.ceil(extent / step)
+    shares = []
+    for t in range(threads):
+        begin = min(extent, panels * t // threads * step)
+        end = min(extent, panels * (t + 1) // threads * step)
+        shares.append(round_up(end - begin, unit) if end > begin else 0)
+    total = sum(shares)
+    return max(shares) * threads / total if total else 1.0
+
+
 def l2_per_core_bytes(cluster: CpuCluster) -> float:
     return cluster.l2.size_bytes / max(cluster.l2.shared_by_cores, 1)
 
@@ -210,7 +228,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     batch = _batch(spec)
     conv = isinstance(spec, Conv2dSpec)
     mr, nr, kc, mc, nc, threads = sched.mr, sched.nr, sched.kc, sched.mc, sched.nc, sched.threads
-    imbalance = split_imbalance(math.ceil(n / nr) if sched.parallel_axis == "n" else math.ceil(m / mr), threads)
+    imbalance = (share_imbalance(n, nr, threads, tile.lanes) if sched.parallel_axis == "n"
+                 else share_imbalance(m, mr, threads))
     clock_hz = cluster.clock_ghz * 1e9
     # Tail tiles have their own micro-kernels: no row padding, columns padded to whole vectors.
     n_full, n_tail = (n // nr) * nr, round_up(n % nr, tile.lanes)

@@ -28,7 +28,7 @@ from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm
 from . import decide, winograd
 from .cost_model import (DEFAULT_CONSTANTS, L1_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
                          StaticEvaluator, depthwise_estimate,
-                         depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, split_imbalance)
+                         depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, share_imbalance)
 from .explain import CpuSynthesis, GemmReasons, TileLevel, depthwise_levels, gemm_levels, plan_header
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
 from .isa import IsaRow, isa_for, isa_row
@@ -123,8 +123,8 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
     # (c) Cores: split the axis whose tiles divide most evenly; prefer (within 10%) the axis that
     # also splits the operand packed on every call (conv: the im2col matrix, B or, transposed, A),
     # since splitting the other axis makes every thread pack all of it.
-    imbalance_n = split_imbalance(math.ceil(n / nr), threads)
-    imbalance_m = split_imbalance(math.ceil(m / mr), threads)
+    imbalance_n = share_imbalance(n, nr, threads, tile.lanes)
+    imbalance_m = share_imbalance(m, mr, threads)
     axis = "n" if imbalance_n <= imbalance_m else "m"
     packed_axis = ("m" if transposed else "n") if conv else None
     split_reason = "fewest idle tiles"
