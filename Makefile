@@ -26,7 +26,7 @@ sanitize: setup
 # The shipped tile databases (tile_db/README.md): static rows for every shipped SoC and core.
 # Row timestamps are the time of the last commit that touched the inputs (the files that decide
 # the rows' contents), so a rebuild of the same inputs gives byte-identical tile_db/*.jsonl.
-TILEDB_INPUTS := hardware_descriptions xfc/_version.py xfc/__init__.py $(addprefix xfc/hardware/,model.py schema.py ranges.py rules.py load.py) $(addprefix xfc/cpu/,isa.py ir.py tiles.py cost_model.py decide.py explain.py synth.py) $(addprefix xfc/ops/,spec.py workloads.py) \
+TILEDB_INPUTS := hardware_descriptions xfc/_version.py xfc/__init__.py $(addprefix xfc/hardware/,model.py schema.py ranges.py rules.py load.py) $(addprefix xfc/cpu/,isa.py ir.py tiles.py cost_model.py decide.py explain.py synth.py winograd.py) $(addprefix xfc/ops/,spec.py workloads.py winograd.py) \
 	$(addprefix xfc/tiledb/,schema.py records.py fingerprint.py evaluators.py operators.py \
 	build.py exchange.py)
 tiledb: setup
