@@ -191,31 +191,50 @@ def measure_on_node(recipe: tuple, task, hw: Optional[HardwareDescription]):
 
 # ---- the driver side -------------------------------------------------------------------------
 
+def connect(ray, address: str) -> None:
+    """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused."""
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except ray.exceptions.AuthenticationError as exc:
+        raise XfcError(f"--address {address}: the Ray cluster refused this token (--token-file must be a copy "
+                       f"of the head's) ({' '.join(str(exc).split())[:120]})") from None
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise XfcError(f"--address {address}: cannot connect to a Ray cluster "
+                       f"({' '.join(str(exc).split())[:160]})") from None
+
+
 class RayExecutor:
-    """Connects to a running cluster (address, e.g. 127.0.0.1:6379) and runs tasks there."""
+    """Connects to a running cluster (address, e.g. 127.0.0.1:6379) with its token and runs tasks there."""
 
     name = "ray"
 
-    def __init__(self, address: str, hw: HardwareDescription, *, retries: int = DEFAULT_RETRIES,
+    def __init__(self, address: str, hw: HardwareDescription, *, token: str = "", retries: int = DEFAULT_RETRIES,
                  capacity: int = 64):
         if retries < 0:
             raise XfcError(f"--retries must be >= 0, got {retries}")
         self.ray = require_ray()
         self.address, self.hw, self.retries, self.capacity = address, hw, retries, capacity
+        self.token = token
         self._remote = None
+        self._auth = None
 
     def __enter__(self) -> "RayExecutor":
-        ray = self.ray
+        from .raytoken import driver_token
+        self._auth = driver_token(self.token)
+        self._auth.__enter__()
         try:
-            ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise XfcError(f"--address {self.address}: cannot connect to a Ray cluster "
-                           f"({' '.join(str(exc).split())[:160]})") from None
-        self._remote = ray.remote(measure_on_node)
+            connect(self.ray, self.address)
+        except BaseException:
+            self._auth.__exit__(None, None, None)
+            raise
+        self._remote = self.ray.remote(measure_on_node)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.ray.shutdown()
+        try:
+            self.ray.shutdown()
+        finally:
+            self._auth.__exit__(None, None, None)
 
     def check(self, tasks) -> None:
         """Fail fast (DeviceError, one line) when no node offers what some task needs."""
