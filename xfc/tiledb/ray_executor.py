@@ -191,13 +191,38 @@ def measure_on_node(recipe: tuple, task, hw: Optional[HardwareDescription]):
 
 # ---- the driver side -------------------------------------------------------------------------
 
+def _refused(address: str, exc) -> XfcError:
+    return XfcError(f"--address {address}: the Ray cluster refused this token (--token-file must be a copy "
+                    f"of the file the head wrote) ({' '.join(str(exc).split())[:100]})")
+
+
+def _probe_token(ray, address: str) -> None:
+    """One GCS request with this process's token: a refusal is XfcError at once (ray.init would retry
+    for ~20 s, printing a C++ warning line a second). Ray's C++ stderr line of this one try is held."""
+    import os
+    import tempfile
+    from ray._raylet import GcsClient
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            GcsClient(address=address, cluster_id=None)
+        except ray.exceptions.AuthenticationError as exc:
+            raise _refused(address, exc) from None
+        except Exception:       # noqa: BLE001 - unreachable etc.: ray.init below says so
+            pass
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def connect(ray, address: str) -> None:
     """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused."""
+    _probe_token(ray, address)
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except ray.exceptions.AuthenticationError as exc:
-        raise XfcError(f"--address {address}: the Ray cluster refused this token (--token-file must be a copy "
-                       f"of the head's) ({' '.join(str(exc).split())[:120]})") from None
+        raise _refused(address, exc) from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise XfcError(f"--address {address}: cannot connect to a Ray cluster "
                        f"({' '.join(str(exc).split())[:160]})") from None
