@@ -172,7 +172,7 @@ def stop_groups(procs: list[subprocess.Popen], grace_s: float = 4.0) -> None:
         proc.wait(timeout=10)
 
 
-def wait_for_nodes(address: str, marker: str, count: int, node: subprocess.Popen, log: Path,
+def wait_for_nodes(address: str, marker: str, count: int, node: subprocess.Popen, log: Path, token: Path,
                    deadline_s: float = 180.0) -> list[dict]:
     """The cluster's live nodes once there are count of them (a loaded machine starts Ray slowly)."""
     end = time.monotonic() + deadline_s
@@ -180,7 +180,8 @@ def wait_for_nodes(address: str, marker: str, count: int, node: subprocess.Popen
         if node.poll() is not None:
             raise AssertionError(f"the Ray node stopped: {log.read_text()[-600:]}")
         try:
-            proc = xfc("cluster", "resources", "--address", address, marker=marker, timeout=60)
+            proc = xfc("cluster", "resources", "--address", address, "--token-file", str(token), marker=marker,
+                       timeout=60)
         except subprocess.TimeoutExpired as exc:
             proc = subprocess.CompletedProcess(exc.cmd, -1, "", "timed out")
         if proc.returncode == 0:
@@ -204,7 +205,7 @@ def device(server):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, server, device):
-    """(address, marker, phone node id): a head without phones, a worker holding the device."""
+    """(address, marker, phone node id, token file): a head without phones, a worker holding the device."""
     if not (HAVE_RAY and HAVE_ARM):
         pytest.skip("needs ray, qemu-aarch64 and aarch64 gcc")
     root = tmp_path_factory.mktemp("ray")
@@ -214,7 +215,8 @@ def cluster(tmp_path_factory, server, device):
     # Ray's sockets live under its temp dir and an AF_UNIX path holds 107 bytes: under xdist the
     # test's tmp path can be too long, then a short private directory under /tmp is used (removed below)
     ray_tmp = root if len(str(root)) + len(SOCKET_TAIL) + 8 <= 107 else Path(tempfile.mkdtemp(prefix="xr"))
-    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp)]
+    token = root / "cluster.token"
+    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp), "--token-file", str(token)]
     procs = []
     try:
         for args, log in ((["cluster", "head", "--port", str(port), "--no-adb", *small], "head.log"),
@@ -223,12 +225,12 @@ def cluster(tmp_path_factory, server, device):
             with open(root / log, "w") as out:
                 procs.append(subprocess.Popen([sys.executable, "-m", "xfc", *args], stdout=out,
                                               stderr=subprocess.STDOUT, env=env(marker), start_new_session=True))
-            wait_for_nodes(address, marker, len(procs), procs[-1], root / log)
-        nodes = wait_for_nodes(address, marker, 2, procs[-1], root / "join.log")
+            wait_for_nodes(address, marker, len(procs), procs[-1], root / log, token)
+        nodes = wait_for_nodes(address, marker, 2, procs[-1], root / "join.log", token)
         [phone_node] = [n for n in nodes if f"xfc-phone:{device.serial}" in n["resources"]]
         assert phone_node["resources"][f"xfc-soc:{HW}"] == 1.0
         assert not any(k.startswith("xfc-phone:") for n in nodes if n is not phone_node for k in n["resources"])
-        yield address, marker, phone_node["node"]
+        yield address, marker, phone_node["node"], token
     finally:
         stop_groups(procs)
         for pid in marked_pids(marker):        # anything Ray started outside the groups
@@ -279,10 +281,11 @@ def tile_rows(db: Path, source: str) -> int:
 @pytest.mark.parametrize("retries", [2, 0])
 @pytest.mark.adb
 def test_device_tasks_run_on_the_phone_node_and_a_killed_worker(cluster, device, tmp_path, retries):
-    address, marker, phone_node = cluster
+    address, marker, phone_node, token = cluster
     db = tmp_path / "tiles.sqlite"
     args = [sys.executable, "-m", "xfc", "tiledb", "build", "--hw", HW, "--cluster", CLUSTER, "--tiles", TILES,
             "--evaluators", f"static,adb:{device.serial}", "--executor", "ray", "--address", address,
+            "--token-file", str(token),
             "--retries", str(retries), "--db", str(db), "--quiet"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(marker))
     try:
@@ -308,7 +311,8 @@ def test_device_tasks_run_on_the_phone_node_and_a_killed_worker(cluster, device,
         assert places[source][phone_node] == n - 1 and tile_rows(db, source) == n - 1
         # a re-run measures just that one
         again = xfc("tiledb", "build", "--hw", HW, "--cluster", CLUSTER, "--tiles", TILES, "--evaluators",
-                    f"static,adb:{device.serial}", "--executor", "ray", "--address", address, "--db", str(db),
+                    f"static,adb:{device.serial}", "--executor", "ray", "--address", address,
+                    "--token-file", str(token), "--db", str(db),
                     "--quiet", marker=marker, timeout=300)
         assert again.returncode == 0 and sum(ran(again.stdout)[source].values()) == 1, again.stdout + again.stderr
         assert tile_rows(db, source) == n
@@ -318,9 +322,9 @@ def test_device_tasks_run_on_the_phone_node_and_a_killed_worker(cluster, device,
 
 @pytest.mark.adb
 def test_a_static_build_through_ray_exports_what_the_local_one_does(cluster, tmp_path):
-    address, marker, _ = cluster
+    address, marker, _, token = cluster
     exports = []
-    for executor in (["--jobs", "2"], ["--executor", "ray", "--address", address]):
+    for executor in (["--jobs", "2"], ["--executor", "ray", "--address", address, "--token-file", str(token)]):
         db = tmp_path / f"{executor[1]}.sqlite"
         proc = xfc("tiledb", "build", "--hw", HW, "--evaluators", "static", "--ops", "gemm", "--db", str(db),
                    "--quiet", *executor, marker=marker)
@@ -342,14 +346,45 @@ def test_a_static_build_through_ray_exports_what_the_local_one_does(cluster, tmp
 
 @pytest.mark.adb
 def test_no_node_for_the_phone_or_soc_fails_fast(cluster, device, tmp_path):
-    address, marker, _ = cluster
+    address, marker, _, token = cluster
     db = tmp_path / "t.sqlite"
     line = one_line_error(xfc("tiledb", "build", "--hw", HW, "--evaluators", "adb:no-such-phone", "--executor", "ray",
-                              "--address", address, "--db", str(db), marker=marker), 3)
+                              "--address", address, "--token-file", str(token), "--db", str(db), marker=marker), 3)
     assert "holds phone no-such-phone" in line
     line = one_line_error(xfc("tiledb", "build", "--hw", "dimensity-9000", "--evaluators", f"adb:{device.serial}",
-                              "--executor", "ray", "--address", address, "--db", str(db), marker=marker), 3)
+                              "--executor", "ray", "--address", address, "--token-file", str(token), "--db", str(db),
+                              marker=marker), 3)
     assert "dimensity-9000" in line
     import sqlite3
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM tile").fetchone()[0] == 0
+
+
+NO_TOKEN_PROBE = ("import sys, ray\n"
+                  "try:\n"
+                  "    ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+                  "except Exception as exc:\n"
+                  "    print('refused:', type(exc).__name__, ' '.join(str(exc).split())[:300])\n"
+                  "    sys.exit(7)\n"
+                  "print('connected', len(ray.nodes()))\n")
+
+
+@pytest.mark.adb
+def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
+    """Ray's servers listen on every interface: the token is what keeps strangers out."""
+    address, marker, _, token = cluster
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("xfc1-" + "0" * 64)
+    line = one_line_error(xfc("tiledb", "build", "--hw", HW, "--evaluators", "static", "--executor", "ray",
+                              "--address", address, "--token-file", str(wrong), "--db", str(tmp_path / "t.sqlite"),
+                              marker=marker, timeout=120), 2)
+    assert "refused this token" in line, line
+    # Ray's own client, no token and no token mode (a stranger's plain `ray.init(address=...)`)
+    bare = {k: v for k, v in env(marker).items() if not k.startswith("RAY_AUTH")}
+    bare["HOME"] = str(tmp_path)                        # no ~/.ray/auth_token to fall back on
+    proc = subprocess.run([sys.executable, "-c", NO_TOKEN_PROBE, address], capture_output=True, text=True,
+                          timeout=120, env=bare)
+    assert proc.returncode == 7 and "refused:" in proc.stdout, proc.stdout + proc.stderr[-600:]
+    # the right token still works (the builds above use it too)
+    assert xfc("cluster", "resources", "--address", address, "--token-file", str(token), marker=marker,
+               timeout=120).returncode == 0

@@ -7,6 +7,7 @@ line does. Every function takes an optional `environ` mapping (default os.enviro
 
   XFC_HOST_ISA                       host_isa_cap(): the widest x86-64 ISA plain 'host' may claim
   XFC_CACHE_DIR, XDG_CACHE_HOME, HOME  cache_dir(): the per-user cache (OpenCL harness, tile db)
+  XDG_STATE_HOME, HOME               state_dir(): per-user state that is not a cache (the Ray cluster token)
   ANDROID_ADB_SERVER_HOST / _PORT    adb_server(): where the adb server listens
   XFC_ADB                            adb_binary(): the adb executable used to start a server
   XFC_TEST_MUTANT                    test_mutant(): TEST-ONLY deliberately wrong kernel (xfc.cpu.mutants)
@@ -54,6 +55,15 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
         return Path(env["XDG_CACHE_HOME"]) / "xfc"
     home = env.get("HOME")
     return (Path(home) if home else Path.home()) / ".cache" / "xfc"
+
+
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """$XDG_STATE_HOME/xfc, else ~/.local/state/xfc (the Ray cluster token lives here)."""
+    env = _env(environ)
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]) / "xfc"
+    home = env.get("HOME")
+    return (Path(home) if home else Path.home()) / ".local" / "state" / "xfc"
 
 
 def adb_server(environ: Optional[Mapping[str, str]] = None) -> tuple[str, int]:

@@ -104,8 +104,10 @@ def cmd_build(args) -> int:
         require_ray()                       # before anything is opened: one line saying what to install
         if not args.address:
             raise XfcError("--executor ray needs --address HOST:PORT (the head of 'xfc cluster head')")
-    elif args.address:
-        raise XfcError("--address is for --executor ray")
+        from ..tiledb.raytoken import default_token_path, read_token
+        token = read_token(Path(args.token_file) if args.token_file else default_token_path(os.environ))
+    elif args.address or args.token_file:
+        raise XfcError(f"{'--address' if args.address else '--token-file'} is for --executor ray")
     evaluators = _evaluators(args.evaluators, hw, path, args)
     with TileDb.open(path) as db:
         if db.migrated_from is not None:
@@ -114,7 +116,7 @@ def cmd_build(args) -> int:
         tasks = plan_tasks(db, hw, evaluators, ops, args.cluster, tiles)
         progress = None if args.quiet else sys.stderr
         if args.executor == "ray":
-            with RayExecutor(args.address, hw, retries=args.retries) as executor:
+            with RayExecutor(args.address, hw, token=token, retries=args.retries) as executor:
                 executor.check(tasks)       # no node for a phone / SoC / host: one line, nothing measured
                 summary = run_build(db, tasks, progress=progress, created_at=timestamps(os.environ),
                                     executor=executor)
@@ -361,6 +363,9 @@ def register(sub) -> None:
                    help="local (threads here, the default) or ray (the nodes of a Ray cluster; needs xfc[ray], "
                         "see 'xfc cluster')")
     b.add_argument("--address", metavar="ADDR", help="--executor ray: the cluster head's HOST:PORT")
+    b.add_argument("--token-file", metavar="PATH",
+                   help="--executor ray: the cluster token, a copy of the file 'xfc cluster head' wrote "
+                        "(default: $XDG_STATE_HOME/xfc/ray-cluster.token, i.e. ~/.local/state/xfc/...)")
     b.add_argument("--retries", type=int, default=2,
                    help="--executor ray: times a task is retried when its worker or node dies (default 2)")
     add_adb_server_options(b)

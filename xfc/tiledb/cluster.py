@@ -7,7 +7,9 @@ adb server address (ANDROID_ADB_SERVER_HOST/PORT, read through xfc.settings), so
 reach the phone through the node's own server; XFC_CLUSTER_NODE says which kind of node it is.
 
 Binding: xfc gives Ray 127.0.0.1 as the node address unless expose=True, which prints
-EXPOSE_WARNING. A Ray node runs any code that a client reaching it submits.
+EXPOSE_WARNING. Ray 2.60's GCS server and raylet listen on all interfaces whatever that address
+is, so every node xfc starts requires the cluster's token (xfc/tiledb/raytoken.py, passed in the
+node's environment): a client without it is refused; one with it runs any code on the node.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from ..errors import XfcError
 from .ray_executor import host_resources, phone_resources, require_ray
 
 LOCAL_IP = "127.0.0.1"
-EXPOSE_WARNING = ("xfc: warning: this Ray node is reachable from the network: anyone who can reach its ports "
-                  "can run any code on this host as this user; expose it on a trusted network only")
+EXPOSE_WARNING = ("xfc: warning: this Ray node advertises a network address: anyone who can reach its ports "
+                  "and holds the cluster's token can run any code on this host as this user; "
+                  "expose it on a trusted network only and keep the token file private")
 
 
 def node_resources(environ: Mapping[str, str], adb_host: Optional[str], adb_port: Optional[int],
@@ -71,10 +74,11 @@ def start_args(*, head: bool, address: Optional[str], port: int, resources: Mapp
 
 
 def exec_node(args: Sequence[str], environ: Mapping[str, str], adb_host: Optional[str],
-              adb_port: Optional[int], kind: str) -> None:
-    """Replace this process by `ray start --block ...` (never returns)."""
+              adb_port: Optional[int], kind: str, token: str) -> None:
+    """Replace this process by `ray start --block ...` that requires token (never returns)."""
+    from .raytoken import node_environ
     require_ray()
-    env = dict(environ, XFC_CLUSTER_NODE=kind)
+    env = dict(node_environ(environ, token), XFC_CLUSTER_NODE=kind)
     if adb_port is not None:
         env["ANDROID_ADB_SERVER_PORT"] = str(adb_port)
     if adb_host:

@@ -191,31 +191,75 @@ def measure_on_node(recipe: tuple, task, hw: Optional[HardwareDescription]):
 
 # ---- the driver side -------------------------------------------------------------------------
 
+def _refused(address: str, exc) -> XfcError:
+    return XfcError(f"--address {address}: the Ray cluster refused this token (--token-file must be a copy "
+                    f"of the file the head wrote) ({' '.join(str(exc).split())[:100]})")
+
+
+def _probe_token(ray, address: str) -> None:
+    """One GCS request with this process's token: a refusal is XfcError at once (ray.init would retry
+    for ~20 s, printing a C++ warning line a second). Ray's C++ stderr line of this one try is held."""
+    import os
+    import tempfile
+    from ray._raylet import GcsClient
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            GcsClient(address=address, cluster_id=None)
+        except ray.exceptions.AuthenticationError as exc:
+            raise _refused(address, exc) from None
+        except Exception:       # noqa: BLE001 - unreachable etc.: ray.init below says so
+            pass
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def connect(ray, address: str) -> None:
+    """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused."""
+    _probe_token(ray, address)
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except ray.exceptions.AuthenticationError as exc:
+        raise _refused(address, exc) from None
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise XfcError(f"--address {address}: cannot connect to a Ray cluster "
+                       f"({' '.join(str(exc).split())[:160]})") from None
+
+
 class RayExecutor:
-    """Connects to a running cluster (address, e.g. 127.0.0.1:6379) and runs tasks there."""
+    """Connects to a running cluster (address, e.g. 127.0.0.1:6379) with its token and runs tasks there."""
 
     name = "ray"
 
-    def __init__(self, address: str, hw: HardwareDescription, *, retries: int = DEFAULT_RETRIES,
+    def __init__(self, address: str, hw: HardwareDescription, *, token: str = "", retries: int = DEFAULT_RETRIES,
                  capacity: int = 64):
         if retries < 0:
             raise XfcError(f"--retries must be >= 0, got {retries}")
         self.ray = require_ray()
         self.address, self.hw, self.retries, self.capacity = address, hw, retries, capacity
+        self.token = token
         self._remote = None
+        self._auth = None
 
     def __enter__(self) -> "RayExecutor":
-        ray = self.ray
+        from .raytoken import driver_token
+        self._auth = driver_token(self.token)
+        self._auth.__enter__()
         try:
-            ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise XfcError(f"--address {self.address}: cannot connect to a Ray cluster "
-                           f"({' '.join(str(exc).split())[:160]})") from None
-        self._remote = ray.remote(measure_on_node)
+            connect(self.ray, self.address)
+        except BaseException:
+            self._auth.__exit__(None, None, None)
+            raise
+        self._remote = self.ray.remote(measure_on_node)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.ray.shutdown()
+        try:
+            self.ray.shutdown()
+        finally:
+            self._auth.__exit__(None, None, None)
 
     def check(self, tasks) -> None:
         """Fail fast (DeviceError, one line) when no node offers what some task needs."""
