@@ -132,3 +132,16 @@ def test_without_the_token_nothing_starts_or_connects(tmp_path, capsys, monkeypa
     assert main(["tiledb", "build", "--hw", "snapdragon-865", "--evaluators", "static", "--token-file",
                  str(foreign), "--db", str(db)]) == 2
     assert "--token-file is for --executor ray" in capsys.readouterr().err and not db.exists()
+
+
+def test_an_address_where_nothing_listens_is_one_line_not_a_hang():
+    """ray.init would wait without end; the reachability check answers at once."""
+    import socket as _socket
+
+    from xfc.tiledb.ray_executor import check_reachable
+    with _socket.socket() as s:                 # a free loopback port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(XfcError, match=f"127.0.0.1:{port}: no Ray cluster answers there"):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    check_reachable("auto")                     # not host:port: left to Ray

@@ -216,8 +216,27 @@ def _probe_token(ray, address: str) -> None:
             os.close(saved)
 
 
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """One TCP connection to the head's port first: ray.init waits without end for an address where
+    nothing listens, and a user must get one line instead of a hung command."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host or "/" in host:
+        return                     # not host:port (Ray resolves other forms itself)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        raise XfcError(f"--address {address}: no Ray cluster answers there ({reason}); start one with "
+                       f"'xfc cluster head' or check the address") from None
+
+
 def connect(ray, address: str) -> None:
     """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused."""
+    check_reachable(address)
     _probe_token(ray, address)
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
