@@ -34,6 +34,9 @@ from xfc.ops.quant import TYPE_RANGE, QuantParams, resolve_out_scale  # noqa: E4
 from xfc.ops.spec import make_spec  # noqa: E402
 from xfc.ops.workloads import SUITE  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from machine import machine_facts  # noqa: E402  (the CPU every result was taken on)
 from xfc.qpipeline import compile_int8, host_flags, verify_kernel  # noqa: E402
 
 LARGE_K_EVERY = 10
@@ -159,7 +162,8 @@ def main(argv=None) -> int:
                "dialects": [d for _, d in pairs], "all_exact": all(r.get("exact_share") == 1.0 for r in rows),
                "max_reduction": max(r["reduction"] for r in rows),
                "mean_saturated_share": sum(r.get("saturated_share", 0) for r in rows) / max(1, len(rows))}
-    write_json_result(args.out, {"summary": summary, "seed": args.seed, "cpu_flags_vnni": "avx512_vnni" in flags,
+    write_json_result(args.out, {"machine": machine_facts(), "summary": summary, "seed": args.seed,
+                                 "cpu_flags_vnni": "avx512_vnni" in flags,
                                  "cases": rows}, kind="int8_sweep")
     print(f"{len(rows) - len(failures)}/{len(rows)} cases exact; results in {args.out}")
     return 1 if failures else 0

@@ -38,6 +38,9 @@ from xfc.ops.reference import check_winograd_output, make_inputs  # noqa: E402
 from xfc.ops.spec import make_spec  # noqa: E402
 from xfc.ops.winograd import admissible_tile_sizes  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from machine import machine_facts  # noqa: E402  (the CPU every result was taken on)
 from xfc.runners.base import RunSpec  # noqa: E402
 from xfc.runners.host import HostKernel  # noqa: E402
 from xfc.runners.qemu import QemuRunner, qemu_cpu_models  # noqa: E402
@@ -120,7 +123,7 @@ def main(argv=None) -> int:
                "worst_error_to_bound_ratio": max((r.get("error_to_bound_ratio") or 0.0) for r in ran) if ran else None,
                "by_m": {m: sum(1 for r in ran if r["m"] == m) for m in (2, 4, 6)},
                "seconds": round(time.time() - start, 1)}
-    write_json_result(args.out, {"summary": summary, "rows": rows}, kind="winograd_sweep")
+    write_json_result(args.out, {"machine": machine_facts(), "summary": summary, "rows": rows}, kind="winograd_sweep")
     print(f"{len(ran)} cases, {len(failed)} failed, worst error/bound {summary['worst_error_to_bound_ratio']}; "
           f"wrote {args.out}")
     return 1 if failed else 0
