@@ -20,6 +20,8 @@ LEAVES = {"xfc.errors", "xfc._version", "xfc.paths", "xfc.outputs", "xfc.setting
 ENVIRON_EXCEPTIONS = {
     "xfc.build.procs": "passes xfc's own environment through to children (plus the variables a run adds)",
     "xfc.tiledb.shipped": "`python -m xfc.tiledb.shipped`, the Makefile's tile-db rebuild: its own small command line",
+    "xfc.tiledb.raytoken": "sets Ray's token variables around ray.init and restores them (Ray reads them from "
+                           "the environment; never a command line)",
 }
 PRINT_EXCEPTIONS = {"xfc.tiledb.shipped": ENVIRON_EXCEPTIONS["xfc.tiledb.shipped"]}
 
