@@ -215,10 +215,18 @@ def run_peer_child(peer, names, threads, timeout=900, isa=None):
     env.update(held)
     if held:
         env["XFC_BENCH_REEXEC"] = "1"   # the child keeps OPENBLAS_CORETYPE (the scrub at the top is for users' leftovers)
+    return run_json_child(Path(__file__), ["--peer-child", peer, "--threads", str(threads), "--only", ",".join(names)],
+                          threads, env, timeout)
+
+
+def run_json_child(script: Path, args: list, threads: int, env: dict, timeout: float):
+    """Run a benchmark script as a child process (its own thread-count variables set before any
+    library loads) and read (results, info) from the JSON on its last stdout line; on a timeout
+    or a failure, ({}, {"error": one line})."""
+    env = dict(env)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--peer-child", peer, "--threads", str(threads),
-            "--only", ",".join(names)]
+    argv = [sys.executable, str(Path(script).resolve()), *args]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:

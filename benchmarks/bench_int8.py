@@ -28,8 +28,6 @@ import argparse
 import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_cpu  # noqa: E402  (time_fn, run_json_child)
 
 import numpy as np  # noqa: E402
 
@@ -67,20 +66,11 @@ def quant_of(spec, per_channel: bool) -> QuantParams:
                                                out_zero_point=128))
 
 
-def time_fn(fn, flops):
-    for _ in range(WARMUP):
-        fn()
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-6)
-    repeats = max(MIN_REPEATS, min(500, int(TARGET_S / one)))
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    med = statistics.median(samples)
-    return {"median_s": med, "min_s": min(samples), "gops": flops / med / 1e9, "repeats": repeats}
+def time_fn(fn, ops):
+    """bench_cpu.time_fn, its rate named for int8 (GOP/s)."""
+    timed = bench_cpu.time_fn(fn, ops)
+    timed["gops"] = timed.pop("gflops")
+    return timed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,19 +136,9 @@ def peer_onnxruntime(names, threads, per_channel, quick):
 
 
 def run_peer_child(names, threads, per_channel, quick, timeout=1800):
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--peer-child", "--threads", str(threads),
-            "--only", ",".join(names)] + (["--per-channel"] if per_channel else []) + (["--quick"] if quick else [])
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {}, {"error": f"timed out after {timeout} s"}
-    if proc.returncode != 0:
-        return {}, {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return data["results"], data["info"]
+    args = (["--peer-child", "--threads", str(threads), "--only", ",".join(names)]
+            + (["--per-channel"] if per_channel else []) + (["--quick"] if quick else []))
+    return bench_cpu.run_json_child(Path(__file__), args, threads, dict(os.environ), timeout)
 
 
 # ---------------------------------------------------------------------------------------------

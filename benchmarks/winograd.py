@@ -32,7 +32,6 @@ if "--peer-child" not in sys.argv:
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -105,19 +104,8 @@ PEERS = {"numpy": _peer_numpy_im2col, "torch": _peer_with_our_layers("torch"),
 
 
 def run_peer_child(peer, names, threads, timeout=1800):
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--peer-child", peer, "--threads", str(threads),
-            "--only", ",".join(names)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {}, {"error": f"timed out after {timeout} s"}
-    if proc.returncode != 0:
-        return {}, {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return data["results"], data["info"]
+    return bench_cpu.run_json_child(Path(__file__), ["--peer-child", peer, "--threads", str(threads),
+                                                     "--only", ",".join(names)], threads, dict(os.environ), timeout)
 
 
 # ---------------------------------------------------------------------------------------------
