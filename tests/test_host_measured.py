@@ -55,6 +55,31 @@ def test_probe_noise_cannot_change_the_kernel():
 
 
 @pytest.mark.unit
+def test_measured_dram_read_replaces_the_assumed_bandwidth_in_stable_steps():
+    from xfc.hardware.host import ASSUMED_DRAM_GBPS, quantized_dram_gbps
+    base = _measurement(3.61, 2.0, 2.0, 4.0)
+    assumed = describe_host(FACTS, {}, 2, "x86_64", measured=base)
+    assert assumed.memory.peak_bandwidth_gbps == ASSUMED_DRAM_GBPS and "host:memory.peak_bandwidth_gbps" in assumed.uncertain
+    hw = describe_host(FACTS, {}, 2, "x86_64", measured=HostMeasurement(**{**base.__dict__, "dram_read_gbps": 31.7}))
+    assert hw.memory.peak_bandwidth_gbps == quantized_dram_gbps(31.7)
+    assert abs(hw.memory.peak_bandwidth_gbps / 31.7 - 1) <= 0.025, "5% steps: within half a step"
+    assert "host:memory.peak_bandwidth_gbps" not in hw.uncertain and "sustained read" in hw.notes
+    # Noise of a percent either way keeps one value (away from a step boundary), so one kernel.
+    assert quantized_dram_gbps(31.4) == quantized_dram_gbps(31.9)
+    assert quantized_dram_gbps(20.0) < quantized_dram_gbps(22.0) < quantized_dram_gbps(25.0)
+
+
+@pytest.mark.unit
+def test_probe_dram_figure_is_the_faster_of_one_thread_and_all():
+    from xfc.tiledb.probe import dram_read_gbps, implausible
+    text = "add 100 1e-6\ndram1 1000000000 0.04\ndram1 1000000000 0.05\ndram 1000000000 0.08\n"
+    assert dram_read_gbps(text) == pytest.approx(25.0)       # another process held a core for the all-CPU run
+    assert dram_read_gbps("dram 2000000000 0.05\ndram1 1000000000 0.05\n") == pytest.approx(40.0)
+    assert dram_read_gbps("add 100 1e-6\n") is None
+    assert "DRAM" in implausible(3.0, {256: 2.0}, 4.0, 0.01) and implausible(3.0, {256: 2.0}, 4.0, 30.0) == ""
+
+
+@pytest.mark.unit
 def test_without_a_measurement_the_figures_stay_assumed_and_say_so():
     hw = describe_host(FACTS, {}, 2, "x86_64")
     assert hw.cluster().core.fma_per_cycle == 2 and hw.cluster().clock_ghz == 2.1
@@ -78,8 +103,10 @@ def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
     assert first.returncode == 0, first.stderr
     data = json.loads(first.stdout)
     assert data["host_figures"] == {"fma_per_cycle": "measured", "fma_latency_cycles": "measured",
-                                    "clock_ghz": "measured"}
+                                    "clock_ghz": "measured", "memory.peak_bandwidth_gbps": "measured (sustained read)"}
     assert "just now" in data["notes"] and "host:fma_per_cycle" not in data["uncertain"]
+    assert "host:memory.peak_bandwidth_gbps" not in data["uncertain"]
+    assert 0.5 <= data["memory"]["peak_bandwidth_gbps"] <= 2000
     core = data["clusters"][0]["core"]
     assert core["fma_per_cycle"] * 2 == int(core["fma_per_cycle"] * 2) and 0.5 <= core["fma_per_cycle"] <= 4
     again = json.loads(_xfc("hw", "show", "host", "--json", tmp_path=tmp_path).stdout)
@@ -87,7 +114,7 @@ def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
     table = _xfc("hw", "show", "host", "--remeasure", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "Host figures:" in table.stdout and "just now" in table.stdout
-    assert table.stdout.count("measured") >= 3
+    assert table.stdout.count("measured") >= 4 and "GB/s DRAM" in table.stdout
 
 
 @pytest.mark.host

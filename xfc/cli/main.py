@@ -135,7 +135,8 @@ def cmd_hw_show(args) -> int:
         core, cluster = hw.cluster().core, hw.cluster()
         values = {"fma_per_cycle": f"{core.fma_per_cycle:g} vector FMA/cycle at {core.vector_bits} bit",
                   "fma_latency_cycles": f"{core.fma_latency_cycles} cycles FMA latency",
-                  "clock_ghz": f"{cluster.clock_ghz:g} GHz"}
+                  "clock_ghz": f"{cluster.clock_ghz:g} GHz",
+                  "memory.peak_bandwidth_gbps": f"{hw.memory.peak_bandwidth_gbps:g} GB/s DRAM"}
         print("\nHost figures:")
         for field, how in figures.items():
             print(f"  {values[field]:<36} {how}")

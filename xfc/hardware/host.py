@@ -15,6 +15,7 @@ CPU (or the XFC_HOST_ISA cap) lacks is a HardwareError (exit 2).
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ _LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "generic": "generic 128-bit x86-
 # (a port count; a core that splits a wide FMA counts 0.5 per port), the clock to 0.05 GHz, the
 # latency to whole cycles.
 CLOCK_QUANTUM_GHZ = 0.05
+DRAM_QUANTUM = 1.05
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class HostMeasurement:
     fma_latency_cycles: float
     measured_at: str                                  # UTC timestamp of the measurement
     cached: bool                                      # True: read back from the per-user cache
+    dram_read_gbps: Optional[float] = None            # sustained all-CPU read bandwidth; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -68,6 +71,11 @@ class HostMeasurement:
 
 def quantized_fma_per_cycle(rate: float) -> float:
     return max(0.5, round(rate * 2) / 2)
+
+
+def quantized_dram_gbps(gbps: float) -> float:
+    """To 5% steps on a log scale (noise of a few percent between probe runs keeps one value)."""
+    return round(DRAM_QUANTUM ** round(math.log(gbps) / math.log(DRAM_QUANTUM)), 1)
 
 
 def quantized_clock_ghz(clock_ghz: float) -> float:
@@ -193,6 +201,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         uncertain.append("clock_ghz")
     fma_per_cycle: float = ASSUMED_FMA_PER_CYCLE
     fma_latency_cycles = 4
+    dram_gbps = ASSUMED_DRAM_GBPS
     measured_fields: list[str] = []
     if measured is not None:
         rate = measured.fma_per_cycle_at(vector_bits)
@@ -205,6 +214,9 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         if measured.clock_ghz > 0:
             clock_ghz = quantized_clock_ghz(measured.clock_ghz)
             measured_fields.append("clock_ghz")
+        if measured.dram_read_gbps is not None and measured.dram_read_gbps > 0:
+            dram_gbps = quantized_dram_gbps(measured.dram_read_gbps)
+            measured_fields.append("memory.peak_bandwidth_gbps")
         uncertain = [u for u in uncertain if u not in measured_fields]
     l1 = caches.get("L1d", {"size_kib": 32, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
     l2 = caches.get("L2", {"size_kib": 1024, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
@@ -228,9 +240,11 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     marketing = f"{model} ({n_cpus} CPUs)" + (f" limited to {_LABELS[chosen]} by {how}" if forced else "")
     if measured_fields:
         when = "cached" if measured.cached else "just now"
+        dram_note = ("DRAM bandwidth is the probe's sustained read (a lower bound on the peak)"
+                     if "memory.peak_bandwidth_gbps" in measured_fields else "DRAM bandwidth is an assumption")
         notes = (f"detected at run time; {', '.join(measured_fields)} measured by the host FMA probe "
                  f"at {measured.measured_at} ({when}; 'xfc hw show host --remeasure' measures again); "
-                 f"DRAM bandwidth is an assumption")
+                 f"{dram_note}")
     else:
         notes = "detected at run time; vector FMA rate per cycle and DRAM bandwidth are assumptions"
     if forced:
@@ -240,7 +254,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         name=f"host:{chosen}" if forced else "host", kind="host", marketing_name=marketing,
         clusters=(cluster,), gpu=None,
         l3_bytes=int(l3["size_kib"] * 1024) if l3 else None, slc_bytes=None,
-        memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=ASSUMED_DRAM_GBPS, channels=1),
+        memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=dram_gbps, channels=1),
         target_arch="x86_64",
         sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache",
                  *(("host FMA probe (xfc.tiledb.probe)",) if measured_fields else ())),

@@ -51,4 +51,6 @@ def measured_or_assumed(hw: HardwareDescription) -> dict[str, str]:
            for field in ("fma_per_cycle", "fma_latency_cycles")}
     out["clock_ghz"] = ("assumed" if "clock_ghz" in uncertain
                         else "measured" if probed else "read from /proc/cpuinfo (not measured)")
+    out["memory.peak_bandwidth_gbps"] = ("assumed" if "memory.peak_bandwidth_gbps" in uncertain or not probed
+                                         else "measured (sustained read)")
     return out

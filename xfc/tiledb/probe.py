@@ -9,8 +9,11 @@ How (x86-64, one small C program built with the host gcc, well under a second):
   throughput  for each width the CPU supports (128, 256, 512 bit) a loop of independent FMA
               chains (12 for 128/256-bit, 16 for 512-bit: more than latency x ports on current
               cores), FMA instructions per second / clock = FMAs per cycle;
-  latency     one dependent FMA chain, clock / (FMAs per second).
-Each figure is the best of a few ~3 ms runs (the most the core sustains; contention only slows).
+  latency     one dependent FMA chain, clock / (FMAs per second);
+  DRAM        one thread, then every CPU (OpenMP), summing its share of a buffer several times
+              the L3; the faster is the sustained read bandwidth (a lower bound on the peak; the
+              host description uses it as its DRAM bandwidth).
+Each figure is the best of a few runs (the most the machine sustains; contention only slows).
 
 The result is cached in the per-user tile database (table `calibration`, subject
 'cpu:<key>', source 'host'), keyed by the CPU model, its flags and a hash of the machine id, and
@@ -30,7 +33,7 @@ from typing import Callable, Mapping, Optional
 from .._version import __version__
 from ..errors import ToolchainError, XfcError
 from ..build.toolchain import run
-from ..hardware.host import HostMeasurement, parse_cpuinfo
+from ..hardware.host import HostMeasurement, parse_cpuinfo, read_caches
 from . import hostcc
 from .locations import user_db_path
 from .records import CalibrationRow, canonical_json
@@ -41,7 +44,12 @@ CHAINS = {128: 12, 256: 12, 512: 16}
 ITERS = {"add": 120_000, "fma128": 1_000_000, "fma256": 1_000_000, "fma512": 750_000, "lat": 1_500_000}
 ADDS_PER_ITER = 100
 WIDTH_FLAGS = {128: ("fma",), 256: ("avx", "fma"), 512: ("avx512f",)}
-FACT_NAMES = ("clock_ghz", "fma_latency_cycles")
+FACT_NAMES = ("clock_ghz", "fma_latency_cycles", "dram_read_gbps")
+# The DRAM read buffer: far beyond the last-level cache, so the hardware prefetchers cannot keep
+# it on chip (8x the L3 when that is larger; 256 MiB costs ~0.1 s to fault in once).
+DRAM_MIN_BYTES = 256 << 20
+DRAM_L3_MULTIPLE = 8
+MIN_DRAM_GBPS, MAX_DRAM_GBPS = 0.5, 2000.0
 ATTEMPTS = 3                      # probe runs before an implausible result is given up on
 MIN_CLOCK_GHZ, MAX_CLOCK_GHZ = 0.4, 7.0
 MIN_FMA_LATENCY, MAX_FMA_LATENCY = 2.5, 10.0
@@ -67,10 +75,15 @@ __attribute__((target("{target}"), noinline)) static void fma{bits}(long iters)
 """
 
 
-def probe_source() -> str:
+def dram_buffer_bytes(l3_bytes: Optional[int]) -> int:
+    return max(DRAM_MIN_BYTES, DRAM_L3_MULTIPLE * (l3_bytes or 0))
+
+
+def probe_source(dram_bytes: int = DRAM_MIN_BYTES) -> str:
     """The probe program: argv = repeats, then test names; prints 'name ops seconds' lines."""
     funcs = "".join(_fma_function(bits) for bits in (128, 256, 512))
     return f"""#include <immintrin.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +111,40 @@ __attribute__((target("avx2,fma"), noinline)) static void fmalat(long iters)
     sink = _mm_cvtss_f32(a);
 }}
 {funcs}
+/* Sustained read bandwidth: every thread sums its static share of the buffer with 128-bit loads
+ * (four independent sums; two loads per cycle are far above any DRAM rate). The buffer is
+ * first touched by the same static split, so each thread's pages are its own. */
+#define DRAM_BYTES {dram_bytes}L
+static float *dram_buf;
+static int dram_init(void)
+{{
+    if (dram_buf) return 0;
+    dram_buf = aligned_alloc(64, DRAM_BYTES);
+    if (!dram_buf) return 1;
+    const long n = DRAM_BYTES / sizeof(float);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) dram_buf[i] = 1.0f;
+    return 0;
+}}
+__attribute__((noinline)) static void dram_read(int threads)
+{{
+    const long n = DRAM_BYTES / sizeof(float);
+    float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+:total)
+    {{
+        __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+#pragma omp for schedule(static)
+        for (long i = 0; i < n; i += 16) {{
+            s0 = _mm_add_ps(s0, _mm_load_ps(dram_buf + i));
+            s1 = _mm_add_ps(s1, _mm_load_ps(dram_buf + i + 4));
+            s2 = _mm_add_ps(s2, _mm_load_ps(dram_buf + i + 8));
+            s3 = _mm_add_ps(s3, _mm_load_ps(dram_buf + i + 12));
+        }}
+        total += _mm_cvtss_f32(_mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+    }}
+    sink = total;
+}}
+
 int main(int argc, char **argv)
 {{
     if (argc < 3) return 2;
@@ -106,12 +153,15 @@ int main(int argc, char **argv)
         for (int t = 2; t < argc; t++) {{
             const char *name = argv[t];
             long iters, ops;
+            if (!strncmp(name, "dram", 4) && dram_init()) return 3;
             double t0 = now();
             if (!strcmp(name, "add")) {{ iters = {ITERS["add"]}; addchain(iters); ops = iters * {ADDS_PER_ITER}; }}
             else if (!strcmp(name, "lat")) {{ iters = {ITERS["lat"]}; fmalat(iters); ops = iters; }}
             else if (!strcmp(name, "fma128")) {{ iters = {ITERS["fma128"]}; fma128(iters); ops = iters * {CHAINS[128]}; }}
             else if (!strcmp(name, "fma256")) {{ iters = {ITERS["fma256"]}; fma256(iters); ops = iters * {CHAINS[256]}; }}
             else if (!strcmp(name, "fma512")) {{ iters = {ITERS["fma512"]}; fma512(iters); ops = iters * {CHAINS[512]}; }}
+            else if (!strcmp(name, "dram1")) {{ dram_read(1); ops = DRAM_BYTES; }}
+            else if (!strcmp(name, "dram")) {{ dram_read(omp_get_num_procs()); ops = DRAM_BYTES; }}
             else return 2;
             printf("%s %ld %.9e\\n", name, ops, now() - t0);
         }}
@@ -165,6 +215,7 @@ class HostProbe:
     spread: float                                   # worst (max - min) / median over the figures
     measured_at: str
     cached: bool = False
+    dram_read_gbps: Optional[float] = None           # sustained all-CPU read; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -173,7 +224,7 @@ class HostProbe:
         """The figures the host description takes (it quantizes them: xfc.hardware.host)."""
         return HostMeasurement(clock_ghz=self.clock_ghz, fma_per_cycle=self.fma_per_cycle,
                                fma_latency_cycles=self.fma_latency_cycles, measured_at=self.measured_at,
-                               cached=self.cached)
+                               cached=self.cached, dram_read_gbps=self.dram_read_gbps)
 
 
 def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float], float, int, float]:
@@ -200,7 +251,21 @@ def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float
     return clock_hz / 1e9, fma, latency, min(len(ts) for ts in times.values()), spread
 
 
-def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float) -> str:
+def dram_read_gbps(lines: str) -> Optional[float]:
+    """The best 'dram' or 'dram1' run's bytes per second in GB/s (None when the output has
+    neither). One thread alone counts too: when another process holds a core, the all-CPU run
+    waits for its slowest thread, while one thread on an idle core still shows what memory gives."""
+    best = None
+    for line in lines.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] in ("dram", "dram1") and float(parts[2]) > 0:
+            rate = int(parts[1]) / float(parts[2]) / 1e9
+            best = rate if best is None else max(best, rate)
+    return best
+
+
+def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
+                dram_gbps: Optional[float] = None) -> str:
     """Why a probe result cannot be right ('' when it can). Another process taking the core during
     the integer-add clock runs makes the clock read low, which inflates FMAs per cycle and shrinks
     the FMA latency; the FMA latency of every x86-64 core with FMA is 3-6 cycles and none issues
@@ -212,12 +277,15 @@ def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float) 
     worst = max(fma.values(), default=0.0)
     if worst > MAX_FMA_PER_CYCLE:
         return f"{worst:.2f} FMAs per cycle"
+    if dram_gbps is not None and not MIN_DRAM_GBPS <= dram_gbps <= MAX_DRAM_GBPS:
+        return f"DRAM read {dram_gbps:.1f} GB/s"
     return ""
 
 
-def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float], float, int, float, dict, str]:
+def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None
+                 ) -> tuple[float, dict[int, float], float, int, float, dict, str, float]:
     """Build and run the probe: (clock GHz, FMAs/cycle by width, latency, repeats, spread,
-    conditions, compiler). ToolchainError when it cannot run here."""
+    conditions, compiler, DRAM read GB/s). ToolchainError when it cannot run here."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ToolchainError(f"host probe: x86-64 only (this machine is {platform.machine()})")
     widths = widths_for(flags)
@@ -225,26 +293,31 @@ def measure_host(flags, repeats: int = REPEATS) -> tuple[float, dict[int, float]
         raise ToolchainError("host probe: this CPU has no FMA instructions (no 'fma' flag); nothing to measure")
     with tempfile.TemporaryDirectory(prefix="xfc-probe-") as tmp:
         src = Path(tmp) / "probe.c"
-        src.write_text(probe_source())
-        exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2"], "host probe compile")
+        src.write_text(probe_source(dram_buffer_bytes(l3_bytes)))
+        exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2", "-fopenmp"], "host probe compile")
         problem = ""
         for _attempt in range(ATTEMPTS):
             before = hostcc.snapshot()
-            out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths)], "host probe",
+            out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths), "dram1", "dram"],
+                      "host probe",
                       hostcc.RUN_TIMEOUT_S).stdout
             after = hostcc.snapshot()
             clock, fma, latency, reps, spread = analyse(out, widths)
-            problem = implausible(clock, fma, latency)
+            dram = dram_read_gbps(out)
+            if dram is None:
+                raise ToolchainError("host probe: no DRAM read result in its output")
+            problem = implausible(clock, fma, latency, dram)
             if not problem:
                 break
         else:
             raise ToolchainError(f"host probe: implausible figures in {ATTEMPTS} attempts ({problem}); "
                                  "the machine is probably busy, nothing cached")
-    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version()
+    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version(), dram
 
 
 METHOD = ("independent FMA chains per width ({chains}); clock from a dependent integer-add chain "
-          "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms")
+          "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms; "
+          "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}")
 
 
 def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> list[CalibrationRow]:
@@ -254,6 +327,8 @@ def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> lis
                   xfc_version=__version__, created_at=probe.measured_at)
     rows = [CalibrationRow(name="clock_ghz", value=probe.clock_ghz, unit="GHz", **common),
             CalibrationRow(name="fma_latency_cycles", value=probe.fma_latency_cycles, unit="cycles", **common)]
+    if probe.dram_read_gbps is not None:
+        rows.append(CalibrationRow(name="dram_read_gbps", value=probe.dram_read_gbps, unit="GB/s", **common))
     rows += [CalibrationRow(name=f"fma_per_cycle@{bits}", value=rate, unit="FMA instructions per cycle", **common)
              for bits, rate in probe.fma_per_cycle]
     return rows
@@ -272,7 +347,7 @@ def _from_rows(rows: list[CalibrationRow], key: str, model: str, widths: tuple[i
                      fma_per_cycle=tuple((b, latest[f"fma_per_cycle@{b}"].value) for b in widths),
                      fma_latency_cycles=latest["fma_latency_cycles"].value, method=any_row.method,
                      repeats=any_row.repeats, spread=any_row.spread or 0.0, measured_at=any_row.created_at,
-                     cached=True)
+                     cached=True, dram_read_gbps=latest["dram_read_gbps"].value)
 
 
 def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: Optional[Path] = None,
@@ -289,6 +364,8 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
             or platform.node()
     key = cpu_key(cpu, machine_id)
     widths = widths_for(cpu["flags"])
+    l3 = read_caches().get("L3")
+    l3_bytes = int(l3["size_kib"] * 1024) if l3 else None
     path = db_path or user_db_path(environ)
     db: Optional[TileDb] = None
     try:
@@ -301,12 +378,16 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
                                 key, cpu["model_name"], widths)
             if cached is not None:
                 return cached
-        clock, fma, latency, repeats, spread, conditions, compiler = measure_host(cpu["flags"])
+        clock, fma, latency, repeats, spread, conditions, compiler, dram = measure_host(cpu["flags"],
+                                                                                      l3_bytes=l3_bytes)
         chains = ", ".join(f"{CHAINS[b]} x {b}-bit" for b in sorted(fma))
         probe = HostProbe(cpu_key=key, cpu_model=cpu["model_name"], clock_ghz=round(clock, 4),
                           fma_per_cycle=tuple((b, round(fma[b], 4)) for b in sorted(fma)),
-                          fma_latency_cycles=round(latency, 3), method=METHOD.format(chains=chains, repeats=repeats),
-                          repeats=repeats, spread=round(spread, 4), measured_at=utc_now())
+                          fma_latency_cycles=round(latency, 3),
+                          method=METHOD.format(chains=chains, repeats=repeats,
+                                               dram_mib=dram_buffer_bytes(l3_bytes) >> 20),
+                          repeats=repeats, spread=round(spread, 4), measured_at=utc_now(),
+                          dram_read_gbps=round(dram, 2))
         if db is not None:
             conditions = {**conditions, "cpu_model": cpu["model_name"]}
             rows = _rows(probe, db.origin_for("host"), conditions, compiler)
