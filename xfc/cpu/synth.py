@@ -169,11 +169,18 @@ class Candidate:
     def predicted_s(self) -> float:
         return self.estimate.predicted_s
 
+    @property
+    def compute_s(self) -> float:
+        """The core-cycle part of the estimate (what the time would be if every memory level kept up)."""
+        return dict(self.estimate.seconds_by_bound).get("compute", self.predicted_s)
+
     def rank_key(self, fastest: float) -> tuple:
-        """Times within RANK_BUCKET of each other tie; then plain orientation, more accumulators,
-        smaller MR, NR and L1 fill win."""
-        return (round((self.predicted_s / fastest - 1) / RANK_BUCKET), self.transposed,
-                -self.tile.accumulator_registers, self.tile.mr, self.tile.nr, self.fill)
+        """Times within RANK_BUCKET of each other tie; then the lower compute time wins (when a
+        memory bound ties candidates, the one that wastes fewer FMAs on padding is faster as soon
+        as the bound is looser than modelled, and never slower), then plain orientation, more
+        accumulators, smaller MR, NR and L1 fill."""
+        return (round((self.predicted_s / fastest - 1) / RANK_BUCKET),
+                round((self.compute_s / fastest - 1) / RANK_BUCKET), self.transposed, -self.tile.accumulator_registers, self.tile.mr, self.tile.nr, self.fill)
 
     def summary(self) -> str:
         return f"{'transposed ' if self.transposed else ''}{self.sched.mr}x{self.sched.nr} kc={self.sched.kc}"
