@@ -10,7 +10,9 @@ xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.mca under 
 model (xfc.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
 do not depend on how busy this machine is. Predicted GFLOP/s = FMA per cycle on the core's pipes
 x 4 lanes x 2 FLOP x the core's clock: what the loop alone would sustain, an upper bound for the
-operator (packing, tails and C write-back are outside the loop).
+operator (packing, tails and C write-back are outside the loop). Where the synthesizer chooses a
+Winograd plan (3x3 stride-1 convolutions), the loop is its GEMM stage's micro-kernel
+(xfc.mca.gemm_stage_kernel; the transforms are not in the figure).
 
 Results: a table on stdout and benchmarks/results/arm_mca.json (atomic; an existing file is
 replaced only if xfc wrote it, see xfc/outputs.py).

@@ -681,6 +681,7 @@ class McaResult:
     loop_text: str = field(repr=False, default="")
     cycles_per_iteration_with_fill: float = 0.0   # cycles(N) / N, pipeline fill and drain included
     fill_cycles: float = 0.0                      # cycles(N) - N x cycles_per_iteration
+    scope: str = ""                               # what the loop stands for when not the whole kernel
 
 
     @property
@@ -738,6 +739,8 @@ class McaResult:
             "resource_pressure": dict(self.pressure), "iterations": self.iterations,
             "compiler": self.compiler, "llvm_mca": self.llvm_mca,
         }
+        if self.scope:
+            out["scope"] = self.scope
         return out
 
     def summary_lines(self) -> list[str]:
@@ -758,6 +761,8 @@ class McaResult:
         if self.scaled_cycles_per_iteration is not None:
             lines.append(f"  rescaled to the core's pipes: {self.scaled_fma_per_cycle:.2f} FMA/cycle = "
                          f"{self.estimate_pipe_share:.0%} ({self.scaled_arithmetic})")
+        if self.scope:
+            lines.insert(1, f"  scope: {self.scope}")
         if not self.reliable:
             lines.append(f"  UNRELIABLE for {self.core}: {self.model_note}")
         return lines
@@ -870,8 +875,31 @@ def analyze_kernel(rendered, core, model: Optional[McaModel] = None, iterations:
         raise OperatorError(f"llvm-mca analysis needs a NEON kernel; {rendered.function_name} is {rendered.plan.isa}")
     model = model or model_for(core)
     require_llvm_mca()
+    rendered, scope = gemm_stage_kernel(rendered)
     loop = find_fma_loop(compile_to_assembly(rendered))
-    return analyze_loop(loop, core, model, iterations, compiler=compiler_version())
+    result = analyze_loop(loop, core, model, iterations, compiler=compiler_version())
+    return dataclasses.replace(result, scope=scope) if scope else result
+
+
+def gemm_stage_kernel(rendered) -> tuple:
+    """(the kernel whose FMA loop is analysed, scope text). A Winograd kernel's input and output
+    transforms have FMA loops of their own, and the GEMM micro-kernel is inlined into the parallel
+    region, so the loop with the most FMAs may be a transform. Its GEMM stage is analysed instead:
+    the same micro-kernel (templates/cpu/gemm_ukernel.j2) under the same schedule, compiled in the
+    matmul kernel of one of its (m+2)^2 GEMMs. Any other kernel is analysed as it is."""
+    plan = rendered.plan
+    if plan.lowering != "winograd":
+        return rendered, ""
+    from .cpu.codegen import render_cpu_kernel
+    from .cpu.winograd import gemm_problem
+    problem = gemm_problem(plan.spec, plan.winograd_m)
+    gemm_plan = dataclasses.replace(plan, spec=problem, lowering="gemm", winograd_m=0,
+                                    function_name=f"{plan.function_name}_gemm_stage")
+    a = plan.winograd_m + 2
+    scope = (f"GEMM stage of the Winograd F({plan.winograd_m}x{plan.winograd_m},3x3) plan: one of its {a * a} "
+             f"GEMMs (M={problem.m} N={problem.n} K={problem.k}), same micro-kernel and schedule, compiled as a "
+             f"matmul kernel; the transforms are not in this figure")
+    return render_cpu_kernel(gemm_plan), scope
 
 
 def analyze_synthesis(result) -> McaResult:
