@@ -252,7 +252,8 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
                   f"{stages.input_s * 1e3:.3f} ms", "fused with zero padding; written as packed B panels"),
         *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels),
         TileLevel("GEMMS", f"{a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
-                  "the synthesizer's best GEMM schedule for this problem"),
+                  f"the GEMM schedule whose whole stage is fastest; U ({a * a}x{spec.k}x{spec.c}) lives in "
+                  f"{stages.weights_level}"),
         TileLevel("OUTPUT", f"Y = AT M AT^T: {m}x{m} outputs per tile + bias, activation",
                   f"{stages.output_s * 1e3:.3f} ms", "written straight into the output (ragged tiles cropped)"),
     )
