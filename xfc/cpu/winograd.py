@@ -321,6 +321,9 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
         "conv": {"c": spec.c, "h": spec.h, "w": spec.w, "oh": spec.out_h, "ow": spec.out_w,
                  "pt": spec.pad_top, "pl": spec.pad_left},
         "stage_cols": round_up(tw, lanes) + lanes,
+        # ragged groups of the input transform (a short tile row, tiles straddling two V panels):
+        # lane-range stores straight from the register where the dialect has them, else scalar
+        "lane_store": plan.isa if plan.isa in ("avx512", "avx2", "neon") else "",
         "points_text": ", ".join(_point_text(p) for p in t.points) + " and infinity",
         "bt_terms": [_terms(row) for row in t.bt_exact], "at_terms": [_terms(row) for row in t.at_exact],
         "g_rows": [[repr(float(x)) for x in row] for row in t.g_exact],
