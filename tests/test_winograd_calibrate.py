@@ -174,3 +174,15 @@ def test_the_column_tail_is_charged_on_avx512_and_steers_the_winograd_gemm_sched
                             evaluator=NarrowTilesSlow()).plan.gemm
     # the schedule the stage estimate picks leaves no one-vector column tail on these 49 tiles
     assert math.ceil((49 % chosen.nr) / 16) != 1
+
+
+def test_a_contended_measurement_is_left_out_of_the_fit():
+    truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=2.0, winograd_scalar_cycles=1.5)
+    items = _winograd_items(truth)
+    lost = next(i for i in items if i.threads == 2 and i.plan.lowering == "winograd")
+    # a 2-thread run that lost a core in every repeat: slower than the same plan on one thread
+    contended = replace(lost, measured_s=lost.measured_s * 5, contended=True)
+    result = fit(items + [contended], HW, CLUSTER)
+    assert result.left_out == 1 and result.cases == len(items)
+    assert result.error_after < 1e-9
+    assert (result.constants.winograd_store_cycles, result.constants.winograd_scalar_cycles) == (2.0, 1.5)

@@ -324,13 +324,14 @@ def cmd_calibrate(args) -> int:
     from ..tiledb.calibrate import predicted_s
     from ..cpu.cost_model import DEFAULT_CONSTANTS
     rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", "")
-             + (f" winograd m={i.plan.winograd_m}" if i.plan.lowering == "winograd" else ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
+             + (f" winograd m={i.plan.winograd_m}" if i.plan.lowering == "winograd" else "")
+             + (" (contended: not fitted)" if i.contended else ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
              f"{predicted_s(i, hw, cluster, DEFAULT_CONSTANTS) * 1e3:.3f}",
              f"{predicted_s(i, hw, cluster, result.constants) * 1e3:.3f}"] for i in items]
     _print_table(rows, ["operator", "T", "measured ms (fastest)", "static ms", "calibrated ms"])
     print(f"\nmean |error| {result.error_before:.1%} -> {result.error_after:.1%}; "
           f"worst {result.worst_before:.1%} -> {result.worst_after:.1%} ({result.cases} timed operators, "
-          f"outside the benchmark suite)")
+          f"outside the benchmark suite" + (f"; {result.left_out} contended left out" if result.left_out else "") + ")")
     print("fitted: " + ", ".join(f"{k}={v:g}" if not isinstance(v, bool) else f"{k}={v}"
                                  for k, v in result.constants.as_dict().items()))
     print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "

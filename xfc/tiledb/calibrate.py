@@ -28,6 +28,7 @@ measured (the shipped databases hold no measured rows).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -110,17 +111,20 @@ SWEEPS = 4
 # at most, and the fastest of all its runs kept.
 CONTENDED_RETRIES = 3
 # Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
-# give the same time for one operator): searched together, every pair of grid values, each sweep.
-JOINT: tuple[tuple[str, str], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
+# give the same time for one operator): searched together, every combination of grid values, each
+# sweep. The Winograd transform constants all scale the same two stages, so single and pairwise
+# moves stall (a fit that must lower one while raising two others): they are searched three at a
+# time as well.
+JOINT: tuple[tuple[str, ...], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
                                       ("depthwise_efficiency", "depthwise_load_cost"),
                                       ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"),
-                                      # the transform constants all scale the same stages: every pair
-                                      ("winograd_transform_efficiency", "winograd_store_cycles"),
-                                      ("winograd_transform_efficiency", "winograd_group_cycles"),
-                                      ("winograd_transform_efficiency", "winograd_scalar_cycles"),
-                                      ("winograd_store_cycles", "winograd_group_cycles"),
-                                      ("winograd_store_cycles", "winograd_scalar_cycles"),
-                                      ("winograd_scalar_cycles", "winograd_group_cycles"))
+                                      ("winograd_transform_efficiency", "winograd_store_cycles",
+                                       "winograd_scalar_cycles"),
+                                      ("winograd_store_cycles", "winograd_scalar_cycles", "winograd_group_cycles"),
+                                      ("winograd_transform_efficiency", "winograd_store_cycles",
+                                       "winograd_group_cycles"),
+                                      ("winograd_transform_efficiency", "winograd_scalar_cycles",
+                                       "winograd_group_cycles"))
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ class Measured:
     plan: CpuKernelPlan
     measured_s: float
     spread: float
+    # t > 1 threads and still no faster than 1 thread after CONTENDED_RETRIES: a thread was lost to
+    # another process in every repeat; fit() leaves it out (no constant explains a lost core)
+    contended: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,7 +159,8 @@ class Fit:
     error_after: float
     worst_before: float
     worst_after: float
-    cases: int
+    cases: int                   # operators fitted (the contended ones left out)
+    left_out: int = 0            # contended operators not fitted
 
 
 def training_specs() -> list[OperatorSpec]:
@@ -200,13 +208,19 @@ def _objective(items, hw, cluster, constants) -> float:
 
 def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
         start: CostConstants = DEFAULT_CONSTANTS) -> Fit:
-    """Coordinate descent over GRIDS, and over the JOINT pairs together (deterministic: fixed order,
+    """Coordinate descent over GRIDS, and over the JOINT groups together (deterministic: fixed order,
     first best value wins ties)."""
     if not items:
         raise XfcError("calibrate: no measurements to fit")
+    fitted = [i for i in items if not i.contended] or list(items)
+    left_out = len(items) - len(fitted)
+    items = fitted
     best, best_score = start, _objective(items, hw, cluster, start)
     moves = [{field: value} for field, grid in GRIDS.items() for value in grid]
-    moves += [{a: va, b: vb} for a, b in JOINT for va in GRIDS[a] for vb in GRIDS[b]]
+    moves += [dict(zip(fields_, values)) for fields_ in JOINT
+              for values in itertools.product(*(GRIDS[f] for f in fields_))]
+    if not any(i.plan.lowering == "winograd" for i in items):   # those fields move no prediction
+        moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
     for _ in range(SWEEPS):
         improved = False
         for move in moves:
@@ -219,7 +233,7 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
     after = [abs(e) for e in relative_errors(items, hw, cluster, best)]
     return Fit(constants=best, error_before=statistics.fmean(before), error_after=statistics.fmean(after),
-               worst_before=max(before), worst_after=max(after), cases=len(items))
+               worst_before=max(before), worst_after=max(after), cases=len(items), left_out=left_out)
 
 
 def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threads: Sequence[int],
@@ -262,8 +276,11 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
                 progress(f"    {t} threads no faster than 1 ({min(samples) * 1e3:.3f} ms): contended; timing again")
                 samples = samples + kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             fastest = min(samples)
+            contended = t > 1 and single is not None and fastest >= single
+            if contended:
+                progress("    still no faster than 1 thread: left out of the fit")
             out.append(Measured(spec=spec, threads=t, plan=plan, measured_s=fastest,
-                                spread=(max(samples) - fastest) / statistics.median(samples)))
+                                spread=(max(samples) - fastest) / statistics.median(samples), contended=contended))
     return out
 
 METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| on {cases} timed "
