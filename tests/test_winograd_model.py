@@ -74,3 +74,29 @@ def test_a_network_with_winograd_layers_verifies_against_onnxruntime(tmp_path, c
     assert v["verified"] and not v["layers_failed"]
     assert v["outputs"] and all(c["ok"] and c["bound_kind"] == "derived" for c in v["outputs"])
     assert all(layer["error_to_bound_ratio"] <= 1 for layer in report["layers"])
+
+
+@pytest.mark.host
+def test_the_emitted_library_runs_a_winograd_layer(tmp_path, capsys):
+    """`--emit lib`: a Winograd layer's _packed_floats matches the manifest (U, not the filter) and
+    both entry points of the linked library verify under the Winograd bound."""
+    import test_model_lib as lib_tests
+    if not lib_tests.HAVE_CMAKE:
+        pytest.skip("no cmake")
+    from xfc.model.load import load_model
+    from xfc.model.mapping import map_network
+    from xfc.ops.reference import check_output
+    lib_dir, report, path = lib_tests.emit(tmp_path, capsys, "host", _winograd_net())
+    manifest = json.loads((lib_dir / "manifest.json").read_text())
+    by_node = {layer["node"]: layer for layer in manifest["layers"]}
+    net = map_network(load_model(path))
+    wino = {d["kernel"] for d in report["distinct_layers"] if d.get("lowering") == "winograd"}
+    assert wino
+    layer = next(entry for entry in by_node.values() if any(entry["function"].endswith(k) for k in wino))
+    item = next(i for i in net.layers if i.name == layer["node"])
+    app = lib_tests.build_app(tmp_path, lib_dir, manifest, layer, cross=False)
+    spec, x, w, b, outs, _ = lib_tests.run_layer(tmp_path, app, lib_dir, layer, item.spec, cross=False)
+    m = next(d["winograd_m"] for d in report["distinct_layers"] if layer["function"].endswith(d["kernel"]))
+    for out in outs:
+        verdict = check_output(spec, out, x, w, b, winograd_m=m)
+        assert verdict.ok, verdict.reason

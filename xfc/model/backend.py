@@ -76,7 +76,7 @@ class LayerSynthesis:
                     "predicted_gflops": plan.cost.gflops, "predicted_bound": plan.cost.bound,
                     "candidates_evaluated": self.result.candidates_evaluated}
         r = self.result
-        return {"lowering": r.plan.lowering, "isa": r.plan.isa,
+        return {"lowering": r.plan.lowering, "isa": r.plan.isa, "winograd_m": r.plan.winograd_m,
                 "levels": [{"level": lv.level, "tile": lv.tile, "usage": lv.usage, "decided_by": lv.decided_by}
                            for lv in r.levels],
                 "predicted_gflops": r.estimate.predicted_gflops, "predicted_bound": r.estimate.bound}
