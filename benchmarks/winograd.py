@@ -7,6 +7,10 @@ the plan the synthesizer chooses, and the peers (numpy/OpenBLAS through im2col, 
     .venv/bin/python benchmarks/winograd.py --only r18_l2,vgg_5 --threads 1
     .venv/bin/python benchmarks/winograd.py --only tiny --rounds 1 --threads 1 --no-peers   # smoke run
 
+Synthesis reads the tile database as `xfc synth` does (--tile-db, default auto: this machine's
+measured micro-tiles and `xfc tiledb calibrate` constants when the per-user database has them, else
+the static model); the JSON records which (tile_db.constants: calibrated or static).
+
 GFLOP/s are EFFECTIVE: the direct convolution's FLOP count (2 N K OH OW C 9) divided by the time,
 for every entry (a Winograd plan does fewer multiplications; counting them would not compare).
 Timing follows benchmarks/bench_cpu.py: xfc kernels with their weights pre-packed once (untimed;
@@ -119,8 +123,10 @@ def our_variants(spec) -> list[tuple[str, dict]]:
             + [("chosen", dict(lowering="auto"))])
 
 
-def build_ours(spec, threads, hw, build_root: Path, tag: str) -> dict:
-    """label -> (plan, loaded kernel, verification facts); built and verified once, timed per round."""
+def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, constants=None) -> dict:
+    """label -> (plan, loaded kernel, verification facts); built and verified once, timed per round.
+    evaluator, constants: the tile database's (synthesis_inputs), or None for the static model."""
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS
     from xfc.build.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.cpu.synth import synthesize_cpu
@@ -128,7 +134,8 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str) -> dict:
     a, b, bias = make_inputs(spec)
     out = {}
     for label, options in our_variants(spec):
-        plan = synthesize_cpu(spec, hw, threads=threads, **options).plan
+        plan = synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator, constants=constants or DEFAULT_CONSTANTS,
+                              **options).plan
         rendered = render_cpu_kernel(plan)
         kernel = HostKernel(rendered, build_host(rendered, build_root / f"{tag}_{label.replace(' ', '').replace('=', '')}"))
         verdicts = [check_output(spec, out_, a, b, bias, winograd_m=plan.winograd_m)
@@ -138,6 +145,21 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str) -> dict:
                       "max_abs_error": max(v.max_abs_error for v in verdicts),
                       "error_to_bound_ratio": max(v.worst_ratio for v in verdicts)}
     return out
+
+
+def synthesis_inputs(choice: str, hw, say):
+    """(evaluator or None, constants or None, JSON entry) for --tile-db PATH|auto|off, as `xfc synth`
+    resolves it (xfc.tiledb.evaluators.synthesis_evaluator; a missing database is the static model)."""
+    from xfc.tiledb.evaluators import synthesis_evaluator
+    if choice == "off":
+        return None, None, {"choice": choice, "constants": "static"}
+    evaluator = synthesis_evaluator(choice, hw, None, os.environ, say)
+    if evaluator is None:
+        return None, None, {"choice": choice, "constants": "static"}
+    constants = evaluator.constants()
+    entry = {"choice": choice, "path": str(evaluator.db.path) if evaluator.db is not None else None,
+             "constants": "calibrated" if evaluator.calibrated else "static", "constant_values": constants.as_dict()}
+    return evaluator, constants, entry
 
 
 def plan_text(plan) -> str:
@@ -160,6 +182,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=15, help="timed runs per xfc kernel per round")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--tile-db", default="auto", metavar="PATH|auto|off",
+                    help="micro-tile scores and cost-model constants for synthesis, as `xfc synth --tile-db` (default auto)")
     ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "winograd_host.json"))
     args = ap.parse_args(argv)
@@ -183,7 +207,9 @@ def main(argv=None) -> int:
         return 2
     build_dir = tempfile.TemporaryDirectory(prefix="xfc-bench-winograd-")
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
-    built = {(n, t): build_ours(spec_of(n), t, hw, Path(build_dir.name), f"{n}_t{t}")
+    evaluator, constants, tile_db = synthesis_inputs(args.tile_db, hw, say)
+    say(f"synthesis constants: {tile_db['constants']} (--tile-db {args.tile_db})")
+    built = {(n, t): build_ours(spec_of(n), t, hw, Path(build_dir.name), f"{n}_t{t}", evaluator, constants)
              for n in names for t in thread_counts}
     peer_best, ours_best, peer_info = {}, {}, {}
     for round_no in range(1, max(1, args.rounds) + 1):
@@ -249,6 +275,7 @@ def main(argv=None) -> int:
         print(f"1 thread, C and K >= 64: chosen / best peer geomean {geo:.2f}x, min {min(big):.2f}x "
               f"(targets 1.5x and 1.2x)")
     write_json_result(args.out, {"machine": machine_facts(), "gflops_note": "effective: direct-convolution FLOPs",
+                                 "tile_db": tile_db,
                                  "rounds": args.rounds, "geomean_chosen_vs_best_peer_1t_c64": geo,
                                  "peer_info": peer_info, "layers": rows}, kind="winograd_benchmark")
     print(f"wrote {args.out}")

@@ -75,8 +75,9 @@ def test_cache_constraints_hold(hw_name):
         assert g.nr % plan.vector_lanes == 0
         panels_bytes = (g.mr + g.nr) * g.kc * 4
         # Micro-panels live in L1, except deep slices streamed from L2: pre-packed matmul B reused
-        # by many row tiles, and the transposed conv (its tile is stored once, after the whole K).
-        streamed = plan.lowering in ("gemm", "implicit_gemm_t")
+        # by many row tiles, and the transposed conv (its tile is stored once, after the whole K);
+        # a Winograd GEMM stage's B is packed before its GEMMs too (the input transform writes it).
+        streamed = plan.lowering in ("gemm", "implicit_gemm_t", "winograd")
         assert panels_bytes <= core.l1d.size_bytes or (streamed and panels_bytes <= hw.cluster().l2.size_bytes // 2)
         assert g.mc * g.kc * 4 <= hw.cluster().l2.size_bytes
         assert g.mc % g.mr == 0 and g.nc % g.nr == 0

@@ -295,7 +295,7 @@ def cmd_gc(args) -> int:
 def cmd_calibrate(args) -> int:
     import sys
     from ..hardware.load import is_host_name
-    from ..tiledb.calibrate import fit, measure, store_fit, training_specs
+    from ..tiledb.calibrate import fit, measure, store_fit, training_cases
     from .hardware import load_for_command_line
     from ..tiledb.locations import is_shipped_location
     if not is_host_name(args.hw):
@@ -317,19 +317,21 @@ def cmd_calibrate(args) -> int:
     say = (lambda m: None) if args.quiet else (lambda m: print(f"xfc: {m}", file=sys.stderr, flush=True))
     with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
         pass
-    items = measure(hw, cluster, training_specs(), threads, repeats=args.repeats, progress=say)
+    items = measure(hw, cluster, training_cases(), threads, repeats=args.repeats, progress=say)
     result = fit(items, hw, cluster)
     with TileDb.open(path) as db:
         store_fit(db, hw, cluster, result, threads)
     from ..tiledb.calibrate import predicted_s
     from ..cpu.cost_model import DEFAULT_CONSTANTS
-    rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
+    rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", "")
+             + (f" winograd m={i.plan.winograd_m}" if i.plan.lowering == "winograd" else "")
+             + (" (contended: not fitted)" if i.contended else ""), str(i.threads), f"{i.measured_s * 1e3:.3f}",
              f"{predicted_s(i, hw, cluster, DEFAULT_CONSTANTS) * 1e3:.3f}",
              f"{predicted_s(i, hw, cluster, result.constants) * 1e3:.3f}"] for i in items]
     _print_table(rows, ["operator", "T", "measured ms (fastest)", "static ms", "calibrated ms"])
     print(f"\nmean |error| {result.error_before:.1%} -> {result.error_after:.1%}; "
           f"worst {result.worst_before:.1%} -> {result.worst_after:.1%} ({result.cases} timed operators, "
-          f"outside the benchmark suite)")
+          f"outside the benchmark suite" + (f"; {result.left_out} contended left out" if result.left_out else "") + ")")
     print("fitted: " + ", ".join(f"{k}={v:g}" if not isinstance(v, bool) else f"{k}={v}"
                                  for k, v in result.constants.as_dict().items()))
     print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "

@@ -30,8 +30,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 
 # The form of the model the constants below belong to. A calibration stores it beside the fitted
 # constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join;
-# 3: a chip-wide cap on the shared cache's bandwidth).
-COST_MODEL_VERSION = 3
+# 3: a chip-wide cap on the shared cache's bandwidth; 4: the Winograd transform constants, and the
+# Winograd GEMM stage reading its transformed filter once from where it lives, xfc/cpu/winograd.py).
+COST_MODEL_VERSION = 4
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -86,6 +87,10 @@ STAGE_ROW_CYCLES = 4.0               # fixed cost of staging one row (loop, boun
 # One OpenMP parallel region per call: waking the team and the closing barrier. A fixed cost that
 # does not shrink with threads, so small multi-threaded calls scale less than their work does.
 PARALLEL_REGION_S = 2e-6
+# ---- Winograd transforms (xfc/cpu/winograd.py stage_costs; static guesses until calibrated) -------------
+WINOGRAD_STORE_CYCLES = 1.0          # per vector store of a transform's output (one store port)
+WINOGRAD_SCALAR_CYCLES = 1.0         # per element staged into the phase-split plane or scattered to the output
+WINOGRAD_GROUP_CYCLES = 0.0          # fixed cycles per LANES-tile group of a transform (loop, addressing, ragged tiles)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,10 @@ class CostConstants:
     depthwise_stage_scale: float = 1.0         # multiplies the depthwise staging rates
     stage_row_cycles: float = STAGE_ROW_CYCLES     # fixed cycles per staged depthwise row
     parallel_region_s: float = PARALLEL_REGION_S   # fork/join of one parallel region (depthwise, threads > 1)
+    winograd_transform_efficiency: float = 1.0     # share of the FMA issue rate the transform arithmetic sustains
+    winograd_store_cycles: float = WINOGRAD_STORE_CYCLES
+    winograd_scalar_cycles: float = WINOGRAD_SCALAR_CYCLES
+    winograd_group_cycles: float = WINOGRAD_GROUP_CYCLES
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

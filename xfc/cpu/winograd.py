@@ -38,8 +38,9 @@ from .tiles import FLOAT_BYTES, MicroTile, round_up
 
 LOWERING = "winograd"
 LOWERINGS = ("auto", "direct", "winograd")   # what a caller may ask the synthesizer for
-STORES_PER_CYCLE = 1.0         # vector stores a core retires per cycle (transform outputs)
-SCALAR_ELEMENT_CYCLES = 1.0    # one scalar load + store (staging the phase-split plane, the output scatter)
+# The transforms' per-store, per-scalar-element and per-group cycles and their arithmetic's sustained
+# share of the FMA rate are CostConstants fields (winograd_*): static guesses in cost_model.py until
+# `xfc tiledb calibrate` fits them on the host (xfc/tiledb/calibrate.py, WINOGRAD_TRAINING_SHAPES).
 
 
 def gemm_problem(spec: Conv2dSpec, m: int) -> MatmulSpec:
@@ -68,8 +69,9 @@ class WinogradStages:
     gemm_s: float
     output_s: float
     traffic_s: float
-    gemm_bound: str = "compute"      # what bounds the GEMM stage (its roofline: compute, L2, L3, DRAM)
+    gemm_bound: str = "compute"      # what bounds the GEMM stage (its roofline: compute, L2, L3, or DRAM for U)
     traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
+    weights_level: str = "L2"        # where the transformed filter U lives between calls (L2, L3 or DRAM)
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
@@ -85,28 +87,67 @@ class WinogradStages:
         return max(self.input_s + self.output_s, self.traffic_s) + self.gemm_s
 
 
-def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
-                gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS) -> WinogradStages:
-    """The stages of a Winograd plan (module docstring). The filter transform is not charged: the
-    pre-pack entry point does it once per weight tensor, like the packed weights of a GEMM plan."""
-    core = cluster.core
+def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
+                     constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[float, float]:
+    """(input, output) transform cycles of one image on one core, all channels.
+
+    Per group of LANES tiles: the transform's vector arithmetic at the FMA rate over the sustained
+    share (winograd_transform_efficiency), a^2 vector loads, the stores (a^2 into V, m^2 of the
+    output) at winograd_store_cycles each, and a fixed winograd_group_cycles. Per element: the
+    scalar staging of the zero-padded, phase-split plane (input) and the scatter into the output
+    (output), winograd_scalar_cycles each. The four constants are what calibration fits."""
+    k_ = constants
     t = wmath.transforms(m)
     a = t.alpha
     ops = t.arithmetic()
-    clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
     groups = th * math.ceil(tw / lanes)            # LANES tiles per vector group
     loads_per_cycle = core.load_rules.vector_loads_per_cycle
-    pack = constants.pack_rate_scale
+    arithmetic_rate = core.fma_per_cycle * k_.winograd_transform_efficiency
     stage_elems = (th * m + a - m) * m * (round_up(tw, lanes) + lanes)
-    input_group = ops["input"] / core.fma_per_cycle + a * a / loads_per_cycle + a * a / STORES_PER_CYCLE
-    input_cycles = spec.n * spec.c * (groups * input_group + stage_elems * SCALAR_ELEMENT_CYCLES / pack)
-    output_group = ops["output"] / core.fma_per_cycle + a * a / loads_per_cycle + m * m / STORES_PER_CYCLE
-    output_cycles = spec.n * spec.k * (groups * output_group
-                                       + spec.out_h * spec.out_w * SCALAR_ELEMENT_CYCLES / pack)
+    input_group = (ops["input"] / arithmetic_rate + a * a / loads_per_cycle + a * a * k_.winograd_store_cycles
+                   + k_.winograd_group_cycles)
+    output_group = (ops["output"] / arithmetic_rate + a * a / loads_per_cycle + m * m * k_.winograd_store_cycles
+                    + k_.winograd_group_cycles)
+    input_cycles = spec.c * (groups * input_group + stage_elems * k_.winograd_scalar_cycles)
+    output_cycles = spec.k * (groups * output_group + spec.out_h * spec.out_w * k_.winograd_scalar_cycles)
+    return input_cycles, output_cycles
+
+
+def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int, tile_bytes: int,
+                   constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[str, float]:
+    """(level, seconds) for the GEMMs to read the transformed filter U once per image from where it
+    lives between calls, as a depthwise call's tensors (cost_model.depthwise_memory): the threads'
+    L2 shares, else the shared cache with the transformed tiles beside it, else DRAM. Only DRAM is
+    charged here: reads from L2 or the shared cache are in each GEMM's own L2 and L3 terms.
+
+    Each GEMM's roofline alone would charge DRAM for its U, V and M on every one of the a^2 GEMMs
+    (gemm_estimate's "every tensor once"). V and M are written and read within the call (the tile
+    traffic term), and U is read once: on the host the a^2 DRAM terms bounded the 2-thread GEMM
+    stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time)."""
+    a = m + 2
+    u_bytes = FLOAT_BYTES * a * a * round_up(spec.k, mr) * spec.c
+    if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
+        return "L2", 0.0
+    if u_bytes + tile_bytes <= (hw.l3_bytes or hw.slc_bytes or 0) * L3_FILL:
+        return "L3", 0.0
+    return "DRAM", spec.n * u_bytes / dram_bytes_per_second(hw, constants)
+
+
+def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
+                gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
+                mr: int = 1) -> WinogradStages:
+    """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
+    (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
+    is not charged: the pre-pack entry point does it once per weight tensor, like the packed
+    weights of a GEMM plan."""
+    a = m + 2
+    clock_hz = cluster.clock_ghz * 1e9
+    th, tw = wmath.tile_counts(spec, m)
+    input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants)
     used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
-    input_s = input_cycles / (clock_hz * used[0])
-    output_s = output_cycles / (clock_hz * used[1])
+    input_s = spec.n * input_cycles / (clock_hz * used[0])
+    output_s = spec.n * output_cycles / (clock_hz * used[1])
     # The transformed tiles: V written by the input transform, M written by the GEMMs and read
     # back by the output transform (the GEMMs' own reads of U and V are in their estimate).
     n_padded = round_up(th * tw, nr)
@@ -115,23 +156,45 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
-        level, traffic_s = "L3", moved / (constants.shared_cache_bytes_per_cycle * clock_hz * threads)
+        level, traffic_s = "L3", moved / constants.shared_cache_bytes_per_s(clock_hz, threads)
     else:
         level, traffic_s = "DRAM", moved / dram_bytes_per_second(hw, constants)
-    return WinogradStages(input_s=input_s, gemm_s=a * a * gemm_estimate.predicted_s, output_s=output_s,
-                          traffic_s=traffic_s, gemm_bound=gemm_estimate.bound, traffic_level=level)
+    on_chip = [(name, s) for name, s in gemm_estimate.seconds_by_bound if name != "DRAM"]
+    gemm_bound, per_gemm_s = max(on_chip, key=lambda p: p[1])
+    weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants)
+    gemm_s = a * a * per_gemm_s
+    if weights_s > gemm_s:
+        gemm_bound, gemm_s = "DRAM", weights_s
+    return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
+                          gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level)
+
+
+def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
+    """The score of the micro-kernel of the last N % NR columns of a Winograd GEMM, on every ISA
+    (None: NR divides N). Its N is the tile count, often under 2 NR (49 tiles at 28x28, m=4; 16 at
+    7x7, m=2), so the column tail is a large share of the stage, or all of it; the direct GEMMs
+    charge it only where the ISA row models it (synth._column_tail_score)."""
+    tail_vectors = math.ceil((n % tile.nr) / tile.lanes)
+    if tail_vectors == 0:
+        return None
+    return evaluator.evaluate(MicroTile(mr=tile.mr, nr_vectors=tail_vectors, lanes=tile.lanes,
+                                        a_load_bits=tile.a_load_bits), cluster.core, isa)
 
 
 def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
                 constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None) -> WinogradStages:
     """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is the roofline
-    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed); the
-    micro-tile is scored by evaluator (default: the static issue model)."""
+    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed), its
+    column tail scored as its own micro-kernel; the micro-tiles are scored by evaluator (default:
+    the static issue model)."""
+    evaluator = evaluator or StaticEvaluator()
     tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
-    score = (evaluator or StaticEvaluator()).evaluate(tile, cluster.core, isa)
-    gemm = gemm_estimate(gemm_problem(spec, m), hw, cluster, tile, score, replace(sched, a_pack="direct"), False,
-                         constants)
-    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants)
+    score = evaluator.evaluate(tile, cluster.core, isa)
+    problem = gemm_problem(spec, m)
+    gemm = gemm_estimate(problem, hw, cluster, tile, score, replace(sched, a_pack="direct"), False, constants,
+                         tail_score=column_tail_score(tile, problem.n, cluster, isa, evaluator),
+                         interference=isa_row(isa).interference_model)
+    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
@@ -189,7 +252,8 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
                   f"{stages.input_s * 1e3:.3f} ms", "fused with zero padding; written as packed B panels"),
         *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels),
         TileLevel("GEMMS", f"{a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
-                  "the synthesizer's best GEMM schedule for this problem"),
+                  f"the GEMM schedule whose whole stage is fastest; U ({a * a}x{spec.k}x{spec.c}) lives in "
+                  f"{stages.weights_level}"),
         TileLevel("OUTPUT", f"Y = AT M AT^T: {m}x{m} outputs per tile + bias, activation",
                   f"{stages.output_s * 1e3:.3f} ms", "written straight into the output (ragged tiles cropped)"),
     )
@@ -257,6 +321,9 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
         "conv": {"c": spec.c, "h": spec.h, "w": spec.w, "oh": spec.out_h, "ow": spec.out_w,
                  "pt": spec.pad_top, "pl": spec.pad_left},
         "stage_cols": round_up(tw, lanes) + lanes,
+        # ragged groups of the input transform (a short tile row, tiles straddling two V panels):
+        # lane-range stores straight from the register where the dialect has them, else scalar
+        "lane_store": plan.isa if plan.isa in ("avx512", "avx2", "neon") else "",
         "points_text": ", ".join(_point_text(p) for p in t.points) + " and infinity",
         "bt_terms": [_terms(row) for row in t.bt_exact], "at_terms": [_terms(row) for row in t.at_exact],
         "g_rows": [[repr(float(x)) for x in row] for row in t.g_exact],
@@ -306,9 +373,15 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
     out = []
     for m in sizes:
         problem = gemm_problem(spec, m)
-        best = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)[0]
-        sched = winograd_schedule(best.sched)
-        stages = plan_stages(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator)
+        # The GEMM schedule is the candidate whose whole Winograd stage is fastest (the first in
+        # the matmul ranking on a tie), not the matmul ranking's first: the stage charges the
+        # column tail on every ISA and U once per call (plan_stages), which the ranking does not.
+        best, sched, stages = None, None, None
+        for candidate in ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants):
+            trial = winograd_schedule(candidate.sched)
+            trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator)
+            if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
+                best, sched, stages = candidate, trial, trial_stages
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
         lines = header_common + [

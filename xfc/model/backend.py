@@ -76,7 +76,7 @@ class LayerSynthesis:
                     "predicted_gflops": plan.cost.gflops, "predicted_bound": plan.cost.bound,
                     "candidates_evaluated": self.result.candidates_evaluated}
         r = self.result
-        return {"lowering": r.plan.lowering, "isa": r.plan.isa,
+        return {"lowering": r.plan.lowering, "isa": r.plan.isa, "winograd_m": r.plan.winograd_m,
                 "levels": [{"level": lv.level, "tile": lv.tile, "usage": lv.usage, "decided_by": lv.decided_by}
                            for lv in r.levels],
                 "predicted_gflops": r.estimate.predicted_gflops, "predicted_bound": r.estimate.bound}
@@ -95,9 +95,9 @@ def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = 
         result = synthesize_gpu(spec, hw, dtype="fp32")
     else:
         from ..cpu.synth import synthesize_cpu
-        # Implicit-GEMM plans only: the network error bounds (bounds.layer_bound) are derived for
-        # direct dot products; Winograd layers need the Winograd magnitude there (docs/winograd.md).
-        result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, lowering="direct")
+        # Any lowering the synthesizer picks: a Winograd layer's network error bound uses the
+        # Winograd magnitude (bounds.winograd_layer_bound; run.py reads the plan's winograd_m).
+        result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
     return LayerSynthesis(spec=spec, result=result, seconds=time.perf_counter() - start, target=target)
 
 

@@ -13,6 +13,8 @@ arithmetic; any summation order, FMA or not):
   the bias magnitude before folding (|s (b - mean)| + |beta| for a folded BatchNormalization).
   Relu and ReLU6 are 1-Lipschitz, so the bound passes through the epilogue. With a
   non-constant B the product rule (|A~|+eA)(|B~|+eB)(1+gamma) - |A~||B~| is used instead.
+  A layer whose plan is Winograd F(m x m, 3x3) replaces the rounding term by
+  gamma_{C+4a+3+f} (Mw(|x~| + e(x)) + |b|), a = m + 2 (winograd_layer_bound, xfc/ops/winograd.py).
 * Relu, Clip, Abs, Neg, Identity, Dropout: 1-Lipschitz, no rounding: e(y) = e(x).
 * Data movement (Reshape, Transpose, Concat, Slice, Pad, MaxPool, ...): the same node applied
   to e (max pooling of e bounds the change of a max).
@@ -74,11 +76,14 @@ def _attr(node, name, default=None):
 
 
 def layer_bound(spec, x: np.ndarray, e_x, weight: np.ndarray, e_w, bias_magnitude: np.ndarray,
-                fold_units: int) -> np.ndarray:
-    """Bound on |y~ - y_exact| of one xfc layer (see the module docstring); kernel layout."""
+                fold_units: int, winograd_m: int = 0) -> np.ndarray:
+    """Bound on |y~ - y_exact| of one xfc layer (see the module docstring); kernel layout.
+    winograd_m: the layer runs a Winograd plan of that tile size (winograd_layer_bound)."""
     from ..ops.spec import MatmulSpec
     from ..ops.reference import reference
     plain = type(spec)(**{f: getattr(spec, f) for f in spec.__dataclass_fields__ if f != "epilogue"})
+    if winograd_m:
+        return winograd_layer_bound(plain, x, e_x, weight, e_w, bias_magnitude, fold_units, winograd_m)
     g = gamma(spec.reduction_size + 2 + fold_units)
     ax = np.abs(x.astype(np.float64))
     aw = np.abs(weight.astype(np.float64))
@@ -92,6 +97,34 @@ def layer_bound(spec, x: np.ndarray, e_x, weight: np.ndarray, e_w, bias_magnitud
     axis = 2 if isinstance(spec, MatmulSpec) else 1
     shape = [-1 if i == axis else 1 for i in range(out.ndim)]
     return out + g * np.asarray(bias_magnitude, np.float64).reshape(shape) + TINY
+
+
+def winograd_layer_bound(plain, x: np.ndarray, e_x, weight: np.ndarray, e_w, bias_magnitude: np.ndarray,
+                         fold_units: int, m: int) -> np.ndarray:
+    """The layer rule for a conv2d that runs Winograd F(m x m, 3x3) (xfc/ops/winograd.py):
+        e(y) <= [|W| (|x~| + e(x)) with |W| + e(W) in place of |W|] - |W| |x~|
+                + gamma_{C+4a+3+f} (Mw(|x~| + e(x), |W| + e(W)) + |b|)
+    The first part carries the incoming errors through the exact convolution (as for a direct
+    layer, by linearity); the second is the Winograd rounding bound (reference.check_winograd_output's
+    gamma_(C+4a+3) (Mw + |b|)) taken at the perturbed magnitudes, with the fold roundings f added.
+    Mw >= |W| |x| (the transforms' growth, docs/winograd.md) but its gamma counts C + 4a + 3
+    roundings, not 9 C + 2: at m = 2 the bound can be tighter than the direct rule's, at m = 4 and
+    6 it is wider."""
+    from ..ops.reference import reference
+    from ..ops.winograd import channel_roundings, winograd_magnitude
+    ax = np.abs(x.astype(np.float64))
+    aw = np.abs(weight.astype(np.float64))
+    zero_bias = np.zeros(plain.input_shapes[2])
+    e_x = np.broadcast_to(np.asarray(e_x, np.float64), ax.shape)
+    e_w = np.broadcast_to(np.asarray(0.0 if e_w is None else e_w, np.float64), aw.shape)
+    if is_zero(e_x) and is_zero(e_w):
+        carried = 0.0
+    else:
+        carried = reference(plain, ax + e_x, aw + e_w, zero_bias) - reference(plain, ax, aw, zero_bias)
+    g = gamma(channel_roundings(m, plain.c) + fold_units)
+    rounding = g * winograd_magnitude(plain, ax + e_x, aw + e_w, m)
+    shape = [-1 if i == 1 else 1 for i in range(rounding.ndim)]
+    return carried + rounding + g * np.asarray(bias_magnitude, np.float64).reshape(shape) + TINY
 
 
 def _full(e, like: np.ndarray) -> np.ndarray:

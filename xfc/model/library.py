@@ -95,7 +95,11 @@ def packed_floats(rendered) -> int:
     found = re.search(r"#define XFC_PACKED_FLOATS (\d+)L", rendered.source)
     if found:
         return int(found.group(1))
-    spec = rendered.plan.spec
+    plan = rendered.plan
+    spec = plan.spec
+    if getattr(plan, "lowering", "") == "winograd":   # U: (m+2)^2 x K rounded up to MR x C
+        mr = plan.gemm.mr
+        return (plan.winograd_m + 2) ** 2 * -(-spec.k // mr) * mr * spec.c
     return int(np.prod(spec.input_shapes[1]))
 
 

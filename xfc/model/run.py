@@ -9,7 +9,8 @@ Two checks, both must hold:
 * per layer, the kernel's output against the layer's original ONNX nodes (Conv, then the
   BatchNormalization / bias Add / Relu / Clip it absorbed, unfolded) run by onnx.reference in
   float64 on the same input, under the layer's local bound gamma_{K+2+f} (|W| |x| + |b|)
-  (bounds.layer_bound with no incoming error). This checks the kernel and the mapping (feeds,
+  (bounds.layer_bound with no incoming error; for a Winograd plan the Winograd bound,
+  gamma_{C+4a+3+f} (Mw + |b|)). This checks the kernel and the mapping (feeds,
   transposes, folds, fusions) sharply, at any depth;
 * at every graph output, against onnxruntime running the original model on the same inputs,
   under twice the bound propagated through the network (bounds.py). An output downstream of an
@@ -137,8 +138,15 @@ def _layer_inputs(layer: Layer, values, errors):
     return a_k, ea_k, b_k, eb_k
 
 
+def winograd_m_of(kernel) -> int:
+    """The Winograd tile size of a built layer's CPU plan (0: direct, or not a CPU kernel)."""
+    synthesis = getattr(kernel, "synthesis", None)
+    plan = getattr(getattr(synthesis, "result", None), "plan", None)
+    return int(getattr(plan, "winograd_m", 0) or 0)
+
+
 def _check_layer(layer: Layer, out: np.ndarray, values, x: np.ndarray, weight: np.ndarray, opset: int,
-                 kernel: str) -> LayerCheck:
+                 kernel: str, winograd_m: int = 0) -> LayerCheck:
     """The kernel's output against the layer's original ONNX nodes run in float64 (module docstring)."""
     feeds = {}
     for node in layer.onnx_nodes:
@@ -149,7 +157,8 @@ def _check_layer(layer: Layer, out: np.ndarray, values, x: np.ndarray, weight: n
         results = run_node(node, feeds, opset)
         feeds.update(zip([n for n in node.output if n], results))
     expected = np.asarray(feeds[layer.output], np.float64)
-    local = B.layer_bound(layer.spec, x, B.ZERO, weight, B.ZERO, layer.bias_magnitude, layer.fold_units)
+    local = B.layer_bound(layer.spec, x, B.ZERO, weight, B.ZERO, layer.bias_magnitude, layer.fold_units,
+                          winograd_m)
     got = np.asarray(out, np.float64).reshape(expected.shape)
     if not np.all(np.isfinite(got)):
         return LayerCheck(name=layer.name, kernel=kernel, max_abs_error=float("inf"), error_to_bound_ratio=float("inf"))
@@ -203,9 +212,10 @@ def execute(net: MappedNetwork, kernels: Mapping, feeds: Mapping[str, np.ndarray
             else:
                 weight = np.ascontiguousarray(b, np.float32)
                 out = kernel(x, weight, step.bias)
-            checks.append(_check_layer(step, out, values, x, weight, loaded.opset, names[step.spec]))
+            wm = winograd_m_of(kernel)
+            checks.append(_check_layer(step, out, values, x, weight, loaded.opset, names[step.spec], wm))
             bound = None if ex is None or eb is None else B.layer_bound(
-                step.spec, x, ex, weight, eb, step.bias_magnitude, step.fold_units)
+                step.spec, x, ex, weight, eb, step.bias_magnitude, step.fold_units, wm)
             values[step.output] = out.reshape(step.out_shape)
             errors[step.output] = None if bound is None else bound.reshape(step.out_shape)
         else:

@@ -4,7 +4,9 @@ What is fitted (xfc.cpu.cost_model.CostConstants): the share of the micro-kernel
 GEMMs sustain, the L2 and shared-cache bandwidths (per core, and the shared cache's chip-wide
 cap), a DRAM factor, a scale on every packing
 rate, and the depthwise model (its load cost, its sustained share of the FMA issue model, its
-staging rate and per-row cost) and the fork/join cost of a parallel region. Which memory level a
+staging rate and per-row cost), the fork/join cost of a parallel region, and the Winograd
+transforms' constants (the sustained share of the FMA rate of their arithmetic, cycles per vector
+store, per scalar staged or scattered element, per group of LANES tiles). Which memory level a
 depthwise call's tensors live in is not fitted: it follows from the description's cache sizes
 (cost_model.depthwise_memory). The FMA rate and clock themselves are measured by the host probe
 (xfc.tiledb.probe) and enter through the host description, not through this fit. The stored
@@ -12,7 +14,9 @@ constants name the model form they were fitted to (cost_model.COST_MODEL_VERSION
 ignores them until `xfc tiledb calibrate` runs again.
 
 How: operators that are NOT in the benchmark suite (TRAINING_SHAPES, so the suite stays a
-held-out check) are synthesized with the static constants, built, verified and timed here with
+held-out check) and 3x3 stride-1 layers that are NOT benchmarks/winograd.py's layers
+(WINOGRAD_TRAINING_SHAPES: a direct plan and a Winograd plan forced to each admissible m = 2, 4, 6
+for each; training_cases) are synthesized with the static constants, built, verified and timed here with
 the weights pre-packed, as the model assumes (the fastest of the repeats: contention only slows). The fitted plan of each measurement is re-estimated
 under candidate constants (the plan that ran, not a re-synthesized one), and a deterministic
 coordinate descent over fixed grids minimizes the mean |log(predicted / measured)|. The fitted
@@ -24,6 +28,7 @@ measured (the shipped databases hold no measured rows).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -67,6 +72,20 @@ TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
     ("depthwise", dict(c=48, h=150, w=150, r=3, s=3), dict(pad=1, stride=2)),
 )
 
+# 3x3 stride-1 layers whose Winograd plans (each admissible m, forced) and direct plan fit the
+# Winograd stage constants together with the GEMM constants. None is a layer of
+# benchmarks/winograd.py (C,K in 32..512 at 112/56/28/14/7 pixels: r18_l1-l4, vgg_1-8) nor of the
+# suite: other channel counts (48, 96/160, 192, 384) and spatial sizes (40, 30, 17, 10), ragged
+# for m = 4 and 6, from transform-heavy (few channels, many tiles) to GEMM-heavy with few tiles
+# (384 channels at 10x10: N = 4..25 tiles, and at m = 4 a U of 21 MB, past half the host's L3).
+# About 32 builds (~1.2 s each on the AVX-512 host) and timings: under a minute added at threads 1,2.
+WINOGRAD_TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
+    ("conv2d", dict(c=48, h=40, w=40, k=48, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=96, h=30, w=30, k=160, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=192, h=17, w=17, k=192, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=384, h=10, w=10, k=384, r=3, s=3), dict(pad=1)),
+)
+
 # The grids the descent walks, per fitted field (values in the field's unit).
 GRIDS: dict[str, tuple] = {
     "compute_efficiency": tuple(round(0.40 + 0.02 * i, 2) for i in range(41)),          # 0.40 .. 1.20
@@ -81,6 +100,10 @@ GRIDS: dict[str, tuple] = {
     "depthwise_stage_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0),
     "stage_row_cycles": (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0),
     "parallel_region_s": (0.0, 1e-6, 2e-6, 4e-6, 8e-6, 16e-6),
+    "winograd_transform_efficiency": (0.25, 0.35, 0.5, 0.6, 0.7, 0.85, 1.0, 1.2),
+    "winograd_store_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
+    "winograd_scalar_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
+    "winograd_group_cycles": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0),
 }
 SWEEPS = 4
 # A multi-threaded operator whose fastest run is no faster than its 1-thread run lost a thread to
@@ -88,10 +111,20 @@ SWEEPS = 4
 # at most, and the fastest of all its runs kept.
 CONTENDED_RETRIES = 3
 # Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
-# give the same time for one operator): searched together, every pair of grid values, each sweep.
-JOINT: tuple[tuple[str, str], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
+# give the same time for one operator): searched together, every combination of grid values, each
+# sweep. The Winograd transform constants all scale the same two stages, so single and pairwise
+# moves stall (a fit that must lower one while raising two others): they are searched three at a
+# time as well.
+JOINT: tuple[tuple[str, ...], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
                                       ("depthwise_efficiency", "depthwise_load_cost"),
-                                      ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"))
+                                      ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"),
+                                      ("winograd_transform_efficiency", "winograd_store_cycles",
+                                       "winograd_scalar_cycles"),
+                                      ("winograd_store_cycles", "winograd_scalar_cycles", "winograd_group_cycles"),
+                                      ("winograd_transform_efficiency", "winograd_store_cycles",
+                                       "winograd_group_cycles"),
+                                      ("winograd_transform_efficiency", "winograd_scalar_cycles",
+                                       "winograd_group_cycles"))
 
 
 @dataclass(frozen=True)
@@ -102,6 +135,21 @@ class Measured:
     plan: CpuKernelPlan
     measured_s: float
     spread: float
+    # t > 1 threads and still no faster than 1 thread after CONTENDED_RETRIES: a thread was lost to
+    # another process in every repeat; fit() leaves it out (no constant explains a lost core)
+    contended: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingCase:
+    """One operator to time: its lowering ('direct': the best implicit-GEMM plan; 'winograd' with
+    winograd_m: the Winograd plan of that tile size, forced)."""
+    spec: OperatorSpec
+    lowering: str = "direct"
+    winograd_m: Optional[int] = None
+
+    def describe(self) -> str:
+        return self.spec.describe() + (f" winograd m={self.winograd_m}" if self.lowering == "winograd" else "")
 
 
 @dataclass(frozen=True)
@@ -111,11 +159,27 @@ class Fit:
     error_after: float
     worst_before: float
     worst_after: float
-    cases: int
+    cases: int                   # operators fitted (the contended ones left out)
+    left_out: int = 0            # contended operators not fitted
 
 
 def training_specs() -> list[OperatorSpec]:
     return [make_spec(op, shape, **options) for op, shape, options in TRAINING_SHAPES]
+
+
+def winograd_training_specs() -> list[OperatorSpec]:
+    return [make_spec(op, shape, **options) for op, shape, options in WINOGRAD_TRAINING_SHAPES]
+
+
+def training_cases() -> list[TrainingCase]:
+    """What `xfc tiledb calibrate` times: every training spec's direct plan, and for each Winograd
+    training layer its direct plan and a Winograd plan per admissible tile size."""
+    from ..ops.winograd import admissible_tile_sizes
+    cases = [TrainingCase(spec) for spec in training_specs()]
+    for spec in winograd_training_specs():
+        cases.append(TrainingCase(spec))
+        cases += [TrainingCase(spec, "winograd", m) for m in admissible_tile_sizes(spec.c)]
+    return cases
 
 
 def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, constants: CostConstants) -> float:
@@ -124,7 +188,7 @@ def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, co
     if plan.depthwise is not None:
         return depthwise_estimate(item.spec, hw, cluster, plan.depthwise, plan.vector_lanes, constants).predicted_s
     if plan.lowering == "winograd":
-        from ..cpu.winograd import plan_stages
+        from ..cpu.winograd import plan_stages   # the plan's stages: transforms, tile traffic, GEMMs
         return plan_stages(item.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa,
                            constants).total_s
     g = plan.gemm
@@ -144,13 +208,19 @@ def _objective(items, hw, cluster, constants) -> float:
 
 def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
         start: CostConstants = DEFAULT_CONSTANTS) -> Fit:
-    """Coordinate descent over GRIDS, and over the JOINT pairs together (deterministic: fixed order,
+    """Coordinate descent over GRIDS, and over the JOINT groups together (deterministic: fixed order,
     first best value wins ties)."""
     if not items:
         raise XfcError("calibrate: no measurements to fit")
+    fitted = [i for i in items if not i.contended] or list(items)
+    left_out = len(items) - len(fitted)
+    items = fitted
     best, best_score = start, _objective(items, hw, cluster, start)
     moves = [{field: value} for field, grid in GRIDS.items() for value in grid]
-    moves += [{a: va, b: vb} for a, b in JOINT for va in GRIDS[a] for vb in GRIDS[b]]
+    moves += [dict(zip(fields_, values)) for fields_ in JOINT
+              for values in itertools.product(*(GRIDS[f] for f in fields_))]
+    if not any(i.plan.lowering == "winograd" for i in items):   # those fields move no prediction
+        moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
     for _ in range(SWEEPS):
         improved = False
         for move in moves:
@@ -163,37 +233,42 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
     after = [abs(e) for e in relative_errors(items, hw, cluster, best)]
     return Fit(constants=best, error_before=statistics.fmean(before), error_after=statistics.fmean(after),
-               worst_before=max(before), worst_after=max(after), cases=len(items))
+               worst_before=max(before), worst_after=max(after), cases=len(items), left_out=left_out)
 
 
-def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[OperatorSpec], threads: Sequence[int],
+def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threads: Sequence[int],
             *, repeats: int = 15, progress: Callable[[str], None] = lambda message: None,
             constants: CostConstants = DEFAULT_CONSTANTS) -> list[Measured]:
-    """Synthesize (with `constants`), build, verify and time each operator at each thread count here."""
+    """Synthesize (with `constants`), build, verify and time each operator at each thread count here.
+    specs: OperatorSpecs (their direct plans) or TrainingCases (training_cases)."""
     from ..build.cpu import build_host
     from ..runners.host import HostKernel
     from ..cpu.codegen import render_cpu_kernel
     from ..ops.reference import check_output, make_inputs
     out = []
-    specs = list(specs)
-    total = len(specs) * len(threads)
+    cases = [c if isinstance(c, TrainingCase) else TrainingCase(c) for c in specs]
+    total = len(cases) * len(threads)
     with tempfile.TemporaryDirectory(prefix="xfc-calibrate-") as tmp:
-        for index, (spec, t) in enumerate(((s, t) for s in specs for t in threads), 1):
-            progress(f"[{index}/{total}] {spec.describe()} at {t} thread(s)")
-            # direct plans only: the constants fitted here belong to the GEMM roofline model
-            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants, lowering="direct").plan
+        for index, (case, t) in enumerate(((c, t) for c in cases for t in threads), 1):
+            spec = case.spec
+            progress(f"[{index}/{total}] {case.describe()} at {t} thread(s)")
+            # direct plans, or a Winograd plan of one tile size: the plan that ran is re-estimated
+            plan = synthesize_cpu(spec, hw, cluster.role, t, constants=constants, lowering=case.lowering,
+                                  winograd_m=case.winograd_m).plan
             rendered = render_cpu_kernel(plan)
             kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"k{index}"))
             a, b, bias = make_inputs(spec, seed=0)
-            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
+            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=plan.winograd_m or 0)
             if not ok:
-                raise VerificationError(f"calibrate: {spec.describe()}: the kernel differs from the reference "
+                raise VerificationError(f"calibrate: {case.describe()}: the kernel differs from the reference "
                                         f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")
             samples = kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             # The fastest run: another process can only slow a run down (badly so for a
             # multi-threaded kernel that waits at barriers for a descheduled thread), so the
             # minimum is the best estimate of what the machine does; the spread shows the noise.
-            single = next((m.measured_s for m in reversed(out) if m.spec == spec and m.threads == 1), None)
+            single = next((m.measured_s for m in reversed(out) if m.spec == spec and m.threads == 1
+                           and (m.plan.lowering == "winograd") == (case.lowering == "winograd")
+                           and m.plan.winograd_m == plan.winograd_m), None)
             for _ in range(CONTENDED_RETRIES):
                 # Slower on t threads than on one: every repeat lost a thread to another process.
                 if t == 1 or single is None or min(samples) < single:
@@ -201,10 +276,12 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable[Operat
                 progress(f"    {t} threads no faster than 1 ({min(samples) * 1e3:.3f} ms): contended; timing again")
                 samples = samples + kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             fastest = min(samples)
+            contended = t > 1 and single is not None and fastest >= single
+            if contended:
+                progress("    still no faster than 1 thread: left out of the fit")
             out.append(Measured(spec=spec, threads=t, plan=plan, measured_s=fastest,
-                                spread=(max(samples) - fastest) / statistics.median(samples)))
+                                spread=(max(samples) - fastest) / statistics.median(samples), contended=contended))
     return out
-
 
 METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| on {cases} timed "
           "operators outside the suite (threads {threads}; weights pre-packed; fastest of the repeats)")

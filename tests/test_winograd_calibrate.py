@@ -1,0 +1,188 @@
+"""Calibrated Winograd stage constants (issue 19): the training layers, the fit recovering known
+constants from synthetic measurements, the stored constants read back by synthesis, and the
+structure of the Winograd GEMM stage (U read once from where it lives, the column tail scored on
+every ISA, the GEMM schedule chosen by the whole stage). Unit: nothing is built or timed."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from xfc.cpu.cost_model import COST_MODEL_VERSION, DEFAULT_CONSTANTS, StaticEvaluator, dram_bytes_per_second
+from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.tiles import MicroTileScore
+from xfc.cpu.winograd import gemm_problem, plan_stages, weights_memory
+from xfc.ops.spec import make_spec
+from xfc.ops.winograd import admissible_tile_sizes
+from xfc.ops.workloads import SUITE
+from xfc.tiledb.calibrate import (GRIDS, Measured, calibrated_constants, fit, predicted_s, store_fit,
+                                  training_cases, winograd_training_specs)
+from xfc.tiledb.store import TileDb
+
+from test_calibrate import CLUSTER, HW
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _benchmark_layers() -> set:
+    """(C, H, W, K) of benchmarks/winograd.py's layers, read from its source (importing it would
+    load the benchmark's peers)."""
+    text = (REPO / "benchmarks" / "winograd.py").read_text()
+    rows = re.findall(r'"(?:r18|vgg)_\w+": \(dict\(c=(\d+), h=(\d+), w=(\d+), k=(\d+)', text)
+    return {tuple(int(x) for x in row) for row in rows}
+
+
+def _shape(spec) -> tuple:
+    return (spec.c, spec.h, spec.w, spec.k)
+
+
+def test_the_winograd_training_layers_are_neither_benchmark_layers_nor_suite_operators():
+    bench = _benchmark_layers()
+    assert len(bench) == 12
+    suite = {(s.get("c"), s.get("h"), s.get("w"), s.get("k")) for op, s, _ in SUITE.values() if op == "conv2d"}
+    specs = winograd_training_specs()
+    assert len(specs) >= 3
+    for spec in specs:
+        assert (spec.r, spec.s, spec.stride_h, spec.stride_w) == (3, 3, 1, 1)
+        assert _shape(spec) not in bench and _shape(spec) not in suite
+        # other channel counts and spatial sizes than the benchmark's, not only another combination
+        assert spec.c not in {c for c, _, _, _ in bench} and spec.h not in {h for _, h, _, _ in bench}
+
+
+def test_training_cases_time_every_admissible_tile_size_and_the_direct_plan():
+    cases = training_cases()
+    for spec in winograd_training_specs():
+        mine = [c for c in cases if c.spec == spec]
+        assert [c.lowering for c in mine].count("direct") == 1
+        assert sorted(c.winograd_m for c in mine if c.lowering == "winograd") == list(admissible_tile_sizes(spec.c))
+    assert {c.winograd_m for c in cases if c.lowering == "winograd"} == {2, 4, 6}
+
+
+def _winograd_items(truth, threads=(1, 2)) -> list[Measured]:
+    """'Measurements' of every training case: the model's own predictions under known constants."""
+    items = []
+    for case in training_cases():
+        for t in threads:
+            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
+                                  winograd_m=case.winograd_m).plan
+            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
+            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
+    return items
+
+
+def test_re_estimating_a_winograd_plan_reproduces_the_synthesizers_estimate():
+    for case in training_cases():
+        if case.lowering != "winograd":
+            continue
+        result = synthesize_cpu(case.spec, HW, CLUSTER.role, 2, lowering="winograd", winograd_m=case.winograd_m)
+        assert result.plan.winograd_m == case.winograd_m
+        item = Measured(spec=case.spec, threads=2, plan=result.plan, measured_s=1.0, spread=0.0)
+        assert predicted_s(item, HW, CLUSTER, DEFAULT_CONSTANTS) == pytest.approx(result.estimate.predicted_s,
+                                                                                   rel=1e-12)
+
+
+def test_the_fit_recovers_known_winograd_stage_constants():
+    truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, winograd_transform_efficiency=0.6,
+                    winograd_store_cycles=2.0, winograd_scalar_cycles=1.5, winograd_group_cycles=16.0)
+    for field, value in truth.as_dict().items():
+        assert value in GRIDS[field], field       # reachable, so an exact recovery is possible
+    items = _winograd_items(truth)
+    result = fit(items, HW, CLUSTER)
+    assert result.error_before > 0.1              # the static transform constants are visibly wrong here
+    assert result.error_after < 0.005 and result.worst_after < 0.02
+    for field in ("compute_efficiency", "winograd_transform_efficiency", "winograd_store_cycles",
+                  "winograd_scalar_cycles", "winograd_group_cycles"):
+        assert getattr(result.constants, field) == getattr(truth, field), field
+
+
+def test_fitted_winograd_constants_round_trip_and_change_the_winograd_estimate_only(tmp_path, monkeypatch):
+    monkeypatch.setattr("xfc.tiledb.hostcc.compiler_version", lambda: "gcc (recorded)")   # no process in a unit test
+    truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=3.0, winograd_group_cycles=32.0)
+    spec = make_spec("conv2d", dict(c=96, h=30, w=30, k=160, r=3, s=3), pad=1)
+    with TileDb.open(tmp_path / "db.sqlite") as db:
+        assert calibrated_constants(db, HW, CLUSTER) is None   # uncalibrated: synthesis keeps the defaults
+        result = fit(_winograd_items(truth, threads=(1,)), HW, CLUSTER)
+        store_fit(db, HW, CLUSTER, result, (1,))
+        constants = calibrated_constants(db, HW, CLUSTER)
+    assert constants == result.constants
+    assert constants.winograd_store_cycles == 3.0 and constants.winograd_group_cycles == 32.0
+    assert COST_MODEL_VERSION >= 4
+    wino = [synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4, constants=c)
+            for c in (DEFAULT_CONSTANTS, constants)]
+    assert wino[1].estimate.predicted_s > wino[0].estimate.predicted_s
+    direct = [synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="direct", constants=c) for c in
+              (DEFAULT_CONSTANTS, replace(constants, compute_efficiency=DEFAULT_CONSTANTS.compute_efficiency))]
+    assert direct[0].estimate.predicted_s == direct[1].estimate.predicted_s
+
+
+# ---- structure of the GEMM stage ------------------------------------------------------------------
+
+def _stage(spec, m, threads, evaluator=None):
+    plan = synthesize_cpu(spec, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m).plan
+    return plan, plan_stages(spec, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, evaluator=evaluator)
+
+
+def test_a_gemm_stage_whose_u_stays_on_chip_scales_with_threads():
+    # 256 channels at 14x14, m = 4: 16 tiles; U = 36 x 256 x 256 floats = 9.4 MB, in the 32 MB L3.
+    # Each GEMM's own roofline charged U, V and M from DRAM on all 36 GEMMs: a term no thread divides.
+    spec = make_spec("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), pad=1)
+    plan1, one = _stage(spec, 4, 1)
+    plan2, two = _stage(spec, 4, 2)
+    assert one.weights_level == two.weights_level == "L3"
+    assert one.gemm_bound != "DRAM" and two.gemm_bound != "DRAM"
+    assert two.gemm_s < 0.6 * one.gemm_s
+
+
+def test_a_u_past_the_shared_cache_is_read_once_per_image_from_dram():
+    spec = make_spec("conv2d", dict(n=2, c=512, h=7, w=7, k=512, r=3, s=3), pad=1)
+    u_bytes = 4 * 36 * 513 * 512
+    level, seconds = weights_memory(spec, 4, 9, HW, CLUSTER, 1, tile_bytes=0)
+    assert level == "DRAM"
+    assert seconds == pytest.approx(2 * u_bytes / dram_bytes_per_second(HW), rel=1e-12)
+    small = make_spec("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), pad=1)
+    assert weights_memory(small, 4, 14, HW, CLUSTER, 1, tile_bytes=0) == ("L3", 0.0)
+
+
+class NarrowTilesSlow(StaticEvaluator):
+    """The static model, except that one-vector-wide tiles reach half their FMA rate (as measured
+    on the AVX-512 host for a 9x16 column tail; the static model says 0.9)."""
+
+    def evaluate(self, tile, core, isa):
+        score = super().evaluate(tile, core, isa)
+        if tile.nr_vectors > 1:
+            return score
+        return MicroTileScore(cycles_per_k=score.cycles_per_k * 2 * score.efficiency, efficiency=0.5,
+                              bound="measured", source="test")
+
+
+def test_the_column_tail_is_charged_on_avx512_and_steers_the_winograd_gemm_schedule():
+    # 128 channels at 28x28, m = 4: N = 49 tiles. A 48-column tile leaves a 1-column tail: one
+    # narrow micro-kernel call per row panel, a quarter of the padded work.
+    spec = make_spec("conv2d", dict(c=128, h=28, w=28, k=128, r=3, s=3), pad=1)
+    plan = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    assert plan.isa == "avx512" and gemm_problem(spec, 4).n == 49
+    wide = replace(plan.gemm, mr=9, nr=48, mc=135, nc=96)
+    fast, slow = (plan_stages(spec, 4, HW, CLUSTER, wide, 16, "avx512", evaluator=e)
+                  for e in (StaticEvaluator(), NarrowTilesSlow()))
+    assert slow.gemm_s > fast.gemm_s * 1.15          # the tail at half rate shows in the stage
+    chosen = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4,
+                            evaluator=NarrowTilesSlow()).plan.gemm
+    # the schedule the stage estimate picks leaves no one-vector column tail on these 49 tiles
+    assert math.ceil((49 % chosen.nr) / 16) != 1
+
+
+def test_a_contended_measurement_is_left_out_of_the_fit():
+    truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=2.0, winograd_scalar_cycles=1.5)
+    items = _winograd_items(truth)
+    lost = next(i for i in items if i.threads == 2 and i.plan.lowering == "winograd")
+    # a 2-thread run that lost a core in every repeat: slower than the same plan on one thread
+    contended = replace(lost, measured_s=lost.measured_s * 5, contended=True)
+    result = fit(items + [contended], HW, CLUSTER)
+    assert result.left_out == 1 and result.cases == len(items)
+    assert result.error_after < 1e-9
+    assert (result.constants.winograd_store_cycles, result.constants.winograd_scalar_cycles) == (2.0, 1.5)
