@@ -123,18 +123,33 @@ class WinogradTransforms:
 
     def growth(self) -> float:
         """How much the worst-case magnitude Mw can exceed the direct one, 9 C g_max d_max (docstring)."""
-        s_g = np.abs(self.g).sum(axis=1)
-        s_b = np.abs(self.bt).sum(axis=1)
-        return float((np.abs(self.at) @ (s_g * s_b)).max() ** 2 / (self.r * self.r))
+        return _growth(self.m, self.r)
 
     def arithmetic(self) -> dict:
         """Nonzero multiply-adds of one 2-D transform pass pair, per tile (for the cost model):
         input (BT d BT^T), output (AT M AT^T) and filter (G g G^T)."""
-        def nnz(mat) -> int:
-            return int(sum(1 for row in mat for x in row if x != 0))
-        a, m, r = self.alpha, self.m, self.r
-        return {"input": nnz(self.bt_exact) * a * 2, "output": nnz(self.at_exact) * a + nnz(self.at_exact) * m,
-                "filter": nnz(self.g_exact) * r + nnz(self.g_exact) * a}
+        return dict(_arithmetic(self.m, self.r))
+
+
+# Pure functions of the transforms, asked for many times per synthesis: cached by (m, r), which
+# names the transforms (hashing their Fraction matrices would cost more than computing them).
+@functools.lru_cache(maxsize=None)
+def _growth(m: int, r: int) -> float:
+    t = transforms(m, r)
+    s_g = np.abs(t.g).sum(axis=1)
+    s_b = np.abs(t.bt).sum(axis=1)
+    return float((np.abs(t.at) @ (s_g * s_b)).max() ** 2 / (t.r * t.r))
+
+
+@functools.lru_cache(maxsize=None)
+def _arithmetic(m: int, r: int) -> tuple[tuple[str, int], ...]:
+    t = transforms(m, r)
+
+    def nnz(mat) -> int:
+        return int(sum(1 for row in mat for x in row if x != 0))
+    a = t.alpha
+    return (("input", nnz(t.bt_exact) * a * 2), ("output", nnz(t.at_exact) * a + nnz(t.at_exact) * m),
+            ("filter", nnz(t.g_exact) * r + nnz(t.g_exact) * a))
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,6 +215,7 @@ def relative_bound(m: int, c: int) -> float:
     return _gamma(channel_roundings(m, c)) * transforms(m).growth()
 
 
+@functools.lru_cache(maxsize=1024)
 def admissible_tile_sizes(c: int) -> tuple[int, ...]:
     """The tile sizes whose worst-case relative bound stays within RELATIVE_TOLERANCE at C = c."""
     return tuple(m for m in TILE_SIZES if relative_bound(m, c) <= RELATIVE_TOLERANCE)
