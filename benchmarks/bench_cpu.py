@@ -241,24 +241,43 @@ def run_json_child(script: Path, args: list, threads: int, env: dict, timeout: f
 # Ours
 # ---------------------------------------------------------------------------------------------
 
-def get_planner(kind, isa=None):
-    """(plan_fn(name, spec, threads) -> plan, description). The host as `xfc synth --hw host`
-    sees it: measured by the host probe (xfc.tiledb.hostdesc), and `host:<isa>` with --isa."""
+def synthesis_inputs(choice: str, hw, say):
+    """(evaluator or None, constants or None, JSON entry) for --tile-db PATH|auto|off, as `xfc synth`
+    resolves it (xfc.tiledb.evaluators.synthesis_evaluator; a missing database is the static model)."""
+    from xfc.tiledb.evaluators import synthesis_evaluator
+    if choice == "off":
+        return None, None, {"choice": choice, "constants": "static"}
+    evaluator = synthesis_evaluator(choice, hw, None, os.environ, say)
+    if evaluator is None:
+        return None, None, {"choice": choice, "constants": "static"}
+    constants = evaluator.constants()
+    entry = {"choice": choice, "path": str(evaluator.db.path) if evaluator.db is not None else None,
+             "constants": "calibrated" if evaluator.calibrated else "static", "constant_values": constants.as_dict()}
+    return evaluator, constants, entry
+
+
+def get_planner(kind, isa=None, tile_db="auto"):
+    """(plan_fn(name, spec, threads) -> plan, description, tile-db entry). The host as
+    `xfc synth --hw host` sees it: measured by the host probe (xfc.tiledb.hostdesc), `host:<isa>`
+    with --isa, and the tile database's micro-tile scores and calibrated constants (--tile-db)."""
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.synth import synthesize_cpu
     from xfc.tiledb.hostdesc import load_hardware
     if kind != "hand":
-        hw = load_hardware(f"host:{isa}" if isa else "host", os.environ,
-                           warn=lambda m: print(f"bench_cpu: {m}", file=sys.stderr))
-        return ((lambda name, spec, threads: synthesize_cpu(spec, hw, threads=threads).plan),
-                f"xfc.cpu.synth.synthesize_cpu ({hw.name}; {hw.notes})")
+        say = (lambda m: print(f"bench_cpu: {m}", file=sys.stderr))
+        hw = load_hardware(f"host:{isa}" if isa else "host", os.environ, warn=say)
+        evaluator, constants, entry = synthesis_inputs(tile_db, hw, say)
+        return ((lambda name, spec, threads: synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator,
+                                                            constants=constants or DEFAULT_CONSTANTS).plan),
+                f"xfc.cpu.synth.synthesize_cpu ({hw.name}; {hw.notes})", entry)
 
     if isa not in (None, "avx512"):
         raise XfcError(f"--plans hand: the hand plans are AVX-512 tiles; use --plans synth with --isa {isa}")
 
     def hand(name, spec, threads):
         return hand_plan(spec, "avx512", threads, **HAND_TILES.get(name, {}))
-    return hand, "hand plans (benchmarks/bench_cpu.py HAND_TILES)"
+    return hand, "hand plans (benchmarks/bench_cpu.py HAND_TILES)", {"choice": "not used (hand plans)"}
 
 
 def run_ours(name, spec, threads, planner, build_root):
@@ -354,6 +373,9 @@ def main(argv=None):
                          "(default 3)")
     ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
     ap.add_argument("--sweep", default="", help="run the tile sweep for these workloads instead")
+    ap.add_argument("--tile-db", default="auto", metavar="PATH|auto|off",
+                    help="micro-tile scores and cost-model constants for synthesis, as `xfc synth --tile-db` "
+                         "(default auto: this machine's calibration when the per-user database has it)")
     ap.add_argument("--isa", choices=("avx2", "generic"),
                     help="xfc targets host:<isa> and the peers are held to that ISA where they can be "
                          "(default: the widest the CPU has, peers unrestricted)")
@@ -400,7 +422,7 @@ def main(argv=None):
 
     rounds = max(1, args.rounds)
     try:
-        planner, planner_desc = get_planner(args.plans, args.isa)
+        planner, planner_desc, tile_db = get_planner(args.plans, args.isa, args.tile_db)
     except XfcError as exc:
         print(f"bench_cpu: error: {exc}", file=sys.stderr)
         return 2
@@ -473,6 +495,7 @@ def main(argv=None):
     data = {
         "machine": machine_facts(),
         "plans": planner_desc,
+        "tile_db": tile_db,
         "isa": args.isa or "widest available",
         "peer_isa": {peer: peer_isa_note(args.isa, peer) for peer in PEERS},
         "scrubbed_env": os.environ.get("XFC_BENCH_SCRUBBED", ""),

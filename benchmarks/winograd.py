@@ -147,21 +147,6 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, co
     return out
 
 
-def synthesis_inputs(choice: str, hw, say):
-    """(evaluator or None, constants or None, JSON entry) for --tile-db PATH|auto|off, as `xfc synth`
-    resolves it (xfc.tiledb.evaluators.synthesis_evaluator; a missing database is the static model)."""
-    from xfc.tiledb.evaluators import synthesis_evaluator
-    if choice == "off":
-        return None, None, {"choice": choice, "constants": "static"}
-    evaluator = synthesis_evaluator(choice, hw, None, os.environ, say)
-    if evaluator is None:
-        return None, None, {"choice": choice, "constants": "static"}
-    constants = evaluator.constants()
-    entry = {"choice": choice, "path": str(evaluator.db.path) if evaluator.db is not None else None,
-             "constants": "calibrated" if evaluator.calibrated else "static", "constant_values": constants.as_dict()}
-    return evaluator, constants, entry
-
-
 def plan_text(plan) -> str:
     g = plan.gemm
     head = f"winograd m={plan.winograd_m}" if plan.lowering == "winograd" else plan.lowering
@@ -207,7 +192,7 @@ def main(argv=None) -> int:
         return 2
     build_dir = tempfile.TemporaryDirectory(prefix="xfc-bench-winograd-")
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
-    evaluator, constants, tile_db = synthesis_inputs(args.tile_db, hw, say)
+    evaluator, constants, tile_db = bench_cpu.synthesis_inputs(args.tile_db, hw, say)
     say(f"synthesis constants: {tile_db['constants']} (--tile-db {args.tile_db})")
     built = {(n, t): build_ours(spec_of(n), t, hw, Path(build_dir.name), f"{n}_t{t}", evaluator, constants)
              for n in names for t in thread_counts}
