@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/arm_mca.py                       # every cpu/*.yaml x every suite workload
     .venv/bin/python benchmarks/arm_mca.py --cores cortex-a710,cortex-x3 --only mm_512,dw_mbv2_s1
+    .venv/bin/python benchmarks/arm_mca.py --dtype fp16      # fp16 kernels (FMLA .8h) on the A55 and A76
 
 For each shipped core description (hardware_descriptions/cpu/*.yaml) and each workload of the
 suite (xfc/ops/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
@@ -15,7 +16,9 @@ Winograd plan (3x3 stride-1 convolutions), the loop is its GEMM stage's micro-ke
 (xfc.mca.gemm_stage_kernel; the transforms are not in the figure).
 
 Results: a table on stdout and benchmarks/results/arm_mca.json (atomic; an existing file is
-replaced only if xfc wrote it, see xfc/outputs.py).
+replaced only if xfc wrote it, see xfc/outputs.py). --dtype fp16: the fp16 kernels (xfc/cpu/fp16.py,
+8 lanes; default cores cortex-a55 and cortex-a76) into benchmarks/results/arm_mca_fp16.json, with
+no pass/fail targets (issue 12's targets are for the fp32 assembly loops).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from xfc.ops.workloads import SUITE, suite_spec
 REPO = Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_mca.json"
+DEFAULT_OUT_FP16 = REPO / "benchmarks" / "results" / "arm_mca_fp16.json"
+FP16_CORES = ("cortex-a55", "cortex-a76")
 KIND = "arm_mca"
 
 # The targets of issue 12 (after the loop work): A710-class model GEMM/conv >= 1.95 FMA/cycle,
@@ -79,14 +84,19 @@ def tile_text(plan) -> str:
     return f"{d.oh_rows}rows x {d.ow_vectors}vec"
 
 
-def measure(core_name: str, workload: str) -> dict:
+def measure(core_name: str, workload: str, dtype: str = "fp32") -> dict:
     hw = load(core_name)
-    synthesis = synthesize_cpu(suite_spec(workload), hw, threads=1)
+    if dtype == "fp16":
+        from xfc.cpu.fp16 import synthesize_fp16
+        synthesis = synthesize_fp16(suite_spec(workload), hw, threads=1)
+    else:
+        synthesis = synthesize_cpu(suite_spec(workload), hw, threads=1)
     plan, cluster = synthesis.plan, synthesis.cluster
     result = mca.analyze_synthesis(synthesis)
     c = result.counts
     row = {
-        "core": core_name, "workload": workload, "operator": synthesis.spec.name, "lowering": plan.lowering,
+        "core": core_name, "workload": workload, **({"dtype": dtype} if dtype != "fp32" else {}),
+        "operator": synthesis.spec.name, "lowering": plan.lowering,
         "tile": tile_text(plan), "ukernel": plan.schedule.ukernel, "model": result.model, "scheduling_model": result.scheduling_model,
         "reliable": result.reliable, "function": result.function, "loop_label": result.loop_label,
         "instructions_per_iteration": c.instructions, "fma_per_iteration": c.fma,
@@ -173,10 +183,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", help="comma-separated core descriptions "
                                     "(default: every hardware_descriptions/cpu/*.yaml)")
     ap.add_argument("--only", help="comma-separated suite workloads (default: all)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
+    ap.add_argument("--out", type=Path, default=None, help=f"results JSON (default {DEFAULT_OUT}, or "
+                                                            f"{DEFAULT_OUT_FP16} with --dtype fp16)")
+    ap.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="kernel element type (default fp32)")
     args = ap.parse_args(argv)
+    fp16 = args.dtype == "fp16"
+    args.out = args.out or (DEFAULT_OUT_FP16 if fp16 else DEFAULT_OUT)
     try:
-        cores = args.cores.split(",") if args.cores else shipped_cores()
+        cores = args.cores.split(",") if args.cores else (list(FP16_CORES) if fp16 else shipped_cores())
         workloads = args.only.split(",") if args.only else list(SUITE)
         unknown = [w for w in workloads if w not in SUITE]
         if unknown:
@@ -185,15 +199,19 @@ def main(argv=None) -> int:
         rows = []
         for core in cores:
             for workload in workloads:
-                rows.append(measure(core, workload))
+                rows.append(measure(core, workload, args.dtype))
                 print(f"[arm_mca] {core} {workload}: {rows[-1]['fma_per_cycle']:.2f} FMA/cycle", file=sys.stderr,
                       flush=True)
         print_table(rows)
-        crit = criteria(rows)
+        crit = criteria(rows) if not fp16 else {
+            "note": "fp16 kernels are GCC intrinsics (neon_asm's assembly loops are written for .4s); no targets. "
+                    "FMLA .8h by element takes its indexed operand from v0-v15 only, and GCC spills the large "
+                    "register tiles the static model picks"}
         print("\n" + "; ".join(f"{k} {v}" for k, v in crit.items() if k != "targets"))
+        what = "" if not fp16 else " (fp16 kernels: FMLA .8h, 8 lanes; xfc/cpu/fp16.py)"
         data = {
             "what": "llvm-mca-16 static analysis of the innermost FMA loop of each kernel (threads=1); a scheduling-"
-                    "model estimate, not a timing; deterministic",
+                    "model estimate, not a timing; deterministic" + what,
             "method": "xfc.mca: the kernel compiled with xfc's ARM build flags plus -S; the innermost loop with the "
                       "most FMAs; llvm-mca-16 -mtriple=aarch64 -mcpu=<model> -json, run with -iterations="
                       f"N={mca.MCA_ITERATIONS} and 2N; cycles per iteration = the steady state (cycles(2N) - "
@@ -211,7 +229,7 @@ def main(argv=None) -> int:
             "rows": rows,
         }
         from xfc.outputs import write_json_result
-        write_json_result(args.out, data, kind=KIND, option="--out")
+        write_json_result(args.out, data, kind=KIND + ("_fp16" if fp16 else ""), option="--out")
         print(f"wrote {args.out}", file=sys.stderr)
     except XfcError as exc:
         print(f"arm_mca: error: {exc}", file=sys.stderr)

@@ -871,7 +871,7 @@ def analyze_loop(loop: AsmLoop, core, model: Optional[McaModel] = None, iteratio
 def analyze_kernel(rendered, core, model: Optional[McaModel] = None, iterations: int = MCA_ITERATIONS) -> McaResult:
     """Compile a rendered CPU kernel (xfc.cpu.codegen.render_cpu_kernel) with xfc's ARM flags and
     run llvm-mca-16 on its innermost FMA loop, for a core description (xfc.hardware.CpuCore)."""
-    if rendered.plan.isa != "neon":
+    if rendered.plan.isa not in ("neon", "neon_fp16"):   # neon_fp16: FMLA .8h (xfc/cpu/fp16.py)
         raise OperatorError(f"llvm-mca analysis needs a NEON kernel; {rendered.function_name} is {rendered.plan.isa}")
     model = model or model_for(core)
     require_llvm_mca()

@@ -218,14 +218,22 @@ def synthesize_timed(spec, hw, cluster=None, threads=None, evaluator=None, const
 
 def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False, bench=False,
             repeat=20, seed=0, progress=None, force=False, mca=False, evaluator=None, constants=None,
-            tile_db: Optional[dict] = None, lowering: str = "auto") -> Report:
+            tile_db: Optional[dict] = None, lowering: str = "auto", dtype: str = "fp32") -> Report:
     """The CPU pipeline behind `xfc synth`: synthesize -> render -> build -> [llvm-mca] -> verify -> time.
     Outputs go to out_dir through xfc.outputs.OutputDir (force: write beside foreign files).
     evaluator, constants: see synthesize_timed; tile_db: what the caller says about the database
-    they came from (recorded in the report as 'tile_db')."""
+    they came from (recorded in the report as 'tile_db'). dtype 'fp16': fp16 kernels on AArch64 cores
+    with FP16 arithmetic (xfc/cpu/fp16.py), verified under the bound of xfc/ops/fp16.py."""
 
     say = progress or (lambda msg: None)
-    result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants, lowering)
+    fp16 = dtype == "fp16"
+    if fp16:   # static cost model, direct lowering (xfc/cpu/fp16.py); refusals are one line
+        from .cpu.fp16 import synthesize_fp16
+        start = time.perf_counter()
+        result = synthesize_fp16(spec, hw, cluster, threads)
+        synth_s = time.perf_counter() - start
+    else:
+        result, synth_s = synthesize_timed(spec, hw, cluster, threads, evaluator, constants, lowering)
     say(f"synthesized in {synth_s * 1e3:.1f} ms: {result.plan.header_lines[-2]}")
     rendered = _test_fault_injection(render_cpu_kernel(result.plan), say)
     report = {**report_core("synth", "cpu", spec, hw.name, None, None), **result.report(), "synthesis_seconds": synth_s,
@@ -233,6 +241,8 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
               "explain": result.explain()}
     if tile_db is not None:
         report["tile_db"] = tile_db
+    if fp16:
+        report["dtype"] = "fp16"
     with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} for {hw.name} (cpu)", force=force) as staging:
         start = time.perf_counter()
         host = hw.target_arch == "x86_64"
@@ -252,6 +262,9 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
         per_call = timing = None
         if verify or bench:
             a, b, bias = make_inputs(spec, seed)
+            if fp16:   # the kernel's inputs are fp16; the reference takes these values as exact
+                from .ops.fp16 import to_fp16_values
+                a, b, bias = to_fp16_values(a, b, bias)
             # Both entry points are checked: weights packed per call, and pre-packed once. A guard
             # violation raised while running is a failed verification too: it is reported, and
             # the outputs are kept for inspection like any other mismatch.
@@ -268,8 +281,15 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
             try:
                 per_call, timing = measure(prepacked=False), measure(prepacked=True)
                 wm = result.plan.winograd_m
-                verdict = merge([check_output(spec, per_call.output, a, b, bias, winograd_m=wm),
-                                 check_output(spec, timing.output, a, b, bias, winograd_m=wm)])
+                if fp16:
+                    from .ops.fp16 import check_fp16_output
+                    kc = result.plan.gemm.kc if result.plan.gemm else None
+                    checked = [check_fp16_output(spec, run.output, a, b, bias, kc) for run in (per_call, timing)]
+                    verdict = merge([v for v, _ in checked])
+                    report["bound"] = checked[0][1].as_report()
+                else:
+                    verdict = merge([check_output(spec, per_call.output, a, b, bias, winograd_m=wm),
+                                     check_output(spec, timing.output, a, b, bias, winograd_m=wm)])
                 report.update(verdict.as_report())
             except VerificationError as exc:
                 report.update(verified=False, max_abs_error=None, error_to_bound_ratio=None, failure=str(exc))

@@ -65,6 +65,12 @@ def print_summary(report: dict) -> None:
         print(f"  verified: {'yes' if report['verified'] else 'NO'} on {where} "
               f"(max abs error {report['max_abs_error']:.3g}"
               + (f", {ratio:.2f}x of the bound)" if ratio is not None else ")"))
+    if report.get("dtype") == "fp16" and report.get("bound") and target == "cpu":
+        b = report["bound"]
+        classical = "vacuous" if b["classical_vacuous"] else f"{b['classical_gamma']:.3g}"
+        print(f"  fp16: fp16 operands and accumulation; bound: {b['kind']}"
+              + (f" (kernel order, KC={b['kc']})" if b.get("kc") else "")
+              + f", u = 2^-11; classical gamma_(K+2) = {classical} (docs/fp16.md)")
     if report.get("measurement") and target == "gpu":
         m = report["measurement"]
         print(f"  timed: median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
@@ -109,9 +115,8 @@ def cmd_synth(args) -> int:
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
     else:
-        if args.dtype != "fp32":
-            raise OperatorError("--dtype fp16 is supported for --target gpu only; not implemented for this target yet "
-                                "(CPU kernels: fp32, and int8 on x86-64 hosts)")
+        if args.dtype == "fp16":
+            _check_fp16_cpu_args(args, hw)
         if args.lowering == "winograd":
             from ..cpu.winograd import check_applicable
             check_applicable(spec)
@@ -122,7 +127,8 @@ def cmd_synth(args) -> int:
         try:
             report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
                              bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca,
-                             evaluator=evaluator, constants=constants, tile_db=tile_db, lowering=args.lowering)
+                             evaluator=evaluator, constants=constants, tile_db=tile_db, lowering=args.lowering,
+                             dtype=args.dtype)
         finally:
             if evaluator is not None:
                 evaluator.close()
@@ -136,6 +142,19 @@ def cmd_synth(args) -> int:
         print()
     print_summary(report.to_dict())
     return 0
+
+
+def _check_fp16_cpu_args(args, hw) -> None:
+    """--dtype fp16 on a CPU target: the core must have FP16 arithmetic (xfc/cpu/fp16.py; one line,
+    exit 2 otherwise), and the fp32-only options are refused."""
+    from ..cpu.fp16 import check_fp16_target
+    check_fp16_target(hw, args.cluster)
+    if args.lowering == "winograd":
+        raise OperatorError("--lowering winograd: fp16 kernels use the direct lowering only (docs/fp16.md)")
+    if args.tile_db not in ("auto", "off"):
+        raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; fp16 plans come from "
+                            "the static cost model (use --tile-db auto or off)")
+    args.tile_db = "off"   # fp16 plans never read the fp32 tile database
 
 
 def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
@@ -230,7 +249,8 @@ def register(sub) -> None:
     add_operator_arguments(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
     p.add_argument("--dtype", choices=DTYPES, default="fp32",
-                   help="element type (fp16: GPU only; int8: x86-64 host CPU, ONNX QLinearMatMul/QLinearConv semantics)")
+                   help="element type (fp16: GPU, or AArch64 cores with FP16 arithmetic, fp16 accumulation; "
+                        "int8: x86-64 host CPU, ONNX QLinearMatMul/QLinearConv semantics)")
     p.add_argument("--quant", default=None, metavar="K=V,...",
                    help="int8 quantization: act=uint8|int8, a_scale=, a_zp=, w_scale=, per_channel=0|1, "
                         "out_scale=|auto, out_zp= (defaults: uint8, 0.02, middle of the type, 0.01, 0, auto, middle)")

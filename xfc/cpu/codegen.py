@@ -198,12 +198,15 @@ def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> l
     """How the MR values of A at one k step are loaded and fed to the FMAs.
 
     x86/generic, or A read in place (row_stride > 1: rows are not adjacent): one broadcast per
-    row at offset row * row_stride. NEON with packed A: vectors of a_load_bits/32 floats (then 2,
-    then 1 for the remainder) consumed lane by lane with vfmaq_laneq_f32 / vfmaq_lane_f32.
+    row at offset row * row_stride. NEON with packed A: q-register vectors (4 fp32 / 8 fp16 values),
+    then d-register halves, then 1 for the remainder, consumed lane by lane with vfmaq_laneq_f32 /
+    vfmaq_lane_f32 (fp16: the _f16 forms); 64-bit loads start at the d-register width.
     """
-    if not ISA_TABLE[isa].lane_indexed or row_stride != 1:
+    row = ISA_TABLE[isa]
+    if not row.lane_indexed or row_stride != 1:
         return [{"width": 1, "offset": i * row_stride, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
-    widths = (4, 2, 1) if a_load_bits >= 128 else (2, 1)
+    q_lanes = 128 // row.elem_bits
+    widths = (q_lanes, q_lanes // 2, 1) if a_load_bits >= 128 else (q_lanes // 2, 1)
     groups, row = [], 0
     for width in widths:
         while mr - row >= width:
@@ -227,6 +230,7 @@ def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
         "template_name": template_name,
         "function_name": plan.function_name,
         "lanes": plan.vector_lanes,
+        "elem": row.elem_type,   # C element type of every operand ('float'; 'float16_t' for fp16)
         "threads": plan.threads,
         "dialect_template": row.prelude,
         "has_mask": row.has_mask,
@@ -432,7 +436,7 @@ def render_cpu_kernel(plan: CpuKernelPlan) -> RenderedKernel:
             "header_lines": ctx["header_lines"], "template_name": "cpu/harness.c.j2",
             "function_name": plan.function_name, "bench_name": f"{plan.function_name}_bench",
             "in_elems": [math.prod(shape) for shape in spec.input_shapes],
-            "out_elems": math.prod(spec.output_shape),
+            "out_elems": math.prod(spec.output_shape), "elem": ctx["elem"],
         }
         harness = env.get_template("cpu/harness.c.j2").render(**harness_ctx)
     except jinja2.TemplateError as exc:  # a template bug, not a user error; still one line

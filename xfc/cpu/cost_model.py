@@ -214,8 +214,8 @@ def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sche
     operands from L2: the A micro-panel always (MR floats per k step), the B micro-panel too when
     KC x NR does not stay resident in L1 (then every row tile re-reads it, NR floats per k step).
     1.0 when the stream is small against the FMA time; grows as it nears the L2 bandwidth."""
-    b_resident = sched.kc * sched.nr * FLOAT_BYTES <= core.l1d.size_bytes * L1_RESIDENT_FILL
-    bytes_per_k = FLOAT_BYTES * (sched.mr + (0 if b_resident else sched.nr))
+    b_resident = sched.kc * sched.nr * tile.elem_bytes <= core.l1d.size_bytes * L1_RESIDENT_FILL
+    bytes_per_k = tile.elem_bytes * (sched.mr + (0 if b_resident else sched.nr))
     stream_cycles = bytes_per_k / constants.l2_bytes_per_cycle
     core_cycles = tile.accumulator_registers / core.fma_per_cycle / max(score.efficiency, 1e-9)
     p = L2_STREAM_OVERLAP_NORM
@@ -243,7 +243,9 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     # Tail tiles have their own micro-kernels: no row padding, columns padded to whole vectors.
     n_full, n_tail = (n // nr) * nr, round_up(n % nr, tile.lanes)
     tail_efficiency = (tail_score or score).efficiency
-    peak_flops_per_core = core.fp32_flop_per_cycle * clock_hz
+    # FLOPs per FMA instruction scale with the lanes of the element type (fp16: twice fp32's);
+    # the FMA instruction rate is the core's for that type (xfc/cpu/fp16.py passes the fp16 rate).
+    peak_flops_per_core = core.fp32_flop_per_cycle * (FLOAT_BYTES // tile.elem_bytes) * clock_hz
     compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
                  / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
     if interference:
@@ -255,13 +257,13 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     k_slices = math.ceil(k / kc)
     # Per KC slice: A block streamed from L2 once per NR column of B; B micro-panel from L2
     # once per MC block; C tile read+written once per KC slice.
-    l2_bytes = batch * FLOAT_BYTES * (m * k * math.ceil(n / nr) + k * n * math.ceil(m / mc)
+    l2_bytes = batch * tile.elem_bytes * (m * k * math.ceil(n / nr) + k * n * math.ceil(m / mc)
                                       + 2 * m * n * k_slices)
     l2_s = l2_bytes / (k_.l2_bytes_per_cycle * clock_hz * threads)
-    shared_bytes_moved = batch * FLOAT_BYTES * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
+    shared_bytes_moved = batch * tile.elem_bytes * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
     shared_s = shared_bytes_moved / k_.shared_cache_bytes_per_s(clock_hz, threads)
     # DRAM: every tensor once (inputs, weights, output).
-    dram_bytes = FLOAT_BYTES * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
+    dram_bytes = tile.elem_bytes * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
     dram_s = dram_bytes / dram_bytes_per_second(hw, k_)
     # Packing is extra work on the cores (rates in elements per cycle per core, see the constants).
     # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.
@@ -284,7 +286,7 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     pack_s = (a_pack_cycles / a_share + b_pack_cycles / b_share + stage_cycles / threads) / clock_hz
     # Every KC slice after the first reads and writes C again; that traffic waits on the level C
     # lives in and does not overlap the FMAs of the tile it belongs to.
-    c_bytes = batch * FLOAT_BYTES * m * n
+    c_bytes = batch * tile.elem_bytes * m * n
     c_bytes_per_s = (k_.l2_bytes_per_cycle * clock_hz * threads
                      if c_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL
                      else k_.shared_cache_bytes_per_s(clock_hz, threads))
@@ -302,13 +304,13 @@ def depthwise_fmas_and_loads(spec: DepthwiseSpec, oh_rows: int, ow_vectors: int)
     return fmas, loads
 
 
-def depthwise_bytes(spec: DepthwiseSpec) -> int:
+def depthwise_bytes(spec: DepthwiseSpec, elem_bytes: int = FLOAT_BYTES) -> int:
     """Bytes a depthwise call moves to and from memory: the input and output once, the filters."""
-    return FLOAT_BYTES * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * spec.r * spec.s)
+    return elem_bytes * (spec.n * spec.c * (spec.h * spec.w + spec.out_h * spec.out_w) + spec.c * spec.r * spec.s)
 
 
 def depthwise_memory(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster, threads: int,
-                     constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[str, float]:
+                     constants: CostConstants = DEFAULT_CONSTANTS, elem_bytes: int = FLOAT_BYTES) -> tuple[str, float]:
     """(level, seconds) to stream a depthwise call's tensors from where they live between calls.
 
     Threads take contiguous plane ranges, so each touches 1/threads of the tensors on every call.
@@ -318,7 +320,7 @@ def depthwise_memory(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuC
     so their bandwidth grows with threads (the shared cache's up to its chip-wide cap, when
     calibration found one); DRAM bandwidth is one figure for the whole chip."""
     k_ = constants
-    moved = depthwise_bytes(spec)
+    moved = depthwise_bytes(spec, elem_bytes)
     clock_hz = cluster.clock_ghz * 1e9
     if moved / threads <= l2_per_core_bytes(cluster) * L2_FILL:
         return "L2", moved / (k_.l2_bytes_per_cycle * clock_hz * threads)
@@ -338,8 +340,8 @@ def depthwise_stage_rate(sched: DepthwiseSchedule, lanes: int) -> float:
 
 def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: CpuCluster,
                        sched: DepthwiseSchedule, lanes: int,
-                       constants: CostConstants = DEFAULT_CONSTANTS) -> CostEstimate:
-    """The larger of compute and memory for a direct depthwise plan.
+                       constants: CostConstants = DEFAULT_CONSTANTS, elem_bytes: int = FLOAT_BYTES) -> CostEstimate:
+    """The larger of compute and memory for a direct depthwise plan (elem_bytes: 2 for fp16).
 
     Compute, on the busiest thread: the vector FMAs the register tiles issue (rows padded to whole
     tiles, columns to whole vectors) at the core's FMA rate, slowed when the tile's input loads take
@@ -364,7 +366,7 @@ def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: Cp
                     + staged / (depthwise_stage_rate(sched, lanes) * k_.depthwise_stage_scale))
     per_thread_s = (fma_cycles + stage_cycles) * split_imbalance(planes, threads) / (threads * clock_hz)
     compute_s = per_thread_s + (k_.parallel_region_s if threads > 1 else 0.0)
-    memory, memory_s = depthwise_memory(spec, hw, cluster, threads, k_)
+    memory, memory_s = depthwise_memory(spec, hw, cluster, threads, k_, elem_bytes)
     parts = (("compute", compute_s), (memory, memory_s))
     bound, worst = max(parts, key=lambda p: p[1])
     return CostEstimate(flops=spec.flops, seconds_by_bound=parts, predicted_s=worst, bound=bound)

@@ -129,6 +129,7 @@ def gemm_levels(tile: MicroTile, score: MicroTileScore, sched: GemmSchedule, rea
               + (f", via {tile.a_load_bits}-bit loads" if isa_row(isa).lane_indexed else "")
               if sched.a_pack == "packed" else f", A read in place ({reasons.a_pack}): no A packing")
     kc_from_l2 = reasons.kc.startswith(("transposed", "micro-panels streamed"))
+    eb = tile.elem_bytes   # bytes per element: 4 (fp32) or 2 (fp16)
     return (
         TileLevel("REG", f"mr={mr} x nr={nr} ({tile.nr_vectors} x {tile.lanes}-lane vectors), k unroll {sched.k_unroll}",
                   f"registers {regs}/{core.vector_registers} (acc {tile.accumulator_registers} + B "
@@ -136,13 +137,13 @@ def gemm_levels(tile: MicroTile, score: MicroTileScore, sched: GemmSchedule, rea
                   f"micro-tile score {score.efficiency:.0%} of FMA peak ({score.bound}-bound, "
                   f"{score.cycles_per_k:.1f} cycles/k step, {score.source})"),
         TileLevel("L1", f"kc={kc}: B micro-panel {kc}x{nr} + A micro-panel {mr}x{kc}",
-                  (f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2 "
+                  (f"{(mr + nr) * kc * eb / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2 "
                    "(streamed through L1)" if kc_from_l2 else
-                   f"{(mr + nr) * kc * FLOAT_BYTES / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d"), reasons.kc),
+                   f"{(mr + nr) * kc * eb / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d"), reasons.kc),
         TileLevel("L2", f"mc={mc}: {'packed ' if sched.a_pack == 'packed' else ''}A block {mc}x{kc}",
-                  f"{mc * kc * FLOAT_BYTES / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", reasons.mc),
+                  f"{mc * kc * eb / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", reasons.mc),
         TileLevel("L3", f"nc={nc}: packed B panel {kc}x{nc}",
-                  f"{kc * nc * FLOAT_BYTES / 1024:.1f} KiB of {reasons.shared_bytes // 1024} KiB "
+                  f"{kc * nc * eb / 1024:.1f} KiB of {reasons.shared_bytes // 1024} KiB "
                   f"{reasons.shared_name.split()[0]}", reasons.nc),
         TileLevel("CORES", f"{threads} thread(s), split {'N columns' if sched.parallel_axis == 'n' else 'M rows'}",
                   f"{threads} of {cluster.count} cores, load imbalance {reasons.imbalance:.2f}",
@@ -151,12 +152,12 @@ def gemm_levels(tile: MicroTile, score: MicroTileScore, sched: GemmSchedule, rea
 
 
 def depthwise_levels(spec: DepthwiseSpec, sched: DepthwiseSchedule, cluster: CpuCluster, lanes: int,
-                     weight_regs: int, fmas: int, loads: int) -> tuple[TileLevel, ...]:
+                     weight_regs: int, fmas: int, loads: int, elem_bytes: int = FLOAT_BYTES) -> tuple[TileLevel, ...]:
     core = cluster.core
     oh_rows, ow_vectors = sched.oh_rows, sched.ow_vectors
     hp = spec.window_rows(oh_rows)
     wp = spec.w + spec.pad_left + spec.pad_right
-    stage_bytes = hp * round_up(wp, lanes) * FLOAT_BYTES
+    stage_bytes = hp * round_up(wp, lanes) * elem_bytes
     where = "L1" if stage_bytes <= core.l1d.size_bytes * STAGE_L1_SHARE else "L2"
     planes = spec.n * spec.c
     return (

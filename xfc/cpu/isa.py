@@ -17,6 +17,9 @@ Every `isa == ...` question in synthesis, planning and code generation is a fiel
   half_vectors        half-width vectors (xfc_hv): a row tail of at most half the lanes at half cost
   required_features   what a core must list to run the dialect (most specific ISA first in ISAS)
   hand_*              what hand plans (plans.py) choose when the caller does not: tile and -march
+  elem_type, elem_bits the C element type of inputs, weights, outputs and accumulators ('float', 32; the
+                      fp16 row: 'float16_t', 16, fp16 arithmetic throughout as in mobile libraries)
+  asm_ukernels        whether the NEON inline-assembly K loops (neon_asm.py, written for .4s) may be chosen
   interference_model  the cost model's interference terms (cost_model.py: issue bounds as a 4-norm,
                       B micro-panels streamed from L2, column-tail tiles at their own score) apply;
                       measured on the 16-register x86 dialects (issue 17), the others keep the
@@ -49,17 +52,24 @@ class IsaRow:
     hand_depthwise_vectors: int           # ow_vectors of hand depthwise plans
     hand_march: str                       # -march of hand plans ('' = the compiler's default)
     interference_model: bool = False      # cost_model's measured interference terms apply
+    elem_type: str = "float"              # C element type of every operand and accumulator
+    elem_bits: int = 32                   # its width: lanes per register = vector bits / elem_bits
+    asm_ukernels: bool = True             # neon_asm's .4s inline-assembly K loops may be chosen
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.elem_bits // 8
 
     @property
     def lane_indexed(self) -> bool:
         return self.a_operand == "lane_indexed"
 
     def synthesis_lanes(self, core: CpuCore) -> int:
-        """fp32 lanes of the vectors synthesis builds tiles from on this core."""
-        return self.fixed_lanes or core.fp32_lanes
+        """Lanes of the vectors synthesis builds tiles from on this core (fp32: 4 on NEON; fp16: 8)."""
+        return self.fixed_lanes or core.fp32_lanes * 32 // self.elem_bits
 
 
-ISAS = ("avx512", "avx2", "neon", "generic")
+ISAS = ("avx512", "avx2", "neon", "generic", "neon_fp16")
 
 ISA_TABLE: dict[str, IsaRow] = {
     "avx512": IsaRow(
@@ -82,6 +92,14 @@ ISA_TABLE: dict[str, IsaRow] = {
         a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
         required_features=(), hand_lanes=4, hand_tile=(4, 8), hand_depthwise_rows=2,
         hand_depthwise_vectors=4, hand_march="", interference_model=True),
+    # fp16 storage and fp16 arithmetic (FMLA .8h; docs/fp16.md): chosen only by --dtype fp16
+    # (xfc/cpu/fp16.py), never by isa_for. Intrinsics only: neon_asm's K loops are written for .4s.
+    "neon_fp16": IsaRow(
+        name="neon_fp16", prelude="cpu/dialect_neon_fp16.h.j2", lanes=(8,), fixed_lanes=None, has_mask=False,
+        a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
+        required_features=("neon", "fp16"), hand_lanes=8, hand_tile=(6, 16), hand_depthwise_rows=4,
+        hand_depthwise_vectors=2, hand_march="armv8.2-a+fp16", elem_type="float16_t", elem_bits=16,
+        asm_ukernels=False),
 }
 
 # Which dialect a core gets: the first whose features it lists (most specific first).

@@ -55,12 +55,12 @@ def _shared_cache_bytes(hw: HardwareDescription, cluster: CpuCluster) -> tuple[i
     return cluster.l2.size_bytes * cluster.count, "L2 (no shared L3 described)"
 
 
-def a_rows_per_l1_set(mr: int, lda: int, l1d) -> int:
-    """Most of MR rows, lda floats apart, whose cache lines map to the same L1 set."""
+def a_rows_per_l1_set(mr: int, lda: int, l1d, elem_bytes: int = FLOAT_BYTES) -> int:
+    """Most of MR rows, lda elements apart, whose cache lines map to the same L1 set."""
     sets = max(1, l1d.size_bytes // (l1d.line_bytes * l1d.ways))
     counts: dict[int, int] = {}
     for row in range(mr):
-        index = (row * lda * FLOAT_BYTES // l1d.line_bytes) % sets
+        index = (row * lda * elem_bytes // l1d.line_bytes) % sets
         counts[index] = counts.get(index, 0) + 1
     return max(counts.values())
 
@@ -81,16 +81,17 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
     # L1: the KC x NR micro-panel of B is reused by every A micro-panel; it and the streaming
     # MR x KC micro-panel of A must fit the L1 share.
     l1_budget = core.l1d.size_bytes * kc_fill
-    kc_cap = int(l1_budget // ((mr + nr) * FLOAT_BYTES))
+    elem_bytes = tile.elem_bytes   # 4 (fp32) or 2 (fp16): every cache footprint below
+    kc_cap = int(l1_budget // ((mr + nr) * elem_bytes))
     l2_per_core = l2_per_core_bytes(cluster)
-    if transposed and store_once and (mr + nr) * k * FLOAT_BYTES <= l2_per_core * L2_FILL:
+    if transposed and store_once and (mr + nr) * k * elem_bytes <= l2_per_core * L2_FILL:
         # A transposed tile is stored through a local tile (and merged into C) once per KC slice:
         # store it once, streaming both micro-panels (whole K) from L2 instead of L1.
         kc, kc_reason = k, "transposed C tile stored once: both K-deep micro-panels fit the L2 share"
     elif stream_b_from_l2:
         # Deep slices streamed from L2: fewer passes over a large C, for micro-panels that many
         # row tiles reuse (the caller only offers this when they do).
-        kc_cap_l2 = int(l2_per_core * L2_STREAM_FILL // ((mr + nr) * FLOAT_BYTES))
+        kc_cap_l2 = int(l2_per_core * L2_STREAM_FILL // ((mr + nr) * elem_bytes))
         slices = math.ceil(k / max(round_down(kc_cap_l2, K_STEP_ALIGN), 1))
         kc = min(k, round_up(math.ceil(k / slices), K_STEP_ALIGN))
         kc_reason = (f"micro-panels streamed from L2 ({L2_STREAM_FILL:.0%} of the L2 share), {slices} slice(s) "
@@ -105,7 +106,7 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
         kc_reason = f"L1 capacity ({kc_fill:.0%} of L1d), {slices} equal slices of K={k}"
     kc = max(kc, 1)
     # L2: the packed MC x KC block of A is reused across the whole NC panel.
-    mc_cap = int(l2_per_core * L2_FILL // (kc * FLOAT_BYTES))
+    mc_cap = int(l2_per_core * L2_FILL // (kc * elem_bytes))
     m_padded = round_up(m, mr)
     if mc_cap >= m_padded:
         mc, mc_reason = m_padded, "whole M fits the L2 share"
@@ -113,7 +114,7 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
         mc, mc_reason = round_down(mc_cap, mr), f"L2 capacity ({L2_FILL:.0%} of per-core L2)"
     # Outer: the KC x NC panel of B stays in the shared cache while every MC block uses it.
     shared_bytes, shared_name = _shared_cache_bytes(hw, cluster)
-    nc_cap = int(shared_bytes * L3_FILL // (kc * FLOAT_BYTES))
+    nc_cap = int(shared_bytes * L3_FILL // (kc * elem_bytes))
     n_padded = round_up(n, nr)
     if nc_cap >= n_padded:
         nc, nc_reason = n_padded, f"whole N fits the {shared_name} share"
@@ -140,14 +141,15 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
     # (lda = 1024 floats on an 8-way, 64-set L1 puts all MR rows in one set). Then packing pays for itself.
     a_pack, a_reason = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None)
     if a_pack == "direct":
-        crowded = a_rows_per_l1_set(mr, k, core.l1d)
+        crowded = a_rows_per_l1_set(mr, k, core.l1d, elem_bytes)
         if crowded > core.l1d.ways // 2:
             a_pack, a_reason = "packed", f"{crowded} of {mr} rows in place would share one L1 set"
     sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                          parallel_axis=axis, a_load_bits=tile.a_load_bits if row.lane_indexed else 128,
                          a_pack=a_pack, **decide.gemm_code_shape(
                              row, spec, transposed, mr,
-                             ukernel=decide.gemm_ukernel(row, core, tile.registers(row.name))))
+                             ukernel=decide.gemm_ukernel(row, core if row.asm_ukernels else None,
+                                                         tile.registers(row.name))))
     reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
                           imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
     return sched, reasons
@@ -194,7 +196,7 @@ def _column_tail_score(tile: MicroTile, n: int, cluster: CpuCluster, isa: str,
     if tail_vectors == 0 or not isa_row(isa).interference_model:
         return None
     return evaluator.evaluate(MicroTile(mr=tile.mr, nr_vectors=tail_vectors, lanes=tile.lanes,
-                                        a_load_bits=tile.a_load_bits), cluster.core, isa)
+                                        a_load_bits=tile.a_load_bits, elem_bytes=tile.elem_bytes), cluster.core, isa)
 
 
 def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> list[Candidate]:
@@ -258,7 +260,8 @@ def grow_depthwise(spec: DepthwiseSpec, cluster: CpuCluster, threads: int, row: 
     sched = DepthwiseSchedule(ow_vectors=ow_vectors, oh_rows=oh_rows, threads=threads_used,
                               **decide.depthwise_code_shape(
                                   row, spec, lanes, ow_vectors,
-                                  ukernel=decide.depthwise_ukernel(row, core, spec, lanes, oh_rows, ow_vectors)))
+                                  ukernel=decide.depthwise_ukernel(row, core if row.asm_ukernels else None, spec,
+                                                                   lanes, oh_rows, ow_vectors)))
     return sched, weight_regs
 
 
@@ -297,16 +300,16 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     core = chosen.core
     isa = isa or isa_for(core)
     row = isa_row(isa)
-    if row.name == "neon" and hw.target_arch != "aarch64":
+    if row.name.startswith("neon") and hw.target_arch != "aarch64":
         raise OperatorError(f"isa neon needs an AArch64 description, {hw.name} is {hw.target_arch}")
     evaluator = evaluator or StaticEvaluator()
     lanes = row.synthesis_lanes(core)
     header_common = plan_header(hw, chosen, spec)
     if isinstance(spec, DepthwiseSpec):
         sched, weight_regs = grow_depthwise(spec, chosen, threads, row, lanes)
-        estimate = depthwise_estimate(spec, hw, chosen, sched, lanes, constants)
+        estimate = depthwise_estimate(spec, hw, chosen, sched, lanes, constants, row.elem_bytes)
         fmas, loads = depthwise_fmas_and_loads(spec, sched.oh_rows, sched.ow_vectors)
-        levels = depthwise_levels(spec, sched, chosen, lanes, weight_regs, fmas, loads)
+        levels = depthwise_levels(spec, sched, chosen, lanes, weight_regs, fmas, loads, row.elem_bytes)
         tiles_line = f"tiles: oh_rows={sched.oh_rows} ow_vectors={sched.ow_vectors} lanes={lanes} threads={sched.threads}"
         plan = CpuKernelPlan(
             spec=spec, isa=isa, vector_lanes=lanes, lowering="direct_depthwise", gemm=None, depthwise=sched,

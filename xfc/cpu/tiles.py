@@ -40,6 +40,7 @@ class MicroTile:
     nr_vectors: int
     lanes: int
     a_load_bits: int        # lane-indexed (NEON): 64 or 128-bit loads of A feeding the FMAs; broadcast: 32
+    elem_bytes: int = FLOAT_BYTES   # bytes per element (2 for fp16): cache footprints and A values per load
 
     @property
     def nr(self) -> int:
@@ -51,7 +52,7 @@ class MicroTile:
 
     def a_registers(self, isa: str) -> int:
         if isa_row(isa).lane_indexed:
-            return math.ceil(self.mr / (self.a_load_bits // 32))
+            return math.ceil(self.mr / (self.a_load_bits // (8 * self.elem_bytes)))
         return 1  # one broadcast register, reused row by row
 
     def registers(self, isa: str) -> int:
@@ -60,7 +61,7 @@ class MicroTile:
     def loads_per_k(self, isa: str) -> tuple[int, int]:
         """(128-bit-or-wider vector loads, narrow 64-bit loads) per k step."""
         if isa_row(isa).lane_indexed:
-            a_loads = math.ceil(self.mr / (self.a_load_bits // 32))
+            a_loads = math.ceil(self.mr / (self.a_load_bits // (8 * self.elem_bytes)))
             return (self.nr_vectors + (a_loads if self.a_load_bits == 128 else 0),
                     a_loads if self.a_load_bits == 64 else 0)
         return self.nr_vectors + self.mr, 0  # broadcasts from memory are load micro-ops
@@ -87,7 +88,8 @@ def enumerate_micro_tiles(core: CpuCore, isa: str) -> list[MicroTile]:
     for nr_vectors in range(1, MAX_NR_VECTORS + 1):
         for mr in range(1, MAX_MR + 1):
             for a_bits in row.a_load_bits:
-                tile = MicroTile(mr=mr, nr_vectors=nr_vectors, lanes=lanes, a_load_bits=a_bits)
+                tile = MicroTile(mr=mr, nr_vectors=nr_vectors, lanes=lanes, a_load_bits=a_bits,
+                                 elem_bytes=row.elem_bytes)
                 if tile.registers(isa) <= core.vector_registers:
                     tiles.append(tile)
     return tiles

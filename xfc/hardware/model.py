@@ -49,10 +49,19 @@ class CpuCore:
     l2: CacheLevel
     typical_max_clock_ghz: float
     cpuinfo_id: Optional[tuple[int, int]] = None   # (CPU implementer, CPU part) in /proc/cpuinfo
+    fp16_fma_per_cycle: Optional[float] = None     # FMLA .8h (fp16) instructions per cycle; None: as fma_per_cycle
 
     @property
     def fp32_lanes(self) -> int:
         return self.vector_bits // 32
+
+    @property
+    def fp16_fma_rate(self) -> Optional[float]:
+        """Vector fp16 FMA instructions per cycle: the described figure, else fma_per_cycle (FMLA .8h
+        issues like FMLA .4s on the Arm cores with FP16 arithmetic: SCHEMA.md); None without fp16."""
+        if "fp16" not in self.features:
+            return None
+        return self.fp16_fma_per_cycle if self.fp16_fma_per_cycle is not None else self.fma_per_cycle
 
     @property
     def fp32_flop_per_cycle(self) -> float:

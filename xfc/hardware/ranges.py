@@ -64,6 +64,8 @@ PLAUSIBLE: dict[str, Plausible] = {
         8, 64, "registers", "AArch64 and AVX-512 have 32, AVX2 16; fewer than 8 hold no micro-kernel"),
     "cpu_core.fma_per_cycle": Plausible(
         0.25, 8, "vector FMA per cycle", "A53/A55/A510 1, A76-A715 2, X1-X3 4", **_NUM),
+    "cpu_core.fp16_fma_per_cycle": Plausible(
+        0.25, 8, "vector fp16 FMA per cycle", "FMLA .8h: A55 1, A75-A715 2, X1-X3 4 (as FMLA .4s)", **_NUM),
     "cpu_core.fma_latency_cycles": Plausible(
         1, 16, "cycles", "4 on Cortex-A55/A76-class and x86 cores, up to about 8 on in-order cores"),
     "cpu_core.load_rules.vector_loads_per_cycle": Plausible(

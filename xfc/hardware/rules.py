@@ -81,6 +81,12 @@ def check_cpu_core(d: dict, fail: Fail) -> None:
     # An FMA is one instruction, and no core has more FP/SIMD pipes than decode slots.
     if d["fma_per_cycle"] > d["decode_width"]:
         raise fail("fma_per_cycle", f"{d['fma_per_cycle']:g} exceeds decode_width {d['decode_width']}")
+    fp16_rate = d.get("fp16_fma_per_cycle")
+    if fp16_rate is not None:   # an AArch64 figure (FMLA .8h); x86 cores have no fp16 kernels and ignore it
+        if "neon" in features and "fp16" not in features:
+            raise fail("fp16_fma_per_cycle", "is set but features does not list 'fp16' (no FP16 arithmetic)")
+        if fp16_rate > d["decode_width"]:
+            raise fail("fp16_fma_per_cycle", f"{fp16_rate:g} exceeds decode_width {d['decode_width']}")
     for level in ("l1d", "l2"):
         c = d[level]
         problem = cache_geometry_problem(c["size_kib"], c["line_bytes"], c["ways"])

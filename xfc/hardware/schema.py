@@ -288,6 +288,7 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
         "vector_bits": (REQ, _plausible("cpu_core.vector_bits")),
         "vector_registers": (REQ, _plausible("cpu_core.vector_registers")),
         "fma_per_cycle": (REQ, _plausible("cpu_core.fma_per_cycle")),
+        "fp16_fma_per_cycle": (OPT, _plausible("cpu_core.fp16_fma_per_cycle")),
         "fma_latency_cycles": (REQ, _plausible("cpu_core.fma_latency_cycles")),
         "load_rules": (REQ, _mapping({
             "vector_loads_per_cycle": (REQ, _plausible("cpu_core.load_rules.vector_loads_per_cycle")),

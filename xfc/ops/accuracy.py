@@ -44,6 +44,20 @@ Two checks, both derived from the standard model of floating-point arithmetic
    are then correlated and a correct kernel's error can grow like K); callers with such inputs
    pass statistical=False to check_output.
 
+3. fp16 kernels (fp16 operands and fp16 accumulation, --dtype fp16 on AArch64; xfc/ops/fp16.py,
+   docs/fp16.md). The same standard model with u = 2^-11 (UNIT_ROUNDOFF_FP16; 2^-11 (1 + 2^-12) per
+   operation, covering the scalar tail merge that rounds through fp32) and an underflow term
+   eta = 2^-25 per operation. The classical bound of check 1, gamma_(K+2) M_e, exceeds 1 from
+   K ~ 1000 and is undefined from K ~ 2046, so for GEMM plans the bound is the running bound of
+   the kernel's own order: along each KC slice |e_j| <= (1 + u) |e_(j-1)| + u |p_j| + eta from the
+   exact partial sums p_j, then one such step per slice combination and for the bias, evaluated
+   in float64 on the fp16 inputs (taken as exact). It stays finite at any K and scales with the
+   partial sums, not with M_e. Depthwise (K = R*S, a few dozen) keeps gamma_(K+2) M_e. Inputs
+   are fp16 values, so no input rounding enters; the output rounding is the last operation's.
+   A partial value that can reach the fp16 overflow threshold fails the check with a line
+   saying so. Check 2 applies to fp16 GEMM plans with the running model's variance,
+   m_e = sum over rounding events of (u^2 / 3) (|p_j| + e_j)^2, instead of n_r (u^2 / 3) M_e^2.
+
 Winograd plans (3x3 stride-1 conv2d lowered to F(m x m, 3x3), xfc/cpu/winograd.py) compute a
 different sum, through transforms whose entries are not all 1: their bound is derived in
 xfc/ops/winograd.py from the transform matrices and C (gamma_(C + 4a + 3) times a Winograd
@@ -60,6 +74,7 @@ from typing import Optional
 import numpy as np
 
 UNIT_ROUNDOFF = 2.0 ** -24          # fp32, round to nearest
+UNIT_ROUNDOFF_FP16 = 2.0 ** -11     # fp16 (binary16), round to nearest: xfc/ops/fp16.py
 RMS_TAU = 4.0                       # mean-square margin (Chebyshev, see the module docstring)
 RMS_MIN_K = 64                      # reduction length below which the check is not applied
 RMS_MIN_OUTPUTS = 256               # effective number of outputs below which it is not applied

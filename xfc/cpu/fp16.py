@@ -1,0 +1,78 @@
+"""fp16 CPU kernels (issue 13): FMLA .8h micro-kernels on AArch64 cores with FP16 arithmetic.
+
+The fp32 synthesizer and templates are reused as they are; what changes is data:
+
+  * the ISA row `neon_fp16` (isa.py): element type float16_t, 16-bit elements, 8 lanes per q
+    register, the neon_fp16 dialect (templates/cpu/dialect_neon_fp16.h.j2), intrinsics only;
+  * the micro-tiles carry 2-byte elements (tiles.MicroTile.elem_bytes), so the register budget
+    counts 8 A values per q-register load and every cache footprint (KC, MC, NC) is in 2-byte units;
+  * the core's FMA rate is its fp16 rate (CpuCore.fp16_fma_rate: `fp16_fma_per_cycle` of the
+    description, else fma_per_cycle), and a FLOP count per FMA instruction of 2 x 8 lanes.
+
+Operands, accumulators and outputs are fp16, accumulating in fp16 as XNNPACK's f16-gemm does;
+bias and ReLU/ReLU6 are fused as for fp32. Winograd is never chosen (the direct lowering is forced:
+its transforms would add fp16 roundings the derived bound of docs/winograd.md does not cover).
+The verification bound is derived in xfc/ops/fp16.py (docs/fp16.md).
+
+Refusals (one line, exit 2): a core without `fp16` in its features (Cortex-A53), and x86-64
+hosts (no fp16 arithmetic here; xfc never labels an fp32 computation as fp16).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from ..errors import OperatorError
+from ..hardware.model import CpuCluster, HardwareDescription
+from ..ops.spec import OperatorSpec
+from .cost_model import DEFAULT_CONSTANTS, CostConstants, StaticEvaluator
+from .explain import CpuSynthesis
+from .isa import isa_row
+
+FP16_ISA = "neon_fp16"
+FP16_MARCH_EXTENSION = "+fp16"
+
+
+def fp16_refusal(hw: HardwareDescription, cluster_role: Optional[str]) -> Optional[str]:
+    """Why hw's cluster cannot run fp16 kernels (one line), or None when it can."""
+    if hw.target_arch != "aarch64":
+        return (f"--dtype fp16 is supported for --target gpu only on {hw.name} ({hw.target_arch}): not implemented for "
+                f"this target yet (fp16 CPU kernels need AArch64 FP16 arithmetic, FMLA .8h; xfc does not run fp32 "
+                f"arithmetic under an fp16 label)")
+    cluster = hw.cluster(cluster_role)
+    missing = [f for f in isa_row(FP16_ISA).required_features if f not in cluster.core.features]
+    if missing:
+        return (f"--dtype fp16: {cluster.core.name} ({hw.name}, {cluster.role} cluster) lacks the "
+                f"'{missing[0]}' feature (FP16 arithmetic, Armv8.2-A FEAT_FP16) the fp16 kernels need")
+    return None
+
+
+def check_fp16_target(hw: HardwareDescription, cluster_role: Optional[str] = None) -> None:
+    """Raise the one-line OperatorError of fp16_refusal, if any."""
+    reason = fp16_refusal(hw, cluster_role)
+    if reason:
+        raise OperatorError(reason)
+
+
+def fp16_cluster(cluster: CpuCluster) -> CpuCluster:
+    """The cluster as the fp16 synthesizer sees it: FMA instructions at the core's fp16 rate, and
+    -march with +fp16 (armv9-a does not imply FEAT_FP16 in GCC)."""
+    core = cluster.core
+    march = core.gcc_march if "fp16" in core.gcc_march else core.gcc_march + FP16_MARCH_EXTENSION
+    return replace(cluster, core=replace(core, fma_per_cycle=core.fp16_fma_rate, gcc_march=march))
+
+
+def fp16_hardware(hw: HardwareDescription) -> HardwareDescription:
+    """hw with every fp16-capable cluster seen through fp16_cluster (others unchanged)."""
+    return replace(hw, clusters=tuple(fp16_cluster(c) if c.core.fp16_fma_rate is not None else c
+                                      for c in hw.clusters))
+
+
+def synthesize_fp16(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
+                    threads: Optional[int] = None, constants: CostConstants = DEFAULT_CONSTANTS) -> CpuSynthesis:
+    """An fp16 kernel plan for spec on hw's cluster (pure, deterministic). The static cost model
+    scores the micro-tiles (the tile database holds fp32 rows only); the direct lowering always."""
+    check_fp16_target(hw, cluster)
+    from .synth import synthesize_cpu   # synth imports explain, which this module also needs: no cycle
+    return synthesize_cpu(spec, fp16_hardware(hw), cluster=cluster, threads=threads, evaluator=StaticEvaluator(),
+                          isa=FP16_ISA, constants=constants, lowering="direct")
