@@ -81,6 +81,14 @@ def check_cpu_core(d: dict, fail: Fail) -> None:
     # An FMA is one instruction, and no core has more FP/SIMD pipes than decode slots.
     if d["fma_per_cycle"] > d["decode_width"]:
         raise fail("fma_per_cycle", f"{d['fma_per_cycle']:g} exceeds decode_width {d['decode_width']}")
+    # The int8 dot-product rates exist only with the extension that has the instruction, and
+    # like an FMA each is one instruction per decode slot.
+    for field, feature in (("sdot_per_cycle", "dotprod"), ("smmla_per_cycle", "i8mm")):
+        if d.get(field) is not None:
+            if feature not in features:
+                raise fail(field, f"given, but features do not list '{feature}' (the extension with the instruction)")
+            if d[field] > d["decode_width"]:
+                raise fail(field, f"{d[field]:g} exceeds decode_width {d['decode_width']}")
     for level in ("l1d", "l2"):
         c = d[level]
         problem = cache_geometry_problem(c["size_kib"], c["line_bytes"], c["ways"])
