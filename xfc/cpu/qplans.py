@@ -82,22 +82,31 @@ class QPlan:
     header_lines: tuple[str, ...]
     reasons: tuple[str, ...]
     tile_rows: int = 1                 # conv2d: a column tile spans this many output rows
+    k_depth: int = 4                   # k elements per packed group (ARM smmla: 8)
+    qemu_cpu: str = ""                 # ARM: the qemu-aarch64 -cpu model verification runs on
+    target_arch: str = "x86_64"        # "aarch64": a static harness under qemu (xfc/cpu/qarm.py)
+    ops_per_cycle: Optional[float] = None             # ARM: the issue model's int8 ops per cycle
+    registers: Optional[tuple[int, int]] = None       # ARM: (vector registers used, available)
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
     def summary(self) -> dict:
-        return {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
-                "tile_rows": self.tile_rows, "threads": self.threads}
+        out = {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
+               "tile_rows": self.tile_rows, "threads": self.threads}
+        if self.target_arch == "aarch64" and self.lowering != "direct_depthwise":
+            out.update(k_depth=self.k_depth, registers_used=self.registers[0], registers_available=self.registers[1],
+                       predicted_ops_per_cycle=round(self.ops_per_cycle, 2))
+        return out
 
 
 def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: frozenset = frozenset()) -> tuple[str, str]:
     """(dialect, why). host_flags: /proc/cpuinfo flags when hw is this machine (the host
     description lists only the features of its fp32 path, so VNNI is read from the flags)."""
     if hw.target_arch != "x86_64":
-        raise OperatorError(f"--dtype int8 is not implemented for this target yet ({hw.name}, {hw.target_arch}): "
-                            f"int8 kernels exist for x86-64 hosts only")
+        raise OperatorError(f"int8_dialect picks x86 dialects; {hw.name} ({hw.target_arch}) is planned by "
+                            f"xfc.cpu.qarm (plan_int8 dispatches there)")
     isa = isa_for(cluster.core)
     features = set(cluster.core.features) | set(host_flags)
     if isa == "avx512":
@@ -163,7 +172,12 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
               force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> QPlan:
     """The int8 plan. force_dialect / force_tile / force_rows (tests, benchmarks): a narrower
-    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile."""
+    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile.
+    AArch64 descriptions are planned by xfc.cpu.qarm (sdot / smmla)."""
+    if hw.target_arch == "aarch64":
+        from .qarm import plan_arm_int8
+        return plan_arm_int8(spec, quant, hw, cluster=cluster, threads=threads, function_name=function_name,
+                             force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows)
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
