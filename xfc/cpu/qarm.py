@@ -24,6 +24,10 @@ Issue model, per k group of the register tile (one instruction per accumulator r
   out-of-order: cycles = max(instructions / rate, loads / vector_loads_per_cycle, latency)
   in-order (pipeline: in_order, ld128 not dual-issued with the SIMD pipe, e.g. A55 / A510):
            cycles = max(instructions / rate + loads * ld128_blocking_cycles, latency)
+    the in-order variant with split loads (cores whose ld64_dual_issues_with_fma): each 128-bit
+    operand is loaded as `ldr d` + `ldr x` (both dual-issue beside a dot product) and one `ins`
+    that takes a SIMD slot (templates/cpu/qgemm.c.j2, xfc_ld128):
+           cycles = max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
   rate = core.sdot_per_cycle / core.smmla_per_cycle (fma_per_cycle when the description gives
   none, and said so); latency = core.fma_latency_cycles (each accumulator is one dependency chain
   per group). On an in-order core a 128-bit load stalls the pipe, so the tile that needs the
@@ -90,11 +94,19 @@ def in_order(core: CpuCore) -> bool:
     return core.pipeline == "in_order" and not core.load_rules.ld128_dual_issues_with_fma
 
 
-def group_cycles(core: CpuCore, dot: ArmDot, mr: int, nv: int) -> float:
+def split_load_choices(core: CpuCore) -> tuple[bool, ...]:
+    """Load variants to score: the split (64-bit) loads only where 128-bit loads stall the pipe and
+    64-bit loads dual-issue."""
+    return (False, True) if in_order(core) and core.load_rules.ld64_dual_issues_with_fma else (False,)
+
+
+def group_cycles(core: CpuCore, dot: ArmDot, mr: int, nv: int, split_loads: bool = False) -> float:
     rate, _ = dot_rate(core, dot)
     instructions = dot.instructions(mr, nv)
     loads = nv + mr // dot.row_lanes
     latency = float(core.fma_latency_cycles)
+    if in_order(core) and split_loads:
+        return max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
     if in_order(core):
         return max(instructions / rate + loads * core.load_rules.ld128_blocking_cycles, latency)
     return max(instructions / rate, loads / core.load_rules.vector_loads_per_cycle, latency)
@@ -124,6 +136,7 @@ class ArmTile:
     rows: int                 # conv2d: output rows a column tile spans
     cycles_per_group: float
     seconds: float
+    split_loads: bool = False  # in-order variant: 128-bit operands loaded as two 64-bit halves
 
     @property
     def nr(self) -> int:
@@ -135,6 +148,7 @@ class ArmTile:
 
     def describe(self, core: CpuCore) -> str:
         return (f"{self.dot.name} {self.mr}x{self.nr}" + (f" ({self.rows} output rows)" if self.rows > 1 else "")
+                + (" with split 64-bit loads" if self.split_loads else "")
                 + f": {self.dot.k_depth}-deep k groups, {self.dot.registers(self.mr, self.nv)} of "
                   f"{core.vector_registers} registers, {self.cycles_per_group:.2f} cycles/group, "
                   f"{self.ops_per_cycle:.1f} int8 ops/cycle, {self.seconds * 1e6:.1f} us predicted")
@@ -147,10 +161,10 @@ def _seconds(shape: ArmShape, mr: int, nr: int, rows: int, cycles: float, clock_
 
 
 def score(spec: OperatorSpec, cluster: CpuCluster, threads: int, dot: ArmDot, mr: int, nv: int,
-          rows: int = 1) -> ArmTile:
-    cycles = group_cycles(cluster.core, dot, mr, nv)
+          rows: int = 1, split_loads: bool = False) -> ArmTile:
+    cycles = group_cycles(cluster.core, dot, mr, nv, split_loads)
     seconds = _seconds(arm_shape(spec, dot), mr, nv * dot.col_lanes, rows, cycles, cluster.clock_ghz * 1e9, threads)
-    return ArmTile(dot, mr, nv, rows, cycles, seconds)
+    return ArmTile(dot, mr, nv, rows, cycles, seconds, split_loads)
 
 
 def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> list[ArmTile]:
@@ -164,19 +178,21 @@ def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> l
                 if dot.registers(mr, nv) > core.vector_registers:
                     continue
                 for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or conv_rows)]:
-                    out.append(score(spec, cluster, threads, dot, mr, nv, rows))
+                    for split in split_load_choices(core):
+                        out.append(score(spec, cluster, threads, dot, mr, nv, rows, split))
     # fastest; ties: more accumulator registers, then the narrower MR, fewer rows, the instruction order
     order = {d.name: i for i, d in enumerate(dots)}
     out.sort(key=lambda t: (round(t.seconds * 1e12), -t.dot.instructions(t.mr, t.nv), t.mr, t.rows,
-                            order[t.dot.name]))
+                            order[t.dot.name], t.split_loads))
     return out
 
 
 def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
                   threads: Optional[int] = None, function_name: Optional[str] = None,
                   force_dialect: Optional[str] = None, force_tile: Optional[tuple[int, int]] = None,
-                  force_rows: Optional[int] = None):
-    """The ARM int8 plan. force_dialect ('sdot' on an i8mm core), force_tile (MR, NV), force_rows:
+                  force_rows: Optional[int] = None, force_split_loads: Optional[bool] = None):
+    """The ARM int8 plan. force_dialect ('sdot' on an i8mm core), force_tile (MR, NV), force_rows,
+    force_split_loads (the in-order load variant; any core, it only changes how operands load):
     tests and sweeps."""
     from .qplans import QPlan          # qplans dispatches here for aarch64 descriptions
     check_spec(spec)
@@ -215,10 +231,12 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                                 f"(MR in {MR_CHOICES[dot.name]}, 1 <= NV <= {MAX_NV}, "
                                 f"<= {core.vector_registers} registers)")
         rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
-        tile = score(spec, cl, threads, dot, mr, nv, rows)
+        tile = score(spec, cl, threads, dot, mr, nv, rows, bool(force_split_loads))
         reasons.append(f"register tile forced by the caller: {tile.describe(core)}")
     else:
         ranked = candidates(spec, cl, threads, dots)
+        if force_split_loads is not None:
+            ranked = [t for t in ranked if t.split_loads == force_split_loads] or ranked
         tile = ranked[0]
         rate, source = dot_rate(core, tile.dot)
         reasons.append(f"chosen: {tile.describe(core)}")
@@ -227,6 +245,13 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                        + (f", a 128-bit load blocks the pipe {core.load_rules.ld128_blocking_cycles} cycles"
                           if in_order(core) else "")
                        + f", latency {core.fma_latency_cycles}; {len(ranked)} tiles scored")
+        if len(split_load_choices(core)) > 1:   # the in-order load variant, same tile
+            other = next(t for t in ranked if (t.dot, t.mr, t.nv, t.rows) == (tile.dot, tile.mr, tile.nv, tile.rows)
+                         and t.split_loads != tile.split_loads)
+            reasons.append(f"  {'split 64-bit loads' if tile.split_loads else '128-bit loads'}: "
+                           f"{tile.cycles_per_group:.2f} cycles/group against {other.cycles_per_group:.2f} with "
+                           f"{'split 64-bit loads' if other.split_loads else '128-bit loads'} (ld64 dual-issues with "
+                           f"the SIMD pipe, a 128-bit load blocks it {core.load_rules.ld128_blocking_cycles} cycles)")
         shown, seen = 0, {(tile.dot.name, tile.mr, tile.nv)}
         for other in ranked[1:]:                  # the next-fastest other register tiles
             key = (other.dot.name, other.mr, other.nv)
@@ -251,9 +276,10 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, {tile.dot.name} register tile MR={tile.mr} NR={tile.nr}, "
-                  f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else ""))
+                  f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else "")
+                  + (", split 64-bit operand loads (in-order variant)" if tile.split_loads else ""))
     return QPlan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
                  core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
-                 qemu_cpu=core.qemu_cpu, target_arch="aarch64",
+                 qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
                  ops_per_cycle=tile.ops_per_cycle,
                  registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers))

@@ -93,7 +93,7 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
     row_is_act = isinstance(spec, MatmulSpec)
-    ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
+    ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
                 "L": plan.lanes, "MB": mb, "NB": nb, "row_is_act": row_is_act, "col_unsigned": not row_is_act,
                 "za_u": za_shifted, "act_flip": flip,
                 "sums_len": (nb * plan.nr) if row_is_act else (mb * plan.mr),

@@ -87,6 +87,7 @@ class QPlan:
     target_arch: str = "x86_64"        # "aarch64": a static harness under qemu (xfc/cpu/qarm.py)
     ops_per_cycle: Optional[float] = None             # ARM: the issue model's int8 ops per cycle
     registers: Optional[tuple[int, int]] = None       # ARM: (vector registers used, available)
+    split_loads: bool = False          # ARM in-order variant: 128-bit operands loaded as two 64-bit halves
 
     @property
     def nr(self) -> int:
@@ -97,7 +98,7 @@ class QPlan:
                "tile_rows": self.tile_rows, "threads": self.threads}
         if self.target_arch == "aarch64" and self.lowering != "direct_depthwise":
             out.update(k_depth=self.k_depth, registers_used=self.registers[0], registers_available=self.registers[1],
-                       predicted_ops_per_cycle=round(self.ops_per_cycle, 2))
+                       predicted_ops_per_cycle=round(self.ops_per_cycle, 2), split_loads=self.split_loads)
         return out
 
 
