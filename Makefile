@@ -55,7 +55,7 @@ int8-sweep: setup
 
 # ARM int8 (issue 13), correctness only (not in CI): the same cases (suite + >= 100 random shapes per
 # operator) built static for AArch64 and run under qemu-aarch64 on Cortex-A76 (sdot), Cortex-A55
-# (sdot, in-order tiles) and Cortex-A715 (smmla) -> benchmarks/results/int8_arm_sweep.json.
+# (sdot, in-order), Cortex-A715 and Cortex-A510 (smmla) -> benchmarks/results/int8_arm_sweep.json.
 int8-arm-sweep: setup
 	@$(VENV_PY) scripts/int8_arm_sweep.py --cases $(INT8_CASES)
 

@@ -10,8 +10,8 @@ The cases are scripts/int8_sweep.py's (ragged sizes, stride / padding / dilation
 activation types, zero points at either end of the range, per-channel scales, bias, ReLU / ReLU6,
 1-2 threads, heavy saturation, and every 10th case a reduction >= 16384 with extreme inputs).
 Every case runs on every target (description, instruction): by default Cortex-A76 (sdot,
-out-of-order), Cortex-A55 (sdot, in-order tiles) and Cortex-A715 (smmla; the Snapdragon 8 Gen 2
-big core). The tile is the planner's choice for each target. Results: a summary on stdout and
+out-of-order), Cortex-A55 (sdot, in-order tiles and split loads), Cortex-A715 (smmla; the
+Snapdragon 8 Gen 2 big core) and Cortex-A510 (smmla, in-order; its little core). The tile is the planner's choice for each target. Results: a summary on stdout and
 benchmarks/results/int8_arm_sweep.json (written atomically, xfc-owned); exit 1 if any case differs.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from int8_sweep import OPS, random_case, run_case, suite_cases  # noqa: E402  (t
 from machine import machine_facts  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
 
-TARGETS = ("cortex-a76:sdot", "cortex-a55:sdot", "cortex-a715:smmla")
+TARGETS = ("cortex-a76:sdot", "cortex-a55:sdot", "cortex-a715:smmla", "cortex-a510:smmla")
 
 
 def qemu_version() -> str:
