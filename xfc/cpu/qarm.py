@@ -24,10 +24,14 @@ Issue model, per k group of the register tile (one instruction per accumulator r
   out-of-order: cycles = max(instructions / rate, loads / vector_loads_per_cycle, latency)
   in-order (pipeline: in_order, ld128 not dual-issued with the SIMD pipe, e.g. A55 / A510):
            cycles = max(instructions / rate + loads * ld128_blocking_cycles, latency)
-    the in-order variant with split loads (cores whose ld64_dual_issues_with_fma): each 128-bit
-    operand is loaded as `ldr d` + `ldr x` (both dual-issue beside a dot product) and one `ins`
-    that takes a SIMD slot (templates/cpu/qgemm.c.j2, xfc_ld128):
+    the split-load variant (only when forced: force_split_loads): each 128-bit operand is loaded
+    as `ldr d` + `ldr x` + `ins` (templates/cpu/qgemm.c.j2, xfc_ld128), the A55 trick of
+    onnxruntime's hand-written kernel, and would cost
            cycles = max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
+    if every 64-bit load issued beside a dot product. gcc schedules the three instructions of each
+    load together at the top of the k step, so they do not pair: llvm-mca-16's A55 model gives
+    53 cycles per 8x12 group against 40 with 128-bit loads (benchmarks/arm_int8_mca.py). The
+    planner therefore scores 128-bit loads only; a hand-scheduled loop is the way to the pairing.
   rate = core.sdot_per_cycle / core.smmla_per_cycle (fma_per_cycle when the description gives
   none, and said so); latency = core.fma_latency_cycles (each accumulator is one dependency chain
   per group). On an in-order core a 128-bit load stalls the pipe, so the tile that needs the
@@ -95,9 +99,9 @@ def in_order(core: CpuCore) -> bool:
 
 
 def split_load_choices(core: CpuCore) -> tuple[bool, ...]:
-    """Load variants to score: the split (64-bit) loads only where 128-bit loads stall the pipe and
-    64-bit loads dual-issue."""
-    return (False, True) if in_order(core) and core.load_rules.ld64_dual_issues_with_fma else (False,)
+    """Load variants the planner scores: 128-bit loads only (the split variant's pairing is not
+    what gcc schedules; module docstring)."""
+    return (False,)
 
 
 def group_cycles(core: CpuCore, dot: ArmDot, mr: int, nv: int, split_loads: bool = False) -> float:
@@ -234,10 +238,13 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
         tile = score(spec, cl, threads, dot, mr, nv, rows, bool(force_split_loads))
         reasons.append(f"register tile forced by the caller: {tile.describe(core)}")
     else:
-        ranked = candidates(spec, cl, threads, dots)
+        scored = candidates(spec, cl, threads, dots)
+        ranked = scored
         if force_split_loads is not None:
-            ranked = [t for t in ranked if t.split_loads == force_split_loads] or ranked
+            ranked = [t for t in scored if t.split_loads == force_split_loads] or scored
         tile = ranked[0]
+        if force_split_loads and not tile.split_loads:     # the planner scores 128-bit loads only
+            tile = score(spec, cl, threads, tile.dot, tile.mr, tile.nv, tile.rows, True)
         rate, source = dot_rate(core, tile.dot)
         reasons.append(f"chosen: {tile.describe(core)}")
         reasons.append(f"  model ({kind}): {tile.dot.name} at {rate:g}/cycle ({source}), "
@@ -246,7 +253,7 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                           if in_order(core) else "")
                        + f", latency {core.fma_latency_cycles}; {len(ranked)} tiles scored")
         if len(split_load_choices(core)) > 1:   # the in-order load variant, same tile
-            other = next(t for t in ranked if (t.dot, t.mr, t.nv, t.rows) == (tile.dot, tile.mr, tile.nv, tile.rows)
+            other = next(t for t in scored if (t.dot, t.mr, t.nv, t.rows) == (tile.dot, tile.mr, tile.nv, tile.rows)
                          and t.split_loads != tile.split_loads)
             reasons.append(f"  {'split 64-bit loads' if tile.split_loads else '128-bit loads'}: "
                            f"{tile.cycles_per_group:.2f} cycles/group against {other.cycles_per_group:.2f} with "
