@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from xfc import mca  # noqa: E402
+from xfc.cpu.qarm import plan_arm_int8  # noqa: E402
 from xfc.cpu.qcodegen import render_int8_kernel  # noqa: E402
 from xfc.cpu.qplans import plan_int8  # noqa: E402
 from xfc.hardware import load  # noqa: E402
@@ -35,6 +36,7 @@ from xfc.outputs import write_json_result  # noqa: E402
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_int8_mca.json"
 CORES = ("cortex-a55", "cortex-a76", "cortex-a715", "cortex-a510")
 WORKLOADS = ("mm_512", "conv_r18_l1")
+SPLIT_ROWS = (("cortex-a55", "mm_512"),)     # the split-load variant, for the record (not chosen by the planner)
 DOT_MNEMONICS = {"sdot": 32, "smmla": 64}     # int8 ops (multiply + add) per 128-bit instruction
 
 
@@ -52,10 +54,13 @@ def dot_loop(asm: str) -> tuple[mca.AsmLoop, str, int]:
     return best
 
 
-def measure(core_name: str, workload: str) -> dict:
+def measure(core_name: str, workload: str, split_loads: bool = False) -> dict:
     hw = load(core_name)
     core = hw.cluster().core
     plan = plan_int8(suite_spec(workload), QuantParams(), hw, threads=1)
+    if split_loads:   # the forced-only split-load variant of the same tile (xfc/cpu/qarm.py)
+        plan = plan_arm_int8(suite_spec(workload), QuantParams(), hw, threads=1, force_tile=(plan.mr, plan.nv),
+                             force_split_loads=True)
     rendered = render_int8_kernel(plan)
     loop, mnemonic, dots = dot_loop(mca.compile_to_assembly(rendered))
     model = mca.model_for(core)
@@ -89,6 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     mca.require_tools()
     rows = [measure(c, w) for c in args.cores.split(",") for w in args.only.split(",")]
+    rows += [measure(c, w, split_loads=True) for c, w in SPLIT_ROWS]
     print(f"{'core':12s} {'workload':12s} {'instr':5s} {'tile':6s} {'split':5s} {'mca cyc/grp':>11s} "
           f"{'model cyc/grp':>13s} {'mca ops/cyc':>11s} {'model ops/cyc':>13s} spills")
     for r in rows:
