@@ -15,7 +15,7 @@ from xfc.cli import main
 from xfc.cpu.qarm import SDOT, SMMLA, arm_shape, candidates, group_cycles, in_order, plan_arm_int8
 from xfc.cpu.qcodegen import render_int8_kernel
 from xfc.cpu.qplans import explain, plan_int8
-from xfc.errors import DeviceError, OperatorError
+from xfc.errors import DeviceError, OperatorError, XfcError
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
 from xfc.ops.spec import make_spec
@@ -134,7 +134,7 @@ def test_rate_fields_are_validated(tmp_path):
     path = tmp_path / "cpu" / "cortex-a53.yaml"
     path.parent.mkdir()
     path.write_text(text)
-    with pytest.raises(Exception, match=r"field 'sdot_per_cycle'.*dotprod"):
+    with pytest.raises(XfcError, match=r"field 'sdot_per_cycle'.*dotprod"):
         validate_file(path)
 
 
