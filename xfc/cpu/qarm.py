@@ -50,6 +50,7 @@ from ..errors import OperatorError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from .qplan import QPlan
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,6 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
     """The ARM int8 plan. force_dialect ('sdot' on an i8mm core), force_tile (MR, NV), force_rows,
     force_split_loads (the in-order load variant; any core, it only changes how operands load):
     tests and sweeps."""
-    from .qplans import QPlan          # qplans dispatches here for aarch64 descriptions
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
