@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep winograd-sweep fp16-sweep
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
 
 setup:
 	@scripts/setup.sh
@@ -52,6 +52,12 @@ soak: setup
 INT8_CASES ?= 100
 int8-sweep: setup
 	@$(VENV_PY) scripts/int8_sweep.py --cases $(INT8_CASES)
+
+# ARM int8 (issue 13), correctness only (not in CI): the same cases (suite + >= 100 random shapes per
+# operator) built static for AArch64 and run under qemu-aarch64 on Cortex-A76 (sdot), Cortex-A55
+# (sdot, in-order), Cortex-A715 and Cortex-A510 (smmla) -> benchmarks/results/int8_arm_sweep.json.
+int8-arm-sweep: setup
+	@$(VENV_PY) scripts/int8_arm_sweep.py --cases $(INT8_CASES)
 
 # Winograd lowering (issue 19, not in CI): 240 random 3x3 stride-1 shapes verified under the derived
 # bound on every host ISA and under qemu-aarch64 (A55, A76, X1); writes benchmarks/results/winograd_sweep.json.

@@ -397,6 +397,9 @@ def test_soc_rules_against_local_core_files(tmp_path):
     # an x86 core in a SoC; an L2 shared by more cores than the cluster has
     x86 = _edit(X3, name="x86core", isa="x86-64", vendor="x86", features=["avx2", "fma"], vector_bits=256,
                 vector_registers=16, qemu_cpu="")
+    for arm_only in ("sdot_per_cycle", "smmla_per_cycle"):   # int8 dot-product rates need dotprod / i8mm
+        x86.pop(arm_only, None)
+        x86["uncertain"] = [u for u in x86.get("uncertain", []) if u != arm_only]
     _write(tmp_path / "a", "cpu/x86core.yaml", x86)
     soc = _write(tmp_path / "a", SD, _edit(SD, clusters__0__core="x86core"))
     with pytest.raises(XfcError, match=r"field 'clusters\[0\]\.core': 'x86core' is an x86-64 core"):

@@ -140,7 +140,7 @@ def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
     (["--quant", "a_scale=0"], "a_scale=0"), (["--quant", "out_scale=nan"], "out_scale=nan"),
     (["--quant", "w_scale=-2"], "w_scale=-2"), (["--quant", "act=int8,a_zp=200"], "a_zp=200"),
     (["--quant", "out_zp=300"], "out_zp=300"), (["--target", "gpu", "--hw", "adreno-650"], "not implemented"),
-    (["--hw", "snapdragon-865"], "not implemented for this target yet"),
+    (["--hw", "cortex-a53"], "cortex-a53: the core lacks 'dotprod'"),   # ARM int8 needs SDOT (tests/test_int8_arm.py)
     (["--dtype", "fp16"], "not implemented for this target yet"),
     (["--dtype", "fp32", "--quant", "a_zp=1"], "--quant applies to --dtype int8 only"),
     (["--tile-db", "some.db"], "fp32 rows only"),

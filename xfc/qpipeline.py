@@ -5,7 +5,10 @@
 Verification runs both entry points (weights packed per call, and pre-packed once) on the
 deterministic inputs of xfc.ops.quant.make_qinputs and compares them byte for byte with the exact
 reference; the report carries the exact-match share, the largest difference in LSB and the share
-of saturated outputs. Host (x86-64) only: other targets are refused before anything is written.
+of saturated outputs. x86-64 hosts build a shared object run in process; AArch64 descriptions
+(xfc/cpu/qarm.py: sdot / smmla) build a static harness program run under qemu-aarch64 with the
+core's qemu_cpu (xfc.runners.qqemu; correctness only, never timed). A core without dotprod is
+refused before anything is written.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from .build.cpu import build_host
+from .build.cpu import build_arm, build_host
 from .cpu.qcodegen import render_int8_kernel
 from .cpu.qplans import explain, plan_int8
 from .errors import VerificationError
@@ -21,6 +24,7 @@ from .ops.quant import QuantParams, check_qoutput, make_qinputs, multipliers
 from .outputs import OutputDir
 from .pipeline import Report, measurement_dict, report_core
 from .runners.qhost import QHostKernel
+from .runners.qqemu import QQemuKernel
 
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -44,7 +48,19 @@ def compile_int8(spec, quant: QuantParams, hw, out_dir: Path, *, cluster=None, t
                      host_flags=host_flags() if flags is None else flags, force_dialect=force_dialect,
                      force_tile=force_tile, force_rows=force_rows)
     rendered = render_int8_kernel(plan)
-    return plan, QHostKernel(rendered, build_host(rendered, out_dir))
+    return plan, build_kernel(rendered, out_dir)
+
+
+def build_kernel(rendered, out_dir: Path):
+    """The runnable kernel: the host .so in process, or the aarch64 harness under qemu."""
+    plan = rendered.plan
+    if plan.target_arch == "aarch64":
+        return QQemuKernel(rendered, build_arm(rendered, out_dir), plan.qemu_cpu)
+    return QHostKernel(rendered, build_host(rendered, out_dir))
+
+
+def verified_on(plan) -> str:
+    return f"qemu-aarch64 -cpu {plan.qemu_cpu or 'max'}" if plan.target_arch == "aarch64" else "host (native)"
 
 
 def verify_kernel(kernel: QHostKernel, seed: int = 0, mode: str = "random") -> dict:
@@ -66,6 +82,7 @@ def run_int8(spec, quant: QuantParams, hw, out_dir: Path, *, cluster=None, threa
     plan = plan_int8(spec, quant, hw, cluster=cluster, threads=threads, host_flags=host_flags())
     synth_s = time.perf_counter() - start
     say(f"planned in {synth_s * 1e3:.1f} ms: int8 {plan.qisa} tile {plan.mr}x{plan.nr}")
+    arm = plan.target_arch == "aarch64"
     rendered = render_int8_kernel(plan)
     tiles = {"mr": plan.mr, "nr": plan.nr} if plan.lowering != "direct_depthwise" else None
     report = {**report_core("synth", "cpu", spec, hw.name, tiles, plan.predicted_gops),
@@ -76,19 +93,21 @@ def run_int8(spec, quant: QuantParams, hw, out_dir: Path, *, cluster=None, threa
     timing = per_call = None
     with OutputDir(Path(out_dir), what=f"xfc synth {spec.key()} int8 for {hw.name} (cpu)", force=force) as staging:
         t0 = time.perf_counter()
-        kernel = QHostKernel(rendered, build_host(rendered, staging.path))
+        kernel = build_kernel(rendered, staging.path)
         report["build_seconds"] = time.perf_counter() - t0
-        say(f"built in {report['build_seconds']:.2f} s (host gcc)")
+        say(f"built in {report['build_seconds']:.2f} s ({'aarch64-linux-gnu-gcc -static' if arm else 'host gcc'})")
+        if arm and (verify or bench):
+            say(f"running under qemu-aarch64 -cpu {plan.qemu_cpu or 'max'} ...")
         if verify or bench:
             try:
                 verdict = verify_kernel(kernel, seed)
                 report.update(verified=verdict["ok"], failure=verdict["reason"], exact_share=verdict["exact_share"],
                               max_lsb=verdict["max_lsb"], saturated_share=verdict["saturated_share"],
                               max_abs_error=float(max(verdict["max_lsb"], 0)), error_to_bound_ratio=None,
-                              verified_on="host (native)")
+                              verified_on=verified_on(plan))
             except VerificationError as exc:
-                report.update(verified=False, failure=str(exc), verified_on="host (native)")
-            if bench and report["verified"]:
+                report.update(verified=False, failure=str(exc), verified_on=verified_on(plan))
+            if bench and report["verified"] and not arm:   # the CLI refuses --bench for ARM int8
                 x, w, bias = make_qinputs(spec, plan.quant, seed)
                 mult = multipliers(spec, plan.quant)
                 per_call = kernel.time(x, w, bias, mult, repeats=repeat, prepacked=False)

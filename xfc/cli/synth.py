@@ -158,12 +158,16 @@ def _check_fp16_cpu_args(args, hw) -> None:
 
 
 def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
-    """--dtype int8: the int8 host pipeline (xfc.qpipeline); other targets are refused (exit 2)."""
+    """--dtype int8: the int8 pipeline (xfc.qpipeline): x86-64 hosts natively, AArch64 descriptions
+    (sdot / smmla, xfc/cpu/qarm.py) verified under qemu-aarch64; the GPU is refused (exit 2)."""
     from ..ops.quant import parse_quant
     from ..qpipeline import run_int8, summary_lines
-    if args.target != "cpu" or hw.target_arch != "x86_64":
-        where = "--target gpu" if args.target != "cpu" else f"{hw.name} ({hw.target_arch})"
-        raise OperatorError(f"--dtype int8 is not implemented for this target yet ({where}; int8 kernels: x86-64 host CPUs)")
+    if args.target != "cpu":
+        raise OperatorError("--dtype int8 is not implemented for --target gpu (int8 kernels: x86-64 host CPUs and "
+                            "AArch64 cores with dotprod)")
+    if hw.target_arch == "aarch64" and args.bench:
+        raise OperatorError(f"--bench with --dtype int8 on {hw.name}: ARM int8 kernels run under qemu-aarch64 here, "
+                            "whose timings say nothing about a phone; use --verify")
     if args.mca:
         raise OperatorError("--mca analyses AArch64 fp32 kernels; not available for --dtype int8")
     if args.lowering != "auto":
@@ -186,6 +190,10 @@ def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
     tiles = data["tile_summary"]
     print(f"  plan: {tiles['lowering']}, {tiles['dialect']} dialect, register tile {tiles['mr']}x{tiles['nr']}, "
           f"{tiles['threads']} thread(s)")
+    if "k_depth" in tiles:   # ARM dot-product micro-tile (xfc/cpu/qarm.py)
+        print(f"  micro-tile: {tiles['dialect']} {tiles['mr']}x{tiles['nr']}, {tiles['k_depth']}-deep k groups, "
+              f"{tiles['registers_used']} of {tiles['registers_available']} vector registers, "
+              f"{tiles['predicted_ops_per_cycle']:g} int8 ops/cycle predicted")
     if data.get("predicted_gflops") is not None:
         print(f"  predicted: {data['predicted_gflops']:.1f} GOP/s (int8 issue model; not a measurement)")
     if data.get("verified") is not None:
@@ -250,7 +258,9 @@ def register(sub) -> None:
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="CPU (C/NEON or host SIMD) or GPU (OpenCL)")
     p.add_argument("--dtype", choices=DTYPES, default="fp32",
                    help="element type (fp16: GPU, or AArch64 cores with FP16 arithmetic, fp16 accumulation; "
-                        "int8: x86-64 host CPU, ONNX QLinearMatMul/QLinearConv semantics)")
+                        "int8: ONNX QLinearMatMul/QLinearConv semantics on x86-64 hosts (VNNI/AVX2) and on ARM "
+                        "cores with dotprod (sdot; smmla with i8mm), verified under qemu-aarch64; cores without "
+                        "dotprod, e.g. cortex-a53, are refused)")
     p.add_argument("--quant", default=None, metavar="K=V,...",
                    help="int8 quantization: act=uint8|int8, a_scale=, a_zp=, w_scale=, per_channel=0|1, "
                         "out_scale=|auto, out_zp= (defaults: uint8, 0.02, middle of the type, 0.01, 0, auto, middle)")

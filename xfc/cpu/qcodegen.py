@@ -19,9 +19,10 @@ import math
 from dataclasses import dataclass
 
 import jinja2
+import numpy as np
 
 from ..errors import OperatorError
-from ..ops.quant import clamp_bounds, np_type
+from ..ops.quant import channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .qplans import QPlan
@@ -63,11 +64,23 @@ def _conv(spec) -> dict:
             "oh": spec.out_h, "ow": spec.out_w}
 
 
+def _shift(plan: QPlan) -> tuple[int, int]:
+    """(XOR applied to every activation byte, the zero point in the shifted domain). x86: u8 x s8
+    dot products, activations made unsigned (int8 ^ 0x80 = x + 128). ARM sdot/smmla: s8 x s8,
+    activations made signed (uint8 ^ 0x80 = x - 128); xfc/cpu/qarm.py derives the correction."""
+    q = plan.quant
+    if plan.target_arch == "aarch64":
+        flip = 0x80 if q.act_type == "uint8" else 0
+        return flip, q.a_zero_point - flip
+    return q.shift, q.a_zero_point + q.shift
+
+
 def render_context(plan: QPlan) -> tuple[str, dict]:
     spec, q = plan.spec, plan.quant
     qlo, qhi = clamp_bounds(spec, q)
+    x86 = plan.target_arch != "aarch64"
     ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.qisa, "op": spec.name,
-           "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": True, "march": plan.gcc_march,
+           "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": x86, "march": plan.gcc_march,
            "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
            "act_signed": q.act_type == "int8", "za": q.a_zero_point}
     if isinstance(spec, DepthwiseSpec):
@@ -75,17 +88,19 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
                     "wp": spec.w + spec.pad_left + spec.pad_right})
         return "cpu/qdepthwise.c.j2", ctx
     m, n, k = gemm_view(spec)
-    k4 = math.ceil(k / 4) * 4
+    kd = plan.k_depth
+    k4 = math.ceil(k / kd) * kd
+    flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
     row_is_act = isinstance(spec, MatmulSpec)
-    ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // 4, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
+    ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
                 "L": plan.lanes, "MB": mb, "NB": nb, "row_is_act": row_is_act, "col_unsigned": not row_is_act,
-                "za_u": q.a_zero_point + q.shift, "act_flip": q.shift,
+                "za_u": za_shifted, "act_flip": flip,
                 "sums_len": (nb * plan.nr) if row_is_act else (mb * plan.mr),
                 "channels": n if row_is_act else m,
                 "batch": spec.batch if row_is_act else spec.n, "w_batches": spec.batch if row_is_act else 1,
                 "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
-                "boffs": [v * plan.lanes * 4 for v in range(plan.nv)]})
+                "boffs": [v * plan.lanes * kd for v in range(plan.nv)]})
     if isinstance(spec, Conv2dSpec):
         sw = spec.stride_w
         rv, vpr = plan.tile_rows, plan.nv // plan.tile_rows
@@ -95,16 +110,16 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
         wph = max(owc * run + max_off, math.ceil((spec.w + spec.pad_left) / sw))
         # tiles past the last output row read staged rows up to this (memset to the zero point)
         hp = max(spec.h + spec.pad_top + spec.pad_bottom, (ohc * rv - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1)
-        row_bytes = sw * wph * 4
+        row_bytes = sw * wph * kd
         taps = []
         for r in range(spec.r):
             for s in range(spec.s):
                 col = s * spec.dilation_w
-                taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * 4)
-        cg = math.ceil(spec.c / 4)
+                taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * kd)
+        cg = math.ceil(spec.c / kd)
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
-                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * 4,
-                    "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * 4
+                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd,
+                    "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
                               for v in range(plan.nv)]})
     return "cpu/qgemm.c.j2", ctx
 
@@ -114,7 +129,14 @@ def render_int8_kernel(plan: QPlan) -> QRenderedKernel:
     template, ctx = render_context(plan)
     try:
         source = _env().get_template(template).render(**ctx)
-        harness = _env().get_template("cpu/qharness.c.j2").render(fn=plan.function_name)
+        if plan.target_arch == "aarch64":   # a program run under qemu-aarch64 (xfc/runners/qqemu.py)
+            spec = plan.spec
+            harness = _env().get_template("cpu/qharness_main.c.j2").render(
+                fn=plan.function_name, x_bytes=int(np.prod(spec.input_shapes[0])),
+                w_bytes=int(np.prod(spec.input_shapes[1])), channels=channels(spec),
+                out_bytes=int(np.prod(spec.output_shape)))
+        else:
+            harness = _env().get_template("cpu/qharness.c.j2").render(fn=plan.function_name)
     except jinja2.TemplateError as exc:
         raise OperatorError(f"rendering {template} for {plan.function_name} failed: {exc}") from exc
     return QRenderedKernel(source, harness, plan.function_name, plan.qisa, plan)

@@ -37,6 +37,7 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .isa import isa_for
+from .qplan import QPlan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
 QISAS = ("vnni", "avx2", "generic")
 LANES = {"vnni": 16, "avx2": 8, "generic": 4}          # int32 lanes per vector
@@ -66,38 +67,12 @@ class QTile:
         return self.nv * self.lanes
 
 
-@dataclass(frozen=True)
-class QPlan:
-    spec: OperatorSpec
-    quant: QuantParams                 # out_scale resolved
-    qisa: str                          # one of QISAS
-    lowering: str                      # 'gemm' | 'implicit_gemm' | 'direct_depthwise'
-    mr: int
-    nv: int
-    lanes: int
-    threads: int
-    function_name: str
-    gcc_march: str
-    predicted_gops: Optional[float]
-    header_lines: tuple[str, ...]
-    reasons: tuple[str, ...]
-    tile_rows: int = 1                 # conv2d: a column tile spans this many output rows
-
-    @property
-    def nr(self) -> int:
-        return self.nv * self.lanes
-
-    def summary(self) -> dict:
-        return {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
-                "tile_rows": self.tile_rows, "threads": self.threads}
-
-
 def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: frozenset = frozenset()) -> tuple[str, str]:
     """(dialect, why). host_flags: /proc/cpuinfo flags when hw is this machine (the host
     description lists only the features of its fp32 path, so VNNI is read from the flags)."""
     if hw.target_arch != "x86_64":
-        raise OperatorError(f"--dtype int8 is not implemented for this target yet ({hw.name}, {hw.target_arch}): "
-                            f"int8 kernels exist for x86-64 hosts only")
+        raise OperatorError(f"int8_dialect picks x86 dialects; {hw.name} ({hw.target_arch}) is planned by "
+                            f"xfc.cpu.qarm (plan_int8 dispatches there)")
     isa = isa_for(cluster.core)
     features = set(cluster.core.features) | set(host_flags)
     if isa == "avx512":
@@ -163,7 +138,12 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
               force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> QPlan:
     """The int8 plan. force_dialect / force_tile / force_rows (tests, benchmarks): a narrower
-    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile."""
+    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile.
+    AArch64 descriptions are planned by xfc.cpu.qarm (sdot / smmla)."""
+    if hw.target_arch == "aarch64":
+        from .qarm import plan_arm_int8
+        return plan_arm_int8(spec, quant, hw, cluster=cluster, threads=threads, function_name=function_name,
+                             force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows)
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)

@@ -180,7 +180,8 @@ def _core(d: dict) -> CpuCore:
         load_rules=LoadRules(**lr), l1d=_cache(d["l1d"]),
         l2=_cache(d["l2"], shared_by=d["l2"]["shared_by_cores"]),
         typical_max_clock_ghz=d["typical_max_clock_ghz"], cpuinfo_id=_cpuinfo_id(d["cpuinfo"]),
-        fp16_fma_per_cycle=d.get("fp16_fma_per_cycle"))
+        fp16_fma_per_cycle=d.get("fp16_fma_per_cycle"),
+        sdot_per_cycle=d.get("sdot_per_cycle"), smmla_per_cycle=d.get("smmla_per_cycle"))
 
 
 def _cpuinfo_id(d: Optional[dict]) -> Optional[tuple[int, int]]:

@@ -50,6 +50,8 @@ class CpuCore:
     typical_max_clock_ghz: float
     cpuinfo_id: Optional[tuple[int, int]] = None   # (CPU implementer, CPU part) in /proc/cpuinfo
     fp16_fma_per_cycle: Optional[float] = None     # FMLA .8h (fp16) instructions per cycle; None: as fma_per_cycle
+    sdot_per_cycle: Optional[float] = None    # 128-bit SDOT/UDOT per cycle (dotprod cores); None: not given
+    smmla_per_cycle: Optional[float] = None   # 128-bit SMMLA per cycle (i8mm cores); None: not given
 
     @property
     def fp32_lanes(self) -> int:

@@ -66,6 +66,10 @@ PLAUSIBLE: dict[str, Plausible] = {
         0.25, 8, "vector FMA per cycle", "A53/A55/A510 1, A76-A715 2, X1-X3 4", **_NUM),
     "cpu_core.fp16_fma_per_cycle": Plausible(
         0.25, 8, "vector fp16 FMA per cycle", "FMLA .8h: A55 1, A75-A715 2, X1-X3 4 (as FMLA .4s)", **_NUM),
+    "cpu_core.sdot_per_cycle": Plausible(
+        0.25, 8, "128-bit SDOT per cycle", "Cortex-A55 1 (Q form), A76-A715 2, X1-X3 4 (Arm optimization guides)", **_NUM),
+    "cpu_core.smmla_per_cycle": Plausible(
+        0.25, 8, "128-bit SMMLA per cycle", "Cortex-A510 1, A710/A715 2, X2/X3 4 (Arm optimization guides)", **_NUM),
     "cpu_core.fma_latency_cycles": Plausible(
         1, 16, "cycles", "4 on Cortex-A55/A76-class and x86 cores, up to about 8 on in-order cores"),
     "cpu_core.load_rules.vector_loads_per_cycle": Plausible(

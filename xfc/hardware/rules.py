@@ -87,6 +87,14 @@ def check_cpu_core(d: dict, fail: Fail) -> None:
             raise fail("fp16_fma_per_cycle", "is set but features does not list 'fp16' (no FP16 arithmetic)")
         if fp16_rate > d["decode_width"]:
             raise fail("fp16_fma_per_cycle", f"{fp16_rate:g} exceeds decode_width {d['decode_width']}")
+    # The int8 dot-product rates exist only with the extension that has the instruction, and
+    # like an FMA each is one instruction per decode slot.
+    for field, feature in (("sdot_per_cycle", "dotprod"), ("smmla_per_cycle", "i8mm")):
+        if d.get(field) is not None:
+            if feature not in features:
+                raise fail(field, f"given, but features do not list '{feature}' (the extension with the instruction)")
+            if d[field] > d["decode_width"]:
+                raise fail(field, f"{d[field]:g} exceeds decode_width {d['decode_width']}")
     for level in ("l1d", "l2"):
         c = d[level]
         problem = cache_geometry_problem(c["size_kib"], c["line_bytes"], c["ways"])

@@ -301,6 +301,8 @@ SCHEMAS: dict[str, dict[str, tuple[bool, Checker]]] = {
                               "shared_by_cores": (REQ, _plausible("cpu_core.l2.shared_by_cores"))})),
         "typical_max_clock_ghz": (REQ, _plausible("cpu_core.typical_max_clock_ghz")),
         "cpuinfo": (OPT, _mapping(_CPUINFO_ID)),
+        "sdot_per_cycle": (OPT, _plausible("cpu_core.sdot_per_cycle")),
+        "smmla_per_cycle": (OPT, _plausible("cpu_core.smmla_per_cycle")),
     },
     "gpu": {
         **_COMMON,

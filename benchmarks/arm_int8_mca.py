@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""ARM int8 static benchmark (issue 13): llvm-mca-16 on the inner dot-product loop of the ARM int8
+kernels (xfc/cpu/qarm.py), the int8 companion of benchmarks/arm_mca.py.
+
+    .venv/bin/python benchmarks/arm_int8_mca.py        # Cortex-A55 and A76 (sdot), A715 and A510 (smmla)
+
+For each core and suite GEMM/conv workload the int8 plan (threads=1) is rendered, compiled with xfc's
+ARM build flags plus -S (xfc.mca.compile_to_assembly), and the innermost loop holding the most
+sdot/smmla instructions is run through llvm-mca-16 with the core's model (xfc.mca.model_for) for N
+and 2N iterations; cycles per iteration are the steady state (cycles(2N) - cycles(N)) / N. Reported
+beside the planner's issue-model cycles per k group, so the two estimates can be compared. Static
+analysis: no timing, deterministic. The model caveats of xfc.mca.MODELS apply (no A76 model in
+LLVM 16: the A710-class Neoverse-N2 model is the proxy; the A55 model does not capture the 128-bit
+load blocking the in-order variant is built around).
+
+Results: a table on stdout and benchmarks/results/arm_int8_mca.json (atomic, xfc-owned).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from xfc import mca  # noqa: E402
+from xfc.cpu.qarm import plan_arm_int8  # noqa: E402
+from xfc.cpu.qcodegen import render_int8_kernel  # noqa: E402
+from xfc.cpu.qplans import plan_int8  # noqa: E402
+from xfc.hardware import load  # noqa: E402
+from xfc.ops.quant import QuantParams  # noqa: E402
+from xfc.ops.workloads import suite_spec  # noqa: E402
+from xfc.outputs import write_json_result  # noqa: E402
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_int8_mca.json"
+CORES = ("cortex-a55", "cortex-a76", "cortex-a715", "cortex-a510")
+WORKLOADS = ("mm_512", "conv_r18_l1")
+SPLIT_ROWS = (("cortex-a55", "mm_512"),)     # the split-load variant, for the record (not chosen by the planner)
+DOT_MNEMONICS = {"sdot": 32, "smmla": 64}     # int8 ops (multiply + add) per 128-bit instruction
+
+
+def dot_loop(asm: str) -> tuple[mca.AsmLoop, str, int]:
+    """The innermost loop with the most sdot/smmla instructions: (loop, mnemonic, count)."""
+    best = None
+    for function in mca.parse_functions(asm):
+        for loop in mca.innermost_loops(function):
+            for name in DOT_MNEMONICS:
+                n = sum(i.mnemonic == name for i in loop.instructions)
+                if n and (best is None or n > best[2]):
+                    best = (loop, name, n)
+    if best is None:
+        raise SystemExit("arm_int8_mca: no innermost loop with sdot/smmla instructions")
+    return best
+
+
+def measure(core_name: str, workload: str, split_loads: bool = False) -> dict:
+    hw = load(core_name)
+    core = hw.cluster().core
+    plan = plan_int8(suite_spec(workload), QuantParams(), hw, threads=1)
+    if split_loads:   # the forced-only split-load variant of the same tile (xfc/cpu/qarm.py)
+        plan = plan_arm_int8(suite_spec(workload), QuantParams(), hw, threads=1, force_tile=(plan.mr, plan.nv),
+                             force_split_loads=True)
+    rendered = render_int8_kernel(plan)
+    loop, mnemonic, dots = dot_loop(mca.compile_to_assembly(rendered))
+    model = mca.model_for(core)
+    text = loop.mca_input()
+    n = mca.MCA_ITERATIONS
+    cycles = [mca.run_llvm_mca(text, model.mcpu, it)["CodeRegions"][0]["SummaryView"]["TotalCycles"]
+              for it in (n, 2 * n)]
+    per_iteration = (cycles[1] - cycles[0]) / n
+    groups = dots / (plan.mr * plan.nv if mnemonic == "sdot" else plan.mr // 2 * plan.nv)  # k groups per iteration
+    counts = mca.count_instructions(loop)
+    return {"core": core_name, "workload": workload, "instruction": mnemonic, "tile": f"{plan.mr}x{plan.nr}",
+            "k_depth": plan.k_depth, "split_loads": plan.split_loads, "model": model.mcpu,
+            "scheduling_model": model.scheduling_model, "reliable_for_fp32": model.reliable,
+            "instructions_per_iteration": len(loop.instructions), "dot_instructions_per_iteration": dots,
+            "k_groups_per_iteration": groups, "cycles_per_iteration": round(per_iteration, 3),
+            "dot_per_cycle": round(dots / per_iteration, 3),
+            "int8_ops_per_cycle": round(dots * DOT_MNEMONICS[mnemonic] / per_iteration, 2),
+            "issue_model_cycles_per_group": round(plan.ops_per_cycle and
+                                                  2 * plan.mr * plan.nr * plan.k_depth / plan.ops_per_cycle, 3),
+            "issue_model_ops_per_cycle": round(plan.ops_per_cycle, 2),
+            "mca_cycles_per_group": round(per_iteration / groups, 3),
+            "loads_by_class": dict(counts.loads_by_class), "spill_stores": counts.spill_stores,
+            "stack_reloads": counts.stack_reloads, "other_instructions": dict(counts.other)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cores", default=",".join(CORES))
+    ap.add_argument("--only", default=",".join(WORKLOADS))
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    mca.require_tools()
+    rows = [measure(c, w) for c in args.cores.split(",") for w in args.only.split(",")]
+    rows += [measure(c, w, split_loads=True) for c, w in SPLIT_ROWS]
+    print(f"{'core':12s} {'workload':12s} {'instr':5s} {'tile':6s} {'split':5s} {'mca cyc/grp':>11s} "
+          f"{'model cyc/grp':>13s} {'mca ops/cyc':>11s} {'model ops/cyc':>13s} spills")
+    for r in rows:
+        print(f"{r['core']:12s} {r['workload']:12s} {r['instruction']:5s} {r['tile']:6s} {str(r['split_loads']):5s} "
+              f"{r['mca_cycles_per_group']:11.2f} {r['issue_model_cycles_per_group']:13.2f} "
+              f"{r['int8_ops_per_cycle']:11.1f} {r['issue_model_ops_per_cycle']:13.1f} "
+              f"{r['spill_stores']}/{r['stack_reloads']}")
+    write_json_result(args.out, {
+        "what": "llvm-mca-16 static analysis of the inner sdot/smmla loop of the ARM int8 kernels (threads=1), "
+                "beside xfc's int8 issue model; estimates, not timings; deterministic",
+        "compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version(), "rows": rows}, kind="arm_int8_mca")
+    print(f"results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""ARM int8 planning (issue 13): which dot-product instruction and which MR x NR register tile.
+
+Pure: (spec, quantization, hardware, cluster, threads) -> QPlan (xfc.cpu.qplans), rendered by the
+same templates as the host path (templates/cpu/qgemm.c.j2 with the `sdot` / `smmla` pieces of
+qdialect.h.j2; depthwise: qdepthwise.c.j2 compiled for the core's -march).
+
+Instructions (both signed x signed, int32 accumulation):
+  sdot   (dotprod, Armv8.2+): SDOT Vd.4S, Vn.16B, Vm.4B[lane]: 4 int32 lanes, each += a 4-deep dot
+         product. The k axis is packed in 4-deep groups: a column vector holds 4 columns x 4 k bytes,
+         a row register 4 rows x 4 k bytes, and the lane index picks the row (vdotq_laneq_s32).
+         Registers: MR*NV accumulators + NV column vectors + MR/4 row vectors (MR a multiple of 4).
+  smmla  (i8mm, Armv8.6+ / Armv9): SMMLA Vd.4S, Vn.16B, Vm.16B: a 2x8 by 8x2 int8 product added to a
+         2x2 int32 block. The k axis is packed in 8-deep groups: one row register = 2 rows x 8 k, one
+         column register = 2 columns x 8 k; MR/2 x NR/2 accumulators (each a 2x2 block), MR/2 row and
+         NR/2 column registers.
+Activations: uint8 x is made signed by x ^ 0x80 = x - 128 (int8 x is used as is), so every product
+is s8 x s8 and sum (x - zp) * w = sum x_s * w - (zp - s) * sum w with s = 128 (uint8) or 0 (int8):
+the pre-pack step sums every output channel's weights once and the epilogue adds
+bias - (zp - s) * sum w. |x_s * w| <= 128 * 128, so a 4-deep SDOT lane or an 8-deep SMMLA element
+never leaves int32, and neither does the whole reduction (K <= 65536, xfc/ops/quant.py).
+
+Issue model, per k group of the register tile (one instruction per accumulator register):
+  instructions = sdot: MR*NV, smmla: MR/2 * NR/2;  loads = row registers + column registers
+  out-of-order: cycles = max(instructions / rate, loads / vector_loads_per_cycle, latency)
+  in-order (pipeline: in_order, ld128 not dual-issued with the SIMD pipe, e.g. A55 / A510):
+           cycles = max(instructions / rate + loads * ld128_blocking_cycles, latency)
+    the split-load variant (only when forced: force_split_loads): each 128-bit operand is loaded
+    as `ldr d` + `ldr x` + `ins` (templates/cpu/qgemm.c.j2, xfc_ld128), the A55 trick of
+    onnxruntime's hand-written kernel, and would cost
+           cycles = max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
+    if every 64-bit load issued beside a dot product. gcc schedules the three instructions of each
+    load together at the top of the k step, so they do not pair: llvm-mca-16's A55 model gives
+    53 cycles per 8x12 group against 40 with 128-bit loads (benchmarks/arm_int8_mca.py). The
+    planner therefore scores 128-bit loads only; a hand-scheduled loop is the way to the pairing.
+  rate = core.sdot_per_cycle / core.smmla_per_cycle (fma_per_cycle when the description gives
+  none, and said so); latency = core.fma_latency_cycles (each accumulator is one dependency chain
+  per group). On an in-order core a 128-bit load stalls the pipe, so the tile that needs the
+  fewest loads per instruction wins; out of order the loads hide behind the dot products and ties
+  go to the narrower MR. The problem's time is tiles x groups x cycles / clock / threads (ragged
+  tiles count as waste); the fastest (instruction, tile) wins.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import OperatorError
+from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
+from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from .qplan import QPlan
+
+
+@dataclass(frozen=True)
+class ArmDot:
+    """One dot-product instruction and the packing it needs."""
+    name: str            # "sdot" | "smmla"
+    feature: str         # the core feature that has it
+    k_depth: int         # k elements per group (packing depth)
+    col_lanes: int       # output columns per column register
+    row_lanes: int       # output rows per row register
+    macs: int            # multiply-accumulates per instruction
+
+    def instructions(self, mr: int, nv: int) -> int:
+        return mr * nv if self.name == "sdot" else (mr // 2) * nv
+
+    def registers(self, mr: int, nv: int) -> int:
+        return self.instructions(mr, nv) + nv + mr // self.row_lanes
+
+
+SDOT = ArmDot("sdot", "dotprod", 4, 4, 4, 16)
+SMMLA = ArmDot("smmla", "i8mm", 8, 2, 2, 32)
+ARM_DOTS = {"sdot": SDOT, "smmla": SMMLA}
+MR_CHOICES = {"sdot": tuple(range(4, 25, 4)), "smmla": tuple(range(2, 17, 2))}
+MAX_NV = 8
+
+
+def dot_rate(core: CpuCore, dot: ArmDot) -> tuple[float, str]:
+    """(instructions per cycle, where the figure comes from)."""
+    if dot.name == "smmla" and core.smmla_per_cycle is not None:
+        return float(core.smmla_per_cycle), "smmla_per_cycle"
+    if core.sdot_per_cycle is not None:
+        return float(core.sdot_per_cycle), ("sdot_per_cycle (no smmla_per_cycle given)" if dot.name == "smmla"
+                                            else "sdot_per_cycle")
+    return float(core.fma_per_cycle), "fma_per_cycle (no sdot_per_cycle given)"
+
+
+def arm_dots(core: CpuCore) -> tuple[ArmDot, ...]:
+    """The instructions this core has, best first; a core without dotprod is refused (exit 2)."""
+    if "dotprod" not in core.features:
+        raise OperatorError(f"--dtype int8 on {core.name}: the core lacks 'dotprod' (SDOT, Armv8.2); "
+                            f"ARM int8 kernels need it (features: {', '.join(core.features)})")
+    return (SMMLA, SDOT) if "i8mm" in core.features else (SDOT,)
+
+
+def in_order(core: CpuCore) -> bool:
+    return core.pipeline == "in_order" and not core.load_rules.ld128_dual_issues_with_fma
+
+
+def split_load_choices(core: CpuCore) -> tuple[bool, ...]:
+    """Load variants the planner scores: 128-bit loads only (the split variant's pairing is not
+    what gcc schedules; module docstring)."""
+    return (False,)
+
+
+def group_cycles(core: CpuCore, dot: ArmDot, mr: int, nv: int, split_loads: bool = False) -> float:
+    rate, _ = dot_rate(core, dot)
+    instructions = dot.instructions(mr, nv)
+    loads = nv + mr // dot.row_lanes
+    latency = float(core.fma_latency_cycles)
+    if in_order(core) and split_loads:
+        return max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
+    if in_order(core):
+        return max(instructions / rate + loads * core.load_rules.ld128_blocking_cycles, latency)
+    return max(instructions / rate, loads / core.load_rules.vector_loads_per_cycle, latency)
+
+
+@dataclass(frozen=True)
+class ArmShape:
+    """M rows; N as `column_rows` runs of `run` columns (conv2d: OH rows of OW pixels); k groups."""
+    m: int
+    run: int
+    column_rows: int
+    groups: int
+
+
+def arm_shape(spec: OperatorSpec, dot: ArmDot) -> ArmShape:
+    m, n, k = gemm_view(spec)
+    if isinstance(spec, Conv2dSpec):     # a k group: k_depth input channels of one (r, s) tap
+        return ArmShape(m, spec.out_w, spec.out_h, spec.r * spec.s * math.ceil(spec.c / dot.k_depth))
+    return ArmShape(m, n, 1, math.ceil(k / dot.k_depth))
+
+
+@dataclass(frozen=True)
+class ArmTile:
+    dot: ArmDot
+    mr: int
+    nv: int
+    rows: int                 # conv2d: output rows a column tile spans
+    cycles_per_group: float
+    seconds: float
+    split_loads: bool = False  # in-order variant: 128-bit operands loaded as two 64-bit halves
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.dot.col_lanes
+
+    @property
+    def ops_per_cycle(self) -> float:
+        return 2.0 * self.mr * self.nr * self.dot.k_depth / self.cycles_per_group
+
+    def describe(self, core: CpuCore) -> str:
+        return (f"{self.dot.name} {self.mr}x{self.nr}" + (f" ({self.rows} output rows)" if self.rows > 1 else "")
+                + (" with split 64-bit loads" if self.split_loads else "")
+                + f": {self.dot.k_depth}-deep k groups, {self.dot.registers(self.mr, self.nv)} of "
+                  f"{core.vector_registers} registers, {self.cycles_per_group:.2f} cycles/group, "
+                  f"{self.ops_per_cycle:.1f} int8 ops/cycle, {self.seconds * 1e6:.1f} us predicted")
+
+
+def _seconds(shape: ArmShape, mr: int, nr: int, rows: int, cycles: float, clock_hz: float, threads: int) -> float:
+    column_tiles = math.ceil(shape.column_rows / rows) * math.ceil(shape.run / (nr // rows))
+    tiles = math.ceil(shape.m / mr) * column_tiles
+    return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, column_tiles))
+
+
+def score(spec: OperatorSpec, cluster: CpuCluster, threads: int, dot: ArmDot, mr: int, nv: int,
+          rows: int = 1, split_loads: bool = False) -> ArmTile:
+    cycles = group_cycles(cluster.core, dot, mr, nv, split_loads)
+    seconds = _seconds(arm_shape(spec, dot), mr, nv * dot.col_lanes, rows, cycles, cluster.clock_ghz * 1e9, threads)
+    return ArmTile(dot, mr, nv, rows, cycles, seconds, split_loads)
+
+
+def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> list[ArmTile]:
+    """Every (instruction, MR, NV, rows) that fits the register file, best first."""
+    core = cluster.core
+    conv_rows = isinstance(spec, Conv2dSpec) and spec.out_h > 1
+    out = []
+    for dot in dots:
+        for mr in MR_CHOICES[dot.name]:
+            for nv in range(1, MAX_NV + 1):
+                if dot.registers(mr, nv) > core.vector_registers:
+                    continue
+                for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or conv_rows)]:
+                    for split in split_load_choices(core):
+                        out.append(score(spec, cluster, threads, dot, mr, nv, rows, split))
+    # fastest; ties: more accumulator registers, then the narrower MR, fewer rows, the instruction order
+    order = {d.name: i for i, d in enumerate(dots)}
+    out.sort(key=lambda t: (round(t.seconds * 1e12), -t.dot.instructions(t.mr, t.nv), t.mr, t.rows,
+                            order[t.dot.name], t.split_loads))
+    return out
+
+
+def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
+                  threads: Optional[int] = None, function_name: Optional[str] = None,
+                  force_dialect: Optional[str] = None, force_tile: Optional[tuple[int, int]] = None,
+                  force_rows: Optional[int] = None, force_split_loads: Optional[bool] = None):
+    """The ARM int8 plan. force_dialect ('sdot' on an i8mm core), force_tile (MR, NV), force_rows,
+    force_split_loads (the in-order load variant; any core, it only changes how operands load):
+    tests and sweeps."""
+    check_spec(spec)
+    quant = validate(resolve_out_scale(spec, quant))
+    cl = hw.cluster(cluster)
+    core = cl.core
+    dots = arm_dots(core)
+    if force_dialect is not None:
+        allowed = [d.name for d in dots]
+        if force_dialect not in allowed:
+            raise OperatorError(f"int8 instruction '{force_dialect}' is not available on {core.name} "
+                                f"(available: {', '.join(allowed)})")
+        dots = (ARM_DOTS[force_dialect],)
+    threads = threads or cl.count
+    if threads < 1:
+        raise OperatorError(f"--threads must be >= 1, got {threads}")
+    kind = "in-order" if in_order(core) else "out-of-order"
+    header = [f"xfc int8 CPU kernel: {spec.describe()}", f"quantization: {quant.describe()}",
+              f"core {core.name} ({cl.role} cluster, {kind}), -march={core.gcc_march}, threads={threads}"]
+    reasons = [f"instructions available: {', '.join(f'{d.name} ({d.feature})' for d in arm_dots(core))}"]
+    base = "xfc_q_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{quant.act_type}"
+    if isinstance(spec, DepthwiseSpec):
+        name = function_name or f"{base}_neon_t{threads}"
+        header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators, NEON by the compiler)")
+        reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
+                       "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
+        return QPlan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
+                     core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
+                     target_arch="aarch64")
+    m, n, k = gemm_view(spec)
+    if force_tile is not None:
+        mr, nv = force_tile
+        dot = dots[0]
+        if mr not in MR_CHOICES[dot.name] or not 1 <= nv <= MAX_NV or dot.registers(mr, nv) > core.vector_registers:
+            raise OperatorError(f"int8 {dot.name} tile MR={mr} NV={nv} is not one of the tiles this path renders "
+                                f"(MR in {MR_CHOICES[dot.name]}, 1 <= NV <= {MAX_NV}, "
+                                f"<= {core.vector_registers} registers)")
+        rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
+        tile = score(spec, cl, threads, dot, mr, nv, rows, bool(force_split_loads))
+        reasons.append(f"register tile forced by the caller: {tile.describe(core)}")
+    else:
+        scored = candidates(spec, cl, threads, dots)
+        ranked = scored
+        if force_split_loads is not None:
+            ranked = [t for t in scored if t.split_loads == force_split_loads] or scored
+        tile = ranked[0]
+        if force_split_loads and not tile.split_loads:     # the planner scores 128-bit loads only
+            tile = score(spec, cl, threads, tile.dot, tile.mr, tile.nv, tile.rows, True)
+        rate, source = dot_rate(core, tile.dot)
+        reasons.append(f"chosen: {tile.describe(core)}")
+        reasons.append(f"  model ({kind}): {tile.dot.name} at {rate:g}/cycle ({source}), "
+                       f"{core.load_rules.vector_loads_per_cycle:g} vector loads/cycle"
+                       + (f", a 128-bit load blocks the pipe {core.load_rules.ld128_blocking_cycles} cycles"
+                          if in_order(core) else "")
+                       + f", latency {core.fma_latency_cycles}; {len(ranked)} tiles scored")
+        if len(split_load_choices(core)) > 1:   # the in-order load variant, same tile
+            other = next(t for t in scored if (t.dot, t.mr, t.nv, t.rows) == (tile.dot, tile.mr, tile.nv, tile.rows)
+                         and t.split_loads != tile.split_loads)
+            reasons.append(f"  {'split 64-bit loads' if tile.split_loads else '128-bit loads'}: "
+                           f"{tile.cycles_per_group:.2f} cycles/group against {other.cycles_per_group:.2f} with "
+                           f"{'split 64-bit loads' if other.split_loads else '128-bit loads'} (ld64 dual-issues with "
+                           f"the SIMD pipe, a 128-bit load blocks it {core.load_rules.ld128_blocking_cycles} cycles)")
+        shown, seen = 0, {(tile.dot.name, tile.mr, tile.nv)}
+        for other in ranked[1:]:                  # the next-fastest other register tiles
+            key = (other.dot.name, other.mr, other.nv)
+            if key in seen:
+                continue
+            seen.add(key)
+            slower = other.seconds / tile.seconds if tile.seconds else 1.0
+            why = (f"{slower:.2f}x the time" if slower >= 1.005 else
+                   "same predicted time; ties go to more accumulators, then the narrower MR")
+            reasons.append(f"  beat {other.describe(core)} ({why})")
+            shown += 1
+            if shown == 3:
+                break
+        for dot in dots:                          # the best tile of an instruction that lost
+            if dot is not tile.dot:
+                best = next(t for t in ranked if t.dot is dot)
+                reasons.append(f"  best {dot.name} tile: {best.describe(core)} "
+                               f"({best.seconds / tile.seconds:.2f}x the time)")
+    threads = max(1, min(threads, math.ceil(arm_shape(spec, tile.dot).column_rows / tile.rows)
+                         * math.ceil(arm_shape(spec, tile.dot).run / (tile.nr // tile.rows))))
+    name = function_name or f"{base}_{tile.dot.name}_t{threads}"
+    predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None
+    lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
+    header.append(f"{lowering}: M={m} N={n} K={k}, {tile.dot.name} register tile MR={tile.mr} NR={tile.nr}, "
+                  f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else "")
+                  + (", split 64-bit operand loads (in-order variant)" if tile.split_loads else ""))
+    return QPlan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
+                 core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
+                 qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
+                 ops_per_cycle=tile.ops_per_cycle,
+                 registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers))
