@@ -31,8 +31,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # The form of the model the constants below belong to. A calibration stores it beside the fitted
 # constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join;
 # 3: a chip-wide cap on the shared cache's bandwidth; 4: the Winograd transform constants, and the
-# Winograd GEMM stage reading its transformed filter once from where it lives, xfc/cpu/winograd.py).
-COST_MODEL_VERSION = 4
+# Winograd GEMM stage reading its transformed filter once from where it lives, xfc/cpu/winograd.py;
+# 5: a per-core cap on how fast GEMMs stream operands from DRAM).
+COST_MODEL_VERSION = 5
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -44,6 +45,13 @@ SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
 SHARED_CACHE_CHIP_BYTES_PER_CYCLE = 0.0
 DRAM_FALLBACK_GBPS = 10.0            # when the description gives no memory bandwidth
 DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a streaming kernel sustains
+# What one core's GEMM micro-kernel draws from DRAM while it computes (bytes per cycle of its
+# clock; 0: no per-core cap, the chip's figure alone). A plain read loop on one core reaches most of
+# the chip's bandwidth, but a micro-kernel consuming a DRAM-resident A operand keeps far fewer
+# misses in flight: on the AVX-512 host a Winograd GEMM stage streaming a 38 MB filter transform
+# ran at ~12 GB/s on one core against 30 GB/s for the probe's read loop. Unknown without a
+# measurement, so uncapped by default; `xfc tiledb calibrate` fits it.
+DRAM_STREAM_CORE_BYTES_PER_CYCLE = 0.0
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
 # docs/host-kernel-notes.md and the usual BLIS practice of leaving about half of L1 free.
@@ -113,6 +121,7 @@ class CostConstants:
     winograd_store_cycles: float = WINOGRAD_STORE_CYCLES
     winograd_scalar_cycles: float = WINOGRAD_SCALAR_CYCLES
     winograd_group_cycles: float = WINOGRAD_GROUP_CYCLES
+    dram_stream_core_bytes_per_cycle: float = DRAM_STREAM_CORE_BYTES_PER_CYCLE   # 0: uncapped
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -202,6 +211,16 @@ def l2_per_core_bytes(cluster: CpuCluster) -> float:
 
 def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
     return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * constants.dram_efficiency
+
+
+def dram_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster, threads: int,
+                                 constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    """What `threads` cores' GEMMs draw from DRAM while computing: the chip's sustained rate, or
+    the per-core streaming cap times the threads when that is known and lower."""
+    chip = dram_bytes_per_second(hw, constants)
+    if constants.dram_stream_core_bytes_per_cycle <= 0:
+        return chip
+    return min(chip, constants.dram_stream_core_bytes_per_cycle * cluster.clock_ghz * 1e9 * max(threads, 1))
 
 
 def _batch(spec: OperatorSpec) -> int:

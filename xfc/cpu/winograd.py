@@ -29,7 +29,7 @@ from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
 from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
-                         dram_bytes_per_second, gemm_estimate, l2_per_core_bytes)
+                         dram_bytes_per_second, dram_stream_bytes_per_second, gemm_estimate, l2_per_core_bytes)
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
@@ -131,7 +131,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
         return "L2", 0.0
     if u_bytes + tile_bytes <= (hw.l3_bytes or hw.slc_bytes or 0) * L3_FILL:
         return "L3", 0.0
-    return "DRAM", spec.n * u_bytes / dram_bytes_per_second(hw, constants)
+    return "DRAM", spec.n * u_bytes / dram_stream_bytes_per_second(hw, cluster, threads, constants)
 
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,

@@ -104,6 +104,8 @@ GRIDS: dict[str, tuple] = {
     "winograd_store_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_scalar_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_group_cycles": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0),
+    # 0: no per-core cap on a GEMM's DRAM stream (moves only plans whose Winograd filter lives in DRAM)
+    "dram_stream_core_bytes_per_cycle": (0.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0),
 }
 SWEEPS = 4
 # A multi-threaded operator whose fastest run is no faster than its 1-thread run lost a thread to
