@@ -158,17 +158,21 @@ def test_probe_is_plausible_cached_and_remeasured(tmp_path):
     assert first.fma_per_cycle and all(bits in (128, 256, 512) for bits, _ in first.fma_per_cycle)
     for bits, rate in first.fma_per_cycle:
         assert 0.25 <= rate <= 4.0, (bits, rate)
+    assert first.dram_read_gbps is not None and 0.5 <= first.dram_read_gbps <= 2000
     second = host_probe(environ)
-    assert second.cached and (second.clock_ghz, second.fma_per_cycle) == (first.clock_ghz, first.fma_per_cycle)
+    assert second.cached and (second.clock_ghz, second.fma_per_cycle, second.dram_read_gbps) == \
+        (first.clock_ghz, first.fma_per_cycle, first.dram_read_gbps)
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
         rows = db.rows("calibration")
-        assert len(rows) == 2 + len(first.fma_per_cycle)
+        # clock, FMA latency and DRAM read bandwidth, and one FMA rate per vector width
+        assert len(rows) == 3 + len(first.fma_per_cycle)
+        assert any(r.name == "dram_read_gbps" and r.unit == "GB/s" for r in rows)
         assert {r.subject for r in rows} == {f"cpu:{first.cpu_key}"} and {r.source for r in rows} == {"host"}
         assert {r.origin for r in rows} == {db.db_id}
     third = host_probe(environ, remeasure=True)
     assert not third.cached
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
-        assert len(db.rows("calibration")) == 2 + len(first.fma_per_cycle)   # replaced, not added
+        assert len(db.rows("calibration")) == 3 + len(first.fma_per_cycle)   # replaced, not added
     core = detect_host(measured=third.measurement()).cluster().core
     assert core.fma_per_cycle * 2 == int(core.fma_per_cycle * 2)
 
