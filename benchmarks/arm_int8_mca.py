@@ -23,7 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from machine import machine_facts  # noqa: E402
 from xfc import mca  # noqa: E402
 from xfc.cpu.qarm import plan_arm_int8  # noqa: E402
 from xfc.cpu.qcodegen import render_int8_kernel  # noqa: E402
@@ -105,6 +107,8 @@ def main(argv=None) -> int:
     write_json_result(args.out, {
         "what": "llvm-mca-16 static analysis of the inner sdot/smmla loop of the ARM int8 kernels (threads=1), "
                 "beside xfc's int8 issue model; estimates, not timings; deterministic",
+        "machine": {**machine_facts(), "note": "the machine that compiled and analysed the loops; llvm-mca figures do "
+                                               "not depend on it or on its load"},
         "compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version(), "rows": rows}, kind="arm_int8_mca")
     print(f"results in {args.out}")
     return 0
