@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from support import needs_arm
-from xfc.cli import main
 from xfc.errors import XfcError
 from xfc.fp16_run import run_fp16_case
 from xfc.hardware.load import load
 from xfc.ops.fp16 import to_fp16_values
 from xfc.ops.reference import make_inputs, reference
 from xfc.ops.spec import make_spec
+
+from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 pytestmark = [pytest.mark.emulated, needs_arm]
 
@@ -105,15 +106,6 @@ def test_a_write_before_the_output_trips_the_fp16_guard_zone(tmp_path):
 
 
 # ---- command line ---------------------------------------------------------------------------------
-
-def _run(argv, capfd):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capfd.readouterr()
-    return code, out, err
-
 
 @pytest.mark.parametrize("op, shape", [("matmul", "m=20,n=33,k=90"), ("conv2d", "c=6,h=11,w=13,k=10,r=3,s=3"),
                                        ("depthwise", "c=5,h=13,w=15,r=3,s=3")])

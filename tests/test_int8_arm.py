@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from xfc.cli import main
 from xfc.cpu.qarm import SDOT, SMMLA, arm_shape, candidates, group_cycles, in_order, plan_arm_int8
 from xfc.cpu.qcodegen import render_int8_kernel
 from xfc.cpu.qplans import explain, plan_int8
@@ -22,6 +20,8 @@ from xfc.ops.spec import make_spec
 from xfc.paths import HARDWARE_DIR
 from xfc.qpipeline import build_kernel, compile_int8, verify_kernel
 from xfc.runners.qqemu import QQemuKernel
+
+from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 unit = pytest.mark.unit
 emulated = pytest.mark.emulated
@@ -246,15 +246,6 @@ def test_smmla_kernel_faults_on_a_core_without_i8mm(tmp_path):
     x, w, bias = make_qinputs(spec, plan.quant)
     with pytest.raises(DeviceError, match=r"illegal instruction.*-march=armv9-a\+i8mm"):
         on_a76(x, w, bias, multipliers(spec, plan.quant))
-
-
-def _run(argv, capfd):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 @emulated

@@ -10,13 +10,14 @@ import json
 import numpy as np
 import pytest
 
-from xfc.cli import main
 from xfc.errors import OperatorError
 from xfc.hardware.host import available_isas
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
 from xfc.ops.spec import make_spec
 from xfc.qpipeline import compile_int8, host_flags, verify_kernel
+
+from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 pytestmark = pytest.mark.host
 
@@ -112,15 +113,6 @@ def test_vnni_is_refused_cleanly_without_the_flag():
     assert plan.qisa == "avx2"
     with pytest.raises(OperatorError, match="vnni"):
         plan_int8(spec, QuantParams(), load("host:avx2"), host_flags=FLAGS, force_dialect="vnni")
-
-
-def _run(argv, capfd):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
