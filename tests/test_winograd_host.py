@@ -113,3 +113,22 @@ def test_winograd_plan_refuses_other_shapes():
         hand_winograd_plan(conv(4, 9, 9, 4, 3, 3, stride=2), 2, "avx2")
     with pytest.raises(OperatorError, match="m=3"):
         hand_winograd_plan(conv(4, 9, 9, 4, 3, 3), 3, "avx2")
+
+
+@pytest.mark.parametrize("axis", ("n", "m"))
+@pytest.mark.parametrize("m", (2, 4))
+def test_winograd_three_threads_split_mid_row(axis, m, build_dir):
+    """Three threads: with the tile-owned split ('n') the threads' panels of tiles start and end in
+    the middle of tile rows (NR does not divide the row's tile count), and the last thread's range
+    holds the short last panel; the output equals the 1-thread build's bitwise."""
+    isa = RUNNABLE_ISAS[0]
+    spec = conv(11, 29, 23, 10, 3, 3, n=2, pad=1, bias=True, act="relu")
+    a, b, bias = make_inputs(spec, seed=11)
+    outs = []
+    for threads in (1, 3):
+        plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa),
+                                  parallel_axis=axis if threads > 1 else None,
+                                  function_name=f"wino_mid_m{m}_{axis}_t{threads}", **TILES[isa])
+        kernel = host_kernel(render_cpu_kernel(plan), build_dir)
+        outs.append(_check(kernel, spec, m, a, b, bias))
+    assert np.array_equal(outs[0], outs[1]), "1-thread and 3-thread builds differ"
