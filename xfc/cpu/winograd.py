@@ -142,24 +142,38 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
-                mr: int = 1) -> WinogradStages:
+                mr: int = 1, parallel_axis: str = "n") -> WinogradStages:
     """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
     (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
     is not charged: the pre-pack entry point does it once per weight tensor, like the packed
-    weights of a GEMM plan."""
+    weights of a GEMM plan. parallel_axis: the kernel's thread split (templates/cpu/winograd.c.j2):
+    'n' gives each thread whole NR-column panels of tiles through all three stages, 'm' splits the
+    input transform by channels, the GEMMs by rows of K and the output transform by K."""
     a = m + 2
     clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
+    tiles = th * tw
     input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants)
-    used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
-    input_s = spec.n * input_cycles / (clock_hz * used[0])
-    output_s = spec.n * output_cycles / (clock_hz * used[1])
+    if parallel_axis == "n":
+        # the busiest thread's share of the tiles: whole panels, as the kernel deals them
+        panels = math.ceil(tiles / nr)
+        busiest = min(tiles, math.ceil(panels / max(threads, 1)) * nr) / tiles
+        input_s = spec.n * input_cycles * busiest / clock_hz
+        output_s = spec.n * output_cycles * busiest / clock_hz
+    else:
+        used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
+        input_s = spec.n * input_cycles / (clock_hz * used[0])
+        output_s = spec.n * output_cycles / (clock_hz * used[1])
     # The transformed tiles: V written by the input transform, M written by the GEMMs and read
     # back by the output transform (the GEMMs' own reads of U and V are in their estimate).
-    n_padded = round_up(th * tw, nr)
-    tile_bytes = FLOAT_BYTES * a * a * (spec.c * n_padded + spec.k * th * tw)
+    n_padded = round_up(tiles, nr)
+    tile_bytes = FLOAT_BYTES * a * a * (spec.c * n_padded + spec.k * tiles)
     moved = spec.n * tile_bytes * 1.5
-    if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
+    # Split over K on more than one thread, every thread's GEMMs read the V the others wrote, and
+    # the output transform reads M rows other threads wrote: the tiles cross cores through the
+    # shared cache, however small. Split over tiles, each thread's tiles stay in its own caches.
+    crosses_cores = parallel_axis == "m" and threads > 1
+    if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL and not crosses_cores:
         level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
         level, traffic_s = "L3", moved / constants.shared_cache_bytes_per_s(clock_hz, threads)
@@ -200,7 +214,8 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
     gemm = gemm_estimate(problem, hw, cluster, tile, score, replace(sched, a_pack="direct"), False, constants,
                          tail_score=column_tail_score(tile, problem.n, cluster, isa, evaluator),
                          interference=isa_row(isa).interference_model)
-    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr)
+    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
+                       parallel_axis=sched.parallel_axis)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:

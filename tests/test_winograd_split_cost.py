@@ -1,0 +1,53 @@
+"""The Winograd cost follows the kernel's thread split (templates/cpu/winograd.c.j2): split over
+tiles ('n'), each thread transforms its own whole panels of tiles and its tiles stay in its caches;
+split over K ('m'), the transforms split channels and K evenly but the transformed tiles cross
+cores through the shared cache. Unit: nothing is built or timed."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.winograd import plan_stages, transform_cycles
+from xfc.ops import winograd as wmath
+from xfc.ops.spec import make_spec
+
+from test_calibrate import CLUSTER, HW
+
+pytestmark = pytest.mark.unit
+
+# 64 channels at 28x28, m = 4: 49 tiles, two 32-column panels dealt 1 + 1 (32 and 17 tiles)
+SPEC = make_spec("conv2d", dict(c=64, h=28, w=28, k=64, r=3, s=3), pad=1)
+
+
+def _stages(axis, threads, nr=32):
+    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=4).plan
+    sched = replace(plan.gemm, parallel_axis=axis, nr=nr, threads=threads)
+    return plan_stages(SPEC, 4, HW, CLUSTER, sched, plan.vector_lanes, plan.isa)
+
+
+def test_the_tile_split_charges_the_busiest_threads_panels():
+    one = _stages("n", 1)
+    two = _stages("n", 2)
+    th, tw = wmath.tile_counts(SPEC, 4)
+    tiles = th * tw
+    busiest = min(tiles, math.ceil(math.ceil(tiles / 32) / 2) * 32) / tiles
+    assert busiest == pytest.approx(32 / 49)
+    assert two.input_s == pytest.approx(one.input_s * busiest)
+    assert two.output_s == pytest.approx(one.output_s * busiest)
+    # one panel only: the second thread has nothing to do, the first does all of it
+    assert _stages("n", 2, nr=64).input_s == pytest.approx(_stages("n", 1, nr=64).input_s)
+
+
+def test_the_k_split_halves_the_transforms_but_its_tiles_cross_cores():
+    lanes = synthesize_cpu(SPEC, HW, CLUSTER.role, 1).plan.vector_lanes
+    cycles_in, _ = transform_cycles(SPEC, 4, CLUSTER.core, lanes)
+    k_split, tile_split = _stages("m", 2), _stages("n", 2)
+    assert k_split.input_s == pytest.approx(cycles_in / (CLUSTER.clock_ghz * 1e9) / 2)
+    assert tile_split.traffic_level == "L2"
+    assert k_split.traffic_level != "L2"
+    assert k_split.traffic_s > tile_split.traffic_s
+    # on one thread the axis changes nothing
+    assert _stages("m", 1).total_s == pytest.approx(_stages("n", 1).total_s)
