@@ -161,7 +161,7 @@ def plan_key(plan) -> tuple:
 def plan_text(plan) -> str:
     g = plan.gemm
     head = f"winograd m={plan.winograd_m}" if plan.lowering == "winograd" else plan.lowering
-    return f"{head} {g.mr}x{g.nr} kc={g.kc} split={g.parallel_axis}"
+    return f"{head} {g.mr}x{g.nr} kc={g.kc} nc={g.nc} split={g.parallel_axis}"
 
 
 def time_ours(entry, spec, repeats: int) -> dict:

@@ -120,7 +120,8 @@ def test_winograd_plan_refuses_other_shapes():
 def test_winograd_three_threads_split_mid_row(axis, m, build_dir):
     """Three threads: with the tile-owned split ('n') the threads' panels of tiles start and end in
     the middle of tile rows (NR does not divide the row's tile count), and the last thread's range
-    holds the short last panel; the output equals the 1-thread build's bitwise."""
+    holds the short last panel; NC = NR, so each thread runs its share as several one-panel blocks
+    (transform, GEMMs, output per block). The output equals the 1-thread build's bitwise."""
     isa = RUNNABLE_ISAS[0]
     spec = conv(11, 29, 23, 10, 3, 3, n=2, pad=1, bias=True, act="relu")
     a, b, bias = make_inputs(spec, seed=11)
@@ -128,7 +129,8 @@ def test_winograd_three_threads_split_mid_row(axis, m, build_dir):
     for threads in (1, 3):
         plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa),
                                   parallel_axis=axis if threads > 1 else None,
-                                  function_name=f"wino_mid_m{m}_{axis}_t{threads}", **TILES[isa])
+                                  function_name=f"wino_mid_m{m}_{axis}_t{threads}",
+                                  **dict(TILES[isa], nc=TILES[isa]["nr"]))
         kernel = host_kernel(render_cpu_kernel(plan), build_dir)
         outs.append(_check(kernel, spec, m, a, b, bias))
     assert np.array_equal(outs[0], outs[1]), "1-thread and 3-thread builds differ"

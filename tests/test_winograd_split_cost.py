@@ -18,8 +18,9 @@ from test_calibrate import CLUSTER, HW
 
 pytestmark = pytest.mark.unit
 
-# 64 channels at 28x28, m = 4: 49 tiles, two 32-column panels dealt 1 + 1 (32 and 17 tiles)
-SPEC = make_spec("conv2d", dict(c=64, h=28, w=28, k=64, r=3, s=3), pad=1)
+# 32 channels at 28x28, m = 4: 49 tiles, two 32-column panels dealt 1 + 1 (32 and 17 tiles); a
+# thread's V and M (36 x 64 x 32 floats, 295 kB) fit its L2 share
+SPEC = make_spec("conv2d", dict(c=32, h=28, w=28, k=32, r=3, s=3), pad=1)
 
 
 def _stages(axis, threads, nr=32):
@@ -35,8 +36,13 @@ def test_the_tile_split_charges_the_busiest_threads_panels():
     tiles = th * tw
     busiest = min(tiles, math.ceil(math.ceil(tiles / 32) / 2) * 32) / tiles
     assert busiest == pytest.approx(32 / 49)
-    assert two.input_s == pytest.approx(one.input_s * busiest)
-    assert two.output_s == pytest.approx(one.output_s * busiest)
+    lanes = synthesize_cpu(SPEC, HW, CLUSTER.role, 1).plan.vector_lanes
+    # two ranges of tiles: the second stages its first tile row and halo again
+    cycles_in, cycles_out = transform_cycles(SPEC, 4, CLUSTER.core, lanes, blocks=2)
+    clock_hz = CLUSTER.clock_ghz * 1e9
+    assert two.input_s == pytest.approx(cycles_in * busiest / clock_hz)
+    assert two.output_s == pytest.approx(cycles_out * busiest / clock_hz)
+    assert transform_cycles(SPEC, 4, CLUSTER.core, lanes)[0] == pytest.approx(one.input_s * clock_hz)
     # one panel only: the second thread has nothing to do, the first does all of it
     assert _stages("n", 2, nr=64).input_s == pytest.approx(_stages("n", 1, nr=64).input_s)
 
@@ -51,3 +57,17 @@ def test_the_k_split_halves_the_transforms_but_its_tiles_cross_cores():
     assert k_split.traffic_s > tile_split.traffic_s
     # on one thread the axis changes nothing
     assert _stages("m", 1).total_s == pytest.approx(_stages("n", 1).total_s)
+
+
+def test_tile_blocks_cost_halo_rows_and_keep_each_block_in_l2():
+    """A share run as several NC-tile blocks restages each block's halo (more input-transform
+    cycles) and holds only a block's V and M."""
+    big = make_spec("conv2d", dict(c=32, h=56, w=56, k=32, r=3, s=3), pad=1)   # 196 tiles at m=4
+    plan = synthesize_cpu(big, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    whole = replace(plan.gemm, parallel_axis="n", nc=10_000)
+    blocked = replace(whole, nc=whole.nr)
+    s_whole = plan_stages(big, 4, HW, CLUSTER, whole, plan.vector_lanes, plan.isa)
+    s_blocked = plan_stages(big, 4, HW, CLUSTER, blocked, plan.vector_lanes, plan.isa)
+    assert s_blocked.input_s > s_whole.input_s
+    assert s_blocked.output_s == pytest.approx(s_whole.output_s)
+    assert s_whole.traffic_level != "L2" and s_blocked.traffic_level == "L2"

@@ -88,14 +88,16 @@ class WinogradStages:
 
 
 def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
-                     constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[float, float]:
+                     constants: CostConstants = DEFAULT_CONSTANTS, blocks: int = 1) -> tuple[float, float]:
     """(input, output) transform cycles of one image on one core, all channels.
 
     Per group of LANES tiles: the transform's vector arithmetic at the FMA rate over the sustained
     share (winograd_transform_efficiency), a^2 vector loads, the stores (a^2 into V, m^2 of the
     output) at winograd_store_cycles each, and a fixed winograd_group_cycles. Per element: the
     scalar staging of the zero-padded, phase-split plane (input) and the scatter into the output
-    (output), winograd_scalar_cycles each. The four constants are what calibration fits."""
+    (output), winograd_scalar_cycles each. The four constants are what calibration fits.
+    blocks: the ranges of tiles the image is transformed in (thread shares, tile blocks); each
+    range past the first stages its first tile row and the halo below its last again."""
     k_ = constants
     t = wmath.transforms(m)
     a = t.alpha
@@ -104,7 +106,7 @@ def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
     groups = th * math.ceil(tw / lanes)            # LANES tiles per vector group
     loads_per_cycle = core.load_rules.vector_loads_per_cycle
     arithmetic_rate = core.fma_per_cycle * k_.winograd_transform_efficiency
-    stage_elems = (th * m + a - m) * m * (round_up(tw, lanes) + lanes)
+    stage_elems = (th * m + a - m + (blocks - 1) * a) * m * (round_up(tw, lanes) + lanes)
     input_group = (ops["input"] / arithmetic_rate + a * a / loads_per_cycle + a * a * k_.winograd_store_cycles
                    + k_.winograd_group_cycles)
     output_group = (ops["output"] / arithmetic_rate + a * a / loads_per_cycle + m * m * k_.winograd_store_cycles
@@ -142,25 +144,33 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
-                mr: int = 1, parallel_axis: str = "n") -> WinogradStages:
+                mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None) -> WinogradStages:
     """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
     (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
     is not charged: the pre-pack entry point does it once per weight tensor, like the packed
     weights of a GEMM plan. parallel_axis: the kernel's thread split (templates/cpu/winograd.c.j2):
-    'n' gives each thread whole NR-column panels of tiles through all three stages, 'm' splits the
-    input transform by channels, the GEMMs by rows of K and the output transform by K."""
+    'n' gives each thread whole NR-column panels of tiles through all three stages, in blocks of
+    nc tiles (default: one block per thread), 'm' splits the input transform by channels, the
+    GEMMs by rows of K and the output transform by K."""
     a = m + 2
     clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
-    input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants)
     if parallel_axis == "n":
         # the busiest thread's share of the tiles: whole panels, as the kernel deals them
         panels = math.ceil(tiles / nr)
-        busiest = min(tiles, math.ceil(panels / max(threads, 1)) * nr) / tiles
+        share = min(tiles, math.ceil(panels / max(threads, 1)) * nr)
+        block = min(share, nc or share)
+        starts = [min(tiles, panels * i // max(threads, 1) * nr) for i in range(max(threads, 1) + 1)]
+        blocks = sum(math.ceil((end - begin) / block) for begin, end in zip(starts, starts[1:]))
+        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants, max(blocks, 1))
+        busiest = share / tiles
         input_s = spec.n * input_cycles * busiest / clock_hz
         output_s = spec.n * output_cycles * busiest / clock_hz
+        # what one core holds at a time: its block's V (padded panels) and M
+        resident_bytes = FLOAT_BYTES * a * a * (spec.c * round_up(block, nr) + spec.k * block)
     else:
+        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants)
         used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
         input_s = spec.n * input_cycles / (clock_hz * used[0])
         output_s = spec.n * output_cycles / (clock_hz * used[1])
@@ -172,8 +182,10 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     # Split over K on more than one thread, every thread's GEMMs read the V the others wrote, and
     # the output transform reads M rows other threads wrote: the tiles cross cores through the
     # shared cache, however small. Split over tiles, each thread's tiles stay in its own caches.
+    if parallel_axis != "n":
+        resident_bytes = tile_bytes / max(threads, 1)
     crosses_cores = parallel_axis == "m" and threads > 1
-    if tile_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL and not crosses_cores:
+    if resident_bytes <= l2_per_core_bytes(cluster) * L2_FILL and not crosses_cores:
         level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
         level, traffic_s = "L3", moved / constants.shared_cache_bytes_per_s(clock_hz, threads)
@@ -215,7 +227,7 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
                          tail_score=column_tail_score(tile, problem.n, cluster, isa, evaluator),
                          interference=isa_row(isa).interference_model)
     return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
-                       parallel_axis=sched.parallel_axis)
+                       parallel_axis=sched.parallel_axis, nc=sched.nc)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
@@ -238,6 +250,25 @@ def winograd_schedule(sched: GemmSchedule) -> GemmSchedule:
     """A grown GEMM schedule as the Winograd GEMM stage runs it: U arrives pre-packed as MR-row
     panels (a_pack 'packed') and V is written packed by the input transform (no staging)."""
     return replace(sched, a_pack="packed", c_store="direct", stage_copy="none")
+
+
+def tile_block_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster) -> list[GemmSchedule]:
+    """sched, and for the split over tiles the same schedule run in blocks of NC tiles whose
+    transformed tiles (V and M of the block) fit the core's L2 share, when that is smaller than a
+    thread's share: the block is transformed, multiplied and read back while it is in L2, at the
+    price of reading U once per block (the GEMM estimate's A traffic per NC block) and of staging
+    each block's halo rows again (transform_cycles)."""
+    if sched.parallel_axis != "n":
+        return [sched]
+    a = m + 2
+    th, tw = wmath.tile_counts(spec, m)
+    tiles = th * tw
+    share = min(tiles, math.ceil(math.ceil(tiles / sched.nr) / max(sched.threads, 1)) * sched.nr)
+    per_tile_bytes = FLOAT_BYTES * a * a * (spec.c + spec.k)
+    block = int(l2_per_core_bytes(cluster) * L2_FILL // per_tile_bytes) // sched.nr * sched.nr
+    if block < sched.nr or block >= share:
+        return [sched]
+    return [sched, replace(sched, nc=block)]
 
 
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
@@ -399,10 +430,10 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         # column tail on every ISA and U once per call (plan_stages), which the ranking does not.
         best, sched, stages = None, None, None
         for candidate in ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants):
-            trial = winograd_schedule(candidate.sched)
-            trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator)
-            if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
-                best, sched, stages = candidate, trial, trial_stages
+            for trial in tile_block_variants(winograd_schedule(candidate.sched), spec, m, cluster):
+                trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator)
+                if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
+                    best, sched, stages = candidate, trial, trial_stages
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
         lines = header_common + [
