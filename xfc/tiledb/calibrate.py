@@ -370,7 +370,7 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     staged = 0 < len(others) < len(items)
     first = _Objective(others, hw, cluster, rank_weight, regularization) if staged else None
     winograd_moves = [move for move in moves if all(f.startswith("winograd_") for f in move)]
-    other_moves = [move for move in moves if move not in winograd_moves]
+    other_moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
     won, best, best_score = "", start, math.inf
     for name, s in starts:
         if staged:
