@@ -295,7 +295,7 @@ def cmd_gc(args) -> int:
 def cmd_calibrate(args) -> int:
     import sys
     from ..hardware.load import is_host_name
-    from ..tiledb.calibrate import fit, measure, store_fit, training_cases
+    from ..tiledb.calibrate import RANK_MARGIN, calibrated_constants, fit, measure, store_fit, training_cases
     from .hardware import load_for_command_line
     from ..tiledb.locations import is_shipped_location
     if not is_host_name(args.hw):
@@ -316,9 +316,9 @@ def cmd_calibrate(args) -> int:
         raise XfcError(f"--db {path}: the shipped databases hold computed rows only; calibrate into your own database")
     say = (lambda m: None) if args.quiet else (lambda m: print(f"xfc: {m}", file=sys.stderr, flush=True))
     with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
-        pass
+        stored = calibrated_constants(db, hw, cluster)   # this machine's last fit: a second start
     items = measure(hw, cluster, training_cases(), threads, repeats=args.repeats, progress=say)
-    result = fit(items, hw, cluster)
+    result = fit(items, hw, cluster, stored=stored)
     with TileDb.open(path) as db:
         store_fit(db, hw, cluster, result, threads)
     from ..tiledb.calibrate import predicted_s
@@ -332,6 +332,11 @@ def cmd_calibrate(args) -> int:
     print(f"\nmean |error| {result.error_before:.1%} -> {result.error_after:.1%}; "
           f"worst {result.worst_before:.1%} -> {result.worst_after:.1%} ({result.cases} timed operators, "
           f"outside the benchmark suite" + (f"; {result.left_out} contended left out" if result.left_out else "") + ")")
+    (right_before, clear), (right_after, _) = result.rank_before, result.rank_after
+    print(f"plan order (pairs of one layer's plans predicted in the measured order / pairs measured more than "
+          f"{RANK_MARGIN:.0%} apart): {right_before}/{clear} -> {right_after}/{clear}")
+    print(f"descent won from the {'stored constants of the last calibration' if result.start == 'stored' else 'static constants'}"
+          + ("" if stored is not None else " (no stored constants: the only start)"))
     print("fitted: " + ", ".join(f"{k}={v:g}" if not isinstance(v, bool) else f"{k}={v}"
                                  for k, v in result.constants.as_dict().items()))
     print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "

@@ -19,9 +19,33 @@ held-out check) and 3x3 stride-1 layers that are NOT benchmarks/winograd.py's la
 for each; training_cases) are synthesized with the static constants, built, verified and timed here with
 the weights pre-packed, as the model assumes (the fastest of the repeats: contention only slows). The fitted plan of each measurement is re-estimated
 under candidate constants (the plan that ran, not a re-synthesized one), and a deterministic
-coordinate descent over fixed grids minimizes the mean |log(predicted / measured)|. The fitted
-constants are stored in the database's `calibration` table under the hardware fingerprint (names
+coordinate descent over fixed grids minimizes the objective below. The fitted constants are
+stored in the database's `calibration` table under the hardware fingerprint (names
 `cost.<field>`, source 'host'); synthesis reads them back with `calibrated_constants`.
+
+The objective (_Objective), three terms:
+- mean |log(predicted / measured)| over the timed operators: the absolute error.
+- RANK_WEIGHT x the sum, over the clear pairs, of max(0, log(1 + RANK_MARGIN) - log(predicted
+  slower / predicted faster)), divided by the number of operators. A clear pair is two plans of
+  one operator at one thread count (the direct plan and each forced Winograd m) whose measured
+  times differ by more than RANK_MARGIN.
+  The synthesizer picks the plan predicted fastest, so what decides its choice is the ORDER of a
+  layer's plans, which the absolute term does not see: a few % of error on each of two plans
+  costs little there but flips the choice when the two are close. The hinge is zero once the
+  prediction orders the pair the measured way by the margin, so constants that already order
+  every pair right are fitted on absolute error alone; in log ratios, so it adds to the first term
+  in the same unit.
+- REGULARIZATION x the distance from the static constants in grid steps, summed over the fields.
+  The Winograd transform constants trade off against each other (a slower FMA share or a slower
+  store give the same time to most layers), so the first two terms are nearly flat along a ridge
+  and run-to-run noise picked a different point of it each run (transform efficiency 0.7 one
+  run, 0.25 the next). The weak pull makes the ridge's minimum the point nearest the static
+  constants; it is far below what any measured difference costs (one grid step: 0.02% of mean
+  error).
+The descent runs from the static constants and, when this machine has stored constants of the
+same model version, from those as well; the lower objective wins (the static start on a tie).
+From each start it first fits the fields other than winograd_* to the non-Winograd plans alone,
+then every field to every plan, the four Winograd transform constants searched together (JOINT).
 
 Only the host can be measured here. Phones keep the static constants until a device has been
 measured (the shipped databases hold no measured rows).
@@ -84,6 +108,18 @@ WINOGRAD_TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
     ("conv2d", dict(c=96, h=30, w=30, k=160, r=3, s=3), dict(pad=1)),
     ("conv2d", dict(c=192, h=17, w=17, k=192, r=3, s=3), dict(pad=1)),
     ("conv2d", dict(c=384, h=10, w=10, k=384, r=3, s=3), dict(pad=1)),
+    # Near the choice between m = 2, m = 4 and direct (issue 19: r18_l2 at 128 channels, 28x28 ran
+    # fastest at m = 4 and r18_l3 at 256, 14x14 at m = 2, each predicted the other way), so the
+    # ranking term has the order of close plans to train on; still no benchmark channel count or
+    # size: 120 at 26 (m = 2 and 4 within 1% in the static model; 26 ragged for m = 4 and 6),
+    # 144 at 24, 240 at 16, 288 at 12 (3x3 tiles at m = 4, 2x2 at m = 6), and few channels over many
+    # tiles (40 at 60). 5 layers x (direct + m = 2, 4, 6) x threads 1,2: 40 more builds and timings,
+    # about 50 s more.
+    ("conv2d", dict(c=120, h=26, w=26, k=120, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=144, h=24, w=24, k=144, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=240, h=16, w=16, k=240, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=288, h=12, w=12, k=288, r=3, s=3), dict(pad=1)),
+    ("conv2d", dict(c=40, h=60, w=60, k=40, r=3, s=3), dict(pad=1)),
 )
 
 # The grids the descent walks, per fitted field (values in the field's unit).
@@ -108,26 +144,33 @@ GRIDS: dict[str, tuple] = {
     "dram_stream_core_bytes_per_cycle": (0.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0),
 }
 SWEEPS = 4
+# The ranking term (module docstring): measured times further apart than this are a clear order,
+# and a clear pair costs nothing once predicted in that order by this margin as well.
+RANK_MARGIN = 0.03
+# Its weight: the hinges are summed over the clear pairs and divided by the operators fitted, so
+# a pair predicted 10% the wrong way (a hinge of ~0.13) costs as much as eight operators each off
+# by 13%: the fit gives up about a point of mean |error| to order a layer's close plans right
+# (issue 19: the choice within 3% of the fastest), while among constants that order every pair
+# right the absolute term alone decides.
+RANK_WEIGHT = 8.0
+# Per grid step away from the static constants (summed over fields): decides flat directions only.
+REGULARIZATION = 2e-4
 # A multi-threaded operator whose fastest run is no faster than its 1-thread run lost a thread to
 # another process in every repeat (it then waits at the barrier): it is timed again, this many times
 # at most, and the fastest of all its runs kept.
 CONTENDED_RETRIES = 3
 # Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
 # give the same time for one operator): searched together, every combination of grid values, each
-# sweep. The Winograd transform constants all scale the same two stages, so single and pairwise
-# moves stall (a fit that must lower one while raising two others): they are searched three at a
-# time as well.
+# sweep. The four Winograd transform constants all scale the same two stages: moves of one, two or
+# three of them stall in a local minimum (a fit that must lower one while raising the other three),
+# and which one the descent reached depended on its path, so they are searched all four at once
+# (8 x 8 x 8 x 6 combinations, each re-estimating only the Winograd plans: the exact minimum of
+# that block given the other fields, a few seconds a sweep).
 JOINT: tuple[tuple[str, ...], ...] = (("depthwise_efficiency", "depthwise_stage_scale"),
                                       ("depthwise_efficiency", "depthwise_load_cost"),
                                       ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"),
                                       ("winograd_transform_efficiency", "winograd_store_cycles",
-                                       "winograd_scalar_cycles"),
-                                      ("winograd_store_cycles", "winograd_scalar_cycles", "winograd_group_cycles"),
-                                      ("winograd_transform_efficiency", "winograd_store_cycles",
-                                       "winograd_group_cycles"),
-                                      ("winograd_transform_efficiency", "winograd_scalar_cycles",
-                                       "winograd_group_cycles"))
-
+                                       "winograd_scalar_cycles", "winograd_group_cycles"))
 
 @dataclass(frozen=True)
 class Measured:
@@ -163,6 +206,11 @@ class Fit:
     worst_after: float
     cases: int                   # operators fitted (the contended ones left out)
     left_out: int = 0            # contended operators not fitted
+    start: str = "static"        # the start whose descent won: 'static' or 'stored' (this machine's last fit)
+    # (pairs predicted in the measured order, clear pairs): plans of one operator at one thread count
+    # whose measured times differ by more than RANK_MARGIN
+    rank_before: tuple[int, int] = (0, 0)
+    rank_after: tuple[int, int] = (0, 0)
 
 
 def training_specs() -> list[OperatorSpec]:
@@ -204,38 +252,139 @@ def relative_errors(items: Sequence[Measured], hw, cluster, constants: CostConst
     return [predicted_s(i, hw, cluster, constants) / i.measured_s - 1 for i in items]
 
 
-def _objective(items, hw, cluster, constants) -> float:
-    return statistics.fmean(abs(math.log(predicted_s(i, hw, cluster, constants) / i.measured_s)) for i in items)
+def clear_pairs(items: Sequence[Measured], margin: float = RANK_MARGIN) -> list[tuple[int, int]]:
+    """(faster, slower) index pairs of plans of one operator at one thread count whose measured
+    times differ by more than `margin` (in `items`' order: deterministic)."""
+    groups: dict[tuple, list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault((item.spec, item.threads), []).append(index)
+    pairs = []
+    for members in groups.values():
+        for i, j in itertools.combinations(members, 2):
+            fast, slow = (i, j) if items[i].measured_s <= items[j].measured_s else (j, i)
+            if items[slow].measured_s > items[fast].measured_s * (1 + margin):
+                pairs.append((fast, slow))
+    return pairs
+
+
+def rank_agreement(items: Sequence[Measured], hw, cluster, constants: CostConstants) -> tuple[int, int]:
+    """(clear pairs the constants predict in the measured order, clear pairs)."""
+    pairs = clear_pairs(items)
+    predicted = [predicted_s(i, hw, cluster, constants) for i in items]
+    return sum(predicted[slow] > predicted[fast] for fast, slow in pairs), len(pairs)
+
+
+def _grid_position(grid: Sequence[float], value: float) -> float:
+    """Where `value` sits on a sorted grid, in steps (interpolated; clamped past the ends)."""
+    if value <= grid[0]:
+        return 0.0
+    for k in range(1, len(grid)):
+        if value <= grid[k]:
+            return k - 1 + (value - grid[k - 1]) / (grid[k] - grid[k - 1])
+    return float(len(grid) - 1)
+
+
+def _distance_from_static(constants: CostConstants) -> float:
+    """Grid steps from the static constants, summed over the fitted fields."""
+    return sum(abs(_grid_position(grid, getattr(constants, field))
+                   - _grid_position(grid, getattr(DEFAULT_CONSTANTS, field))) for field, grid in GRIDS.items())
+
+
+class _Objective:
+    """The fit's objective over one set of measurements (module docstring). Predictions of the
+    non-Winograd plans do not depend on the winograd_* fields, so they are remembered under the
+    other fields' values: the Winograd moves, most of the descent, re-estimate only Winograd plans."""
+
+    def __init__(self, items: Sequence[Measured], hw, cluster, rank_weight: float, regularization: float):
+        self.items, self.hw, self.cluster = list(items), hw, cluster
+        self.rank_weight, self.regularization = rank_weight, regularization
+        self.pairs = clear_pairs(self.items)
+        self.log_measured = [math.log(i.measured_s) for i in self.items]
+        self.winograd = [i.plan.lowering == "winograd" for i in self.items]
+        self.other_fields = [f for f in DEFAULT_CONSTANTS.as_dict() if not f.startswith("winograd_")]
+        self._cache: dict[tuple, list[float]] = {}
+
+    def log_predicted(self, constants: CostConstants) -> list[float]:
+        key = tuple(getattr(constants, f) for f in self.other_fields)
+        others = self._cache.get(key)
+        if others is None:
+            others = [0.0 if w else math.log(predicted_s(i, self.hw, self.cluster, constants))
+                      for i, w in zip(self.items, self.winograd)]
+            self._cache[key] = others
+        return [math.log(predicted_s(i, self.hw, self.cluster, constants)) if w else o
+                for i, w, o in zip(self.items, self.winograd, others)]
+
+    def __call__(self, constants: CostConstants) -> float:
+        logs = self.log_predicted(constants)
+        absolute = statistics.fmean(abs(p - m) for p, m in zip(logs, self.log_measured))
+        rank = 0.0
+        if self.pairs and self.rank_weight:
+            margin = math.log1p(RANK_MARGIN)
+            rank = sum(max(0.0, margin - (logs[slow] - logs[fast])) for fast, slow in self.pairs) / len(logs)
+        return absolute + self.rank_weight * rank + self.regularization * _distance_from_static(constants)
+
+
+def _descend(objective: _Objective, start: CostConstants, moves: Sequence[dict]) -> tuple[CostConstants, float]:
+    """Coordinate descent from `start` (fixed order of moves, the first of equal improvements wins)."""
+    best, best_score = start, objective(start)
+    for _ in range(SWEEPS):
+        improved = False
+        for move in moves:
+            trial = replace(best, **move)
+            score = objective(trial)
+            if score < best_score - 1e-12:
+                best, best_score, improved = trial, score, True
+        if not improved:
+            break
+    return best, best_score
 
 
 def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
-        start: CostConstants = DEFAULT_CONSTANTS) -> Fit:
-    """Coordinate descent over GRIDS, and over the JOINT groups together (deterministic: fixed order,
-    first best value wins ties)."""
+        start: CostConstants = DEFAULT_CONSTANTS, *, stored: Optional[CostConstants] = None,
+        rank_weight: float = RANK_WEIGHT, regularization: float = REGULARIZATION) -> Fit:
+    """Coordinate descent over GRIDS, and over the JOINT groups together, from `start` and (when
+    given and different) from `stored`, this machine's last fitted constants; the lower objective
+    wins, `start` on a tie (deterministic). The errors 'before' are those of `start`."""
     if not items:
         raise XfcError("calibrate: no measurements to fit")
     fitted = [i for i in items if not i.contended] or list(items)
     left_out = len(items) - len(fitted)
     items = fitted
-    best, best_score = start, _objective(items, hw, cluster, start)
+    objective = _Objective(items, hw, cluster, rank_weight, regularization)
     moves = [{field: value} for field, grid in GRIDS.items() for value in grid]
     moves += [dict(zip(fields_, values)) for fields_ in JOINT
               for values in itertools.product(*(GRIDS[f] for f in fields_))]
-    if not any(i.plan.lowering == "winograd" for i in items):   # those fields move no prediction
+    starts = [("static", start)] + ([("stored", stored)] if stored is not None and stored != start else [])
+    if not any(i.plan.lowering == "winograd" for i in items):
+        # those fields move no prediction: not searched, and left at the static values (the
+        # regularized optimum) whatever the start
         moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
-    for _ in range(SWEEPS):
-        improved = False
-        for move in moves:
-            trial = replace(best, **move)
-            score = _objective(items, hw, cluster, trial)
-            if score < best_score - 1e-12:
-                best, best_score, improved = trial, score, True
-        if not improved:
-            break
+        static = {f: v for f, v in DEFAULT_CONSTANTS.as_dict().items() if f.startswith("winograd_")}
+        starts = [(name, replace(s, **static)) for name, s in starts]
+    # Each start is descended in three stages: the fields other than winograd_* on the plans those
+    # do not move (so the GEMM, packing and memory constants are set by the direct plans, not bent
+    # to absorb Winograd transform costs: a compute efficiency bent first left the transform
+    # constants a local minimum 2% of error above the exact fit), then the winograd_* fields on
+    # every plan, then every field on every plan.
+    others = [i for i in items if i.plan.lowering != "winograd"]
+    staged = 0 < len(others) < len(items)
+    first = _Objective(others, hw, cluster, rank_weight, regularization) if staged else None
+    winograd_moves = [move for move in moves if all(f.startswith("winograd_") for f in move)]
+    other_moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
+    won, best, best_score = "", start, math.inf
+    for name, s in starts:
+        if staged:
+            s, _ = _descend(first, s, other_moves)
+            s, _ = _descend(objective, s, winograd_moves)
+        constants, score = _descend(objective, s, moves)
+        if score < best_score - 1e-12:
+            won, best, best_score = name, constants, score
     before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
     after = [abs(e) for e in relative_errors(items, hw, cluster, best)]
     return Fit(constants=best, error_before=statistics.fmean(before), error_after=statistics.fmean(after),
-               worst_before=max(before), worst_after=max(after), cases=len(items), left_out=left_out)
+               worst_before=max(before), worst_after=max(after), cases=len(items), left_out=left_out,
+               start=won, rank_before=rank_agreement(items, hw, cluster, start),
+               rank_after=rank_agreement(items, hw, cluster, best))
 
 
 def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threads: Sequence[int],
@@ -285,7 +434,8 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
                                 spread=(max(samples) - fastest) / statistics.median(samples), contended=contended))
     return out
 
-METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| on {cases} timed "
+METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| plus a hinge on each "
+          "layer's plan order and a weak pull to the static constants, on {cases} timed "
           "operators outside the suite (threads {threads}; weights pre-packed; fastest of the repeats)")
 PREFIX = "cost."
 
