@@ -35,7 +35,8 @@ The objective (_Objective), three terms:
   prediction orders the pair the measured way by the margin, so constants that already order
   every pair right are fitted on absolute error alone; in log ratios, so it adds to the first term
   in the same unit.
-- REGULARIZATION x the distance from the static constants in grid steps, summed over the fields.
+- REGULARIZATION x the distance from the static constants in grid steps, summed over the
+  Winograd-only fields (winograd_only).
   The Winograd transform constants trade off against each other (a slower FMA share or a slower
   store give the same time to most layers), so the first two terms are nearly flat along a ridge
   and run-to-run noise picked a different point of it each run (transform efficiency 0.7 one
@@ -44,8 +45,9 @@ The objective (_Objective), three terms:
   error).
 The descent runs from the static constants and, when this machine has stored constants of the
 same model version, from those as well; the lower objective wins (the static start on a tie).
-From each start it first fits the fields other than winograd_* to the non-Winograd plans alone,
-then every field to every plan, the four Winograd transform constants searched together (JOINT).
+From each start it first fits the fields that move direct plans to the non-Winograd plans alone,
+then the Winograd-only fields to every plan, the four Winograd transform constants searched
+together (JOINT); the plan-order term therefore moves only Winograd constants.
 
 Only the host can be measured here. Phones keep the static constants until a device has been
 measured (the shipped databases hold no measured rows).
@@ -284,10 +286,21 @@ def _grid_position(grid: Sequence[float], value: float) -> float:
     return float(len(grid) - 1)
 
 
+def winograd_only(field: str) -> bool:
+    """A constant that moves only Winograd plans' predictions: the transform constants, and the
+    per-core DRAM stream cap (only a Winograd filter U is streamed from DRAM by the GEMMs)."""
+    return field.startswith("winograd_") or field == "dram_stream_core_bytes_per_cycle"
+
+
 def _distance_from_static(constants: CostConstants) -> float:
-    """Grid steps from the static constants, summed over the fitted fields."""
+    """Grid steps from the static constants, summed over the Winograd-only fields (the ridge the pull
+    is for). The GEMM, memory and depthwise fields are not pulled: where the direct plans leave one
+    of them flat (the L2 rate, when no training plan is L2-bound), a pull to the static value still
+    moves the synthesizer's blocking choices elsewhere (l2_bytes_per_cycle pulled from 96 to 32 on
+    the host chose kc=208 for mm_1024, measured 10% slower than the kc=1024 it chose before)."""
     return sum(abs(_grid_position(grid, getattr(constants, field))
-                   - _grid_position(grid, getattr(DEFAULT_CONSTANTS, field))) for field, grid in GRIDS.items())
+                   - _grid_position(grid, getattr(DEFAULT_CONSTANTS, field)))
+               for field, grid in GRIDS.items() if winograd_only(field))
 
 
 class _Objective:
@@ -358,25 +371,27 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     if not any(i.plan.lowering == "winograd" for i in items):
         # those fields move no prediction: not searched, and left at the static values (the
         # regularized optimum) whatever the start
-        moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
-        static = {f: v for f, v in DEFAULT_CONSTANTS.as_dict().items() if f.startswith("winograd_")}
+        moves = [move for move in moves if not all(winograd_only(f) for f in move)]
+        static = {f: v for f, v in DEFAULT_CONSTANTS.as_dict().items() if winograd_only(f)}
         starts = [(name, replace(s, **static)) for name, s in starts]
-    # Each start is descended in three stages: the fields other than winograd_* on the plans those
-    # do not move (so the GEMM, packing and memory constants are set by the direct plans, not bent
-    # to absorb Winograd transform costs: a compute efficiency bent first left the transform
-    # constants a local minimum 2% of error above the exact fit), then the winograd_* fields on
-    # every plan, then every field on every plan.
+    # Each start is descended in two stages: the fields that move direct plans, on the direct plans
+    # alone (so the GEMM, packing and memory constants are set by the plans they describe, not bent
+    # to absorb Winograd transform costs or to order a layer's Winograd plans: a compute efficiency
+    # bent first left the transform constants a local minimum 2% of error above the exact fit, and
+    # an L2 rate bent by the plan-order term moved the blocking of direct GEMMs), then the
+    # Winograd-only fields on every plan, the GEMM stage predicted with the constants of stage one.
     others = [i for i in items if i.plan.lowering != "winograd"]
     staged = 0 < len(others) < len(items)
     first = _Objective(others, hw, cluster, rank_weight, regularization) if staged else None
-    winograd_moves = [move for move in moves if all(f.startswith("winograd_") for f in move)]
-    other_moves = [move for move in moves if not all(f.startswith("winograd_") for f in move)]
+    winograd_moves = [move for move in moves if all(winograd_only(f) for f in move)]
+    other_moves = [move for move in moves if not all(winograd_only(f) for f in move)]
     won, best, best_score = "", start, math.inf
     for name, s in starts:
         if staged:
             s, _ = _descend(first, s, other_moves)
-            s, _ = _descend(objective, s, winograd_moves)
-        constants, score = _descend(objective, s, moves)
+            constants, score = _descend(objective, s, winograd_moves)
+        else:
+            constants, score = _descend(objective, s, moves)
         if score < best_score - 1e-12:
             won, best, best_score = name, constants, score
     before = [abs(e) for e in relative_errors(items, hw, cluster, start)]
