@@ -71,3 +71,17 @@ def test_tile_blocks_cost_halo_rows_and_keep_each_block_in_l2():
     assert s_blocked.input_s > s_whole.input_s
     assert s_blocked.output_s == pytest.approx(s_whole.output_s)
     assert s_whole.traffic_level != "L2" and s_blocked.traffic_level == "L2"
+
+
+def test_exposed_traffic_adds_its_share_of_the_shorter_part():
+    """winograd_traffic_exposed = 0: transforms and tile traffic overlap (the longer counts);
+    1: they add up; in between, that share of the shorter shows."""
+    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS
+    stages = [plan_stages(SPEC, 4, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa,
+                          replace(DEFAULT_CONSTANTS, winograd_traffic_exposed=share)) for share in (0.0, 0.5, 1.0)]
+    transforms = stages[0].input_s + stages[0].output_s
+    shorter, longer = sorted((transforms, stages[0].traffic_s))
+    assert shorter > 0
+    for share, s in zip((0.0, 0.5, 1.0), stages):
+        assert s.total_s == pytest.approx(longer + share * shorter + s.gemm_s)

@@ -32,8 +32,10 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # constants and is used only by the same form (2: depthwise by memory level, staging rows, fork/join;
 # 3: a chip-wide cap on the shared cache's bandwidth; 4: the Winograd transform constants, and the
 # Winograd GEMM stage reading its transformed filter once from where it lives, xfc/cpu/winograd.py;
-# 5: a per-core cap on how fast GEMMs stream operands from DRAM).
-COST_MODEL_VERSION = 5
+# 5: a per-core cap on how fast GEMMs stream operands from DRAM; 6: the Winograd cost per thread
+# split (tiles crossing cores, tile blocks) and the share of the shorter of a Winograd plan's
+# transforms and tile traffic not hidden behind the longer).
+COST_MODEL_VERSION = 6
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -121,6 +123,9 @@ class CostConstants:
     winograd_store_cycles: float = WINOGRAD_STORE_CYCLES
     winograd_scalar_cycles: float = WINOGRAD_SCALAR_CYCLES
     winograd_group_cycles: float = WINOGRAD_GROUP_CYCLES
+    # share of the shorter of (transforms, their tile traffic) that the longer does not hide: 0, the
+    # two overlap fully (the static guess), 1, they add up
+    winograd_traffic_exposed: float = 0.0
     dram_stream_core_bytes_per_cycle: float = DRAM_STREAM_CORE_BYTES_PER_CYCLE   # 0: uncapped
 
     def as_dict(self) -> dict:

@@ -72,6 +72,7 @@ class WinogradStages:
     gemm_bound: str = "compute"      # what bounds the GEMM stage (its roofline: compute, L2, L3, or DRAM for U)
     traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
     weights_level: str = "L2"        # where the transformed filter U lives between calls (L2, L3 or DRAM)
+    traffic_exposed: float = 0.0     # CostConstants.winograd_traffic_exposed
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
@@ -84,7 +85,11 @@ class WinogradStages:
         # stores), so the two take the larger, not the sum. Adding them counted the tiles twice:
         # on the host Winograd benchmark the sum over-predicted transform-heavy plans (C = 32, or
         # 2 threads) by 1.4-2.8x and the synthesizer kept direct plans that ran 1.3-1.5x slower.
-        return max(self.input_s + self.output_s, self.traffic_s) + self.gemm_s
+        # How much of the shorter of the two still shows is fitted (winograd_traffic_exposed, 0
+        # unless calibrated).
+        transforms = self.input_s + self.output_s
+        return (max(transforms, self.traffic_s) + self.traffic_exposed * min(transforms, self.traffic_s)
+                + self.gemm_s)
 
 
 def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
@@ -198,7 +203,8 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     if weights_s > gemm_s:
         gemm_bound, gemm_s = "DRAM", weights_s
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
-                          gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level)
+                          gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
+                          traffic_exposed=constants.winograd_traffic_exposed)
 
 
 def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):

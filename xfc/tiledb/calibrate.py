@@ -142,6 +142,7 @@ GRIDS: dict[str, tuple] = {
     "winograd_store_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_scalar_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_group_cycles": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0),
+    "winograd_traffic_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
     # 0: no per-core cap on a GEMM's DRAM stream (moves only plans whose Winograd filter lives in DRAM)
     "dram_stream_core_bytes_per_cycle": (0.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0),
 }
@@ -172,7 +173,9 @@ JOINT: tuple[tuple[str, ...], ...] = (("depthwise_efficiency", "depthwise_stage_
                                       ("depthwise_efficiency", "depthwise_load_cost"),
                                       ("shared_cache_bytes_per_cycle", "shared_cache_chip_bytes_per_cycle"),
                                       ("winograd_transform_efficiency", "winograd_store_cycles",
-                                       "winograd_scalar_cycles", "winograd_group_cycles"))
+                                       "winograd_scalar_cycles", "winograd_group_cycles"),
+                                      # how much traffic shows trades off against how fast the transforms run
+                                      ("winograd_traffic_exposed", "winograd_transform_efficiency"))
 
 @dataclass(frozen=True)
 class Measured:
