@@ -65,8 +65,14 @@ def test_training_cases_time_every_admissible_tile_size_and_the_direct_plan():
 
 def _winograd_items(truth, threads=(1, 2)) -> list[Measured]:
     """'Measurements' of every training case: the model's own predictions under known constants."""
+    return synthetic_items(training_cases(), truth, threads)
+
+
+def synthetic_items(cases, truth, threads=(1, 2)) -> list[Measured]:
+    """'Measurements' of `cases` (TrainingCases) at each thread count: the plan each synthesizes,
+    timed as the model predicts it under the constants `truth`."""
     items = []
-    for case in training_cases():
+    for case in cases:
         for t in threads:
             plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
                                   winograd_m=case.winograd_m).plan

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS
-from xfc.cpu.synth import synthesize_cpu
 from xfc.ops.spec import make_spec
 from xfc.ops.workloads import SUITE
 from xfc.tiledb.calibrate import (GRIDS, RANK_MARGIN, RANK_WEIGHT, REGULARIZATION, Measured, TrainingCase,
@@ -20,6 +19,7 @@ from xfc.tiledb.calibrate import (GRIDS, RANK_MARGIN, RANK_WEIGHT, REGULARIZATIO
                                   winograd_training_specs)
 
 from test_calibrate import CLUSTER, HW
+from test_winograd_calibrate import synthetic_items
 
 pytestmark = pytest.mark.unit
 
@@ -27,14 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _items(cases, truth, threads=(1,)) -> list[Measured]:
-    items = []
-    for case in cases:
-        for t in threads:
-            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
-                                  winograd_m=case.winograd_m).plan
-            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
-            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
-    return items
+    return synthetic_items(cases, truth, threads)
 
 
 def _winograd_cases() -> list[TrainingCase]:
