@@ -308,8 +308,9 @@ def _distance_from_static(constants: CostConstants) -> float:
 
 class _Objective:
     """The fit's objective over one set of measurements (module docstring). Predictions of the
-    non-Winograd plans do not depend on the winograd_* fields, so they are remembered under the
-    other fields' values: the Winograd moves, most of the descent, re-estimate only Winograd plans."""
+    non-Winograd plans do not depend on the Winograd-only fields (winograd_only), so they are
+    remembered under the other fields' values: the Winograd moves, most of the descent,
+    re-estimate only Winograd plans."""
 
     def __init__(self, items: Sequence[Measured], hw, cluster, rank_weight: float, regularization: float):
         self.items, self.hw, self.cluster = list(items), hw, cluster
@@ -317,7 +318,7 @@ class _Objective:
         self.pairs = clear_pairs(self.items)
         self.log_measured = [math.log(i.measured_s) for i in self.items]
         self.winograd = [i.plan.lowering == "winograd" for i in self.items]
-        self.other_fields = [f for f in DEFAULT_CONSTANTS.as_dict() if not f.startswith("winograd_")]
+        self.other_fields = [f for f in DEFAULT_CONSTANTS.as_dict() if not winograd_only(f)]
         self._cache: dict[tuple, list[float]] = {}
 
     def log_predicted(self, constants: CostConstants) -> list[float]:
