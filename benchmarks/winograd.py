@@ -160,8 +160,10 @@ def plan_key(plan) -> tuple:
 
 def plan_text(plan) -> str:
     g = plan.gemm
-    head = f"winograd m={plan.winograd_m}" if plan.lowering == "winograd" else plan.lowering
-    return f"{head} {g.mr}x{g.nr} kc={g.kc} nc={g.nc} split={g.parallel_axis}"
+    if plan.lowering == "winograd":   # the vector axis, and the block of tiles (mc over channels, nc over tiles)
+        head = f"winograd m={plan.winograd_m} vectors={plan.winograd_vectors}"
+        return f"{head} {g.mr}x{g.nr} kc={g.kc} mc={g.mc} nc={g.nc} split={g.parallel_axis}"
+    return f"{plan.lowering} {g.mr}x{g.nr} kc={g.kc} nc={g.nc} split={g.parallel_axis}"
 
 
 def time_ours(entry, spec, repeats: int) -> dict:

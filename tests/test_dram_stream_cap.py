@@ -25,7 +25,8 @@ BIG = make_spec("conv2d", dict(c=512, h=14, w=14, k=512, r=3, s=3), pad=1)
 def _stages(constants, m, threads):
     plan = synthesize_cpu(BIG, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m,
                           constants=constants).plan
-    return plan_stages(BIG, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, constants)
+    return plan_stages(BIG, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, constants,
+                       vectors=plan.winograd_vectors)
 
 
 def test_the_stream_rate_is_the_chip_rate_unless_a_lower_per_core_cap_is_known():

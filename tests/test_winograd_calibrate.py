@@ -74,8 +74,10 @@ def synthetic_items(cases, truth, threads=(1, 2)) -> list[Measured]:
     items = []
     for case in cases:
         for t in threads:
+            # vectors over tiles: the plans these objective tests were designed around
             plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
-                                  winograd_m=case.winograd_m).plan
+                                  winograd_m=case.winograd_m,
+                                  winograd_vectors="tiles" if case.lowering == "winograd" else None).plan
             item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
             items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
     return items
@@ -130,7 +132,8 @@ def test_fitted_winograd_constants_round_trip_and_change_the_winograd_estimate_o
 
 def _stage(spec, m, threads, evaluator=None):
     plan = synthesize_cpu(spec, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m).plan
-    return plan, plan_stages(spec, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, evaluator=evaluator)
+    return plan, plan_stages(spec, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, evaluator=evaluator,
+                             vectors=plan.winograd_vectors)
 
 
 def test_a_gemm_stage_whose_u_stays_on_chip_scales_with_threads():
@@ -175,14 +178,15 @@ def test_the_column_tail_is_charged_on_avx512_and_steers_the_winograd_gemm_sched
     # 128 channels at 28x28, m = 4: N = 49 tiles. A 48-column tile leaves a 1-column tail: one
     # narrow micro-kernel call per row panel, a quarter of the padded work.
     spec = make_spec("conv2d", dict(c=128, h=28, w=28, k=128, r=3, s=3), pad=1)
-    plan = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    plan = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4,
+                          winograd_vectors="tiles").plan
     assert plan.isa == "avx512" and gemm_problem(spec, 4).n == 49
     wide = replace(plan.gemm, mr=9, nr=48, mc=135, nc=96)
     fast, slow = (plan_stages(spec, 4, HW, CLUSTER, wide, 16, "avx512", evaluator=e)
                   for e in (StaticEvaluator(), NarrowTilesSlow()))
     assert slow.gemm_s > fast.gemm_s * 1.15          # the tail at half rate shows in the stage
     chosen = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4,
-                            evaluator=NarrowTilesSlow()).plan.gemm
+                            evaluator=NarrowTilesSlow(), winograd_vectors="tiles").plan.gemm
     # the schedule the stage estimate picks leaves no one-vector column tail on these 49 tiles
     assert math.ceil((49 % chosen.nr) / 16) != 1
 

@@ -1,5 +1,5 @@
-"""Winograd kernels (templates/cpu/winograd.c.j2) built with the host gcc for every host ISA and
-every tile size m, checked against the float64 direct reference under the derived Winograd bound
+"""Winograd kernels (templates/cpu/winograd.c.j2, and winograd_cv.c.j2 for vectors over channels)
+built with the host gcc for every host ISA, both vector axes and every tile size m, checked against the float64 direct reference under the derived Winograd bound
 (xfc.ops.winograd.check_winograd_output), through both entry points (weights transformed per call,
 and pre-packed once: the two must agree bitwise), with 1 and 2 threads (bitwise equal too).
 
@@ -39,10 +39,10 @@ CASES = [
 ]
 
 
-def _kernel(spec, m, isa, threads, axis, tag, build_dir):
-    plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa),
+def _kernel(spec, m, isa, threads, axis, tag, build_dir, vectors="tiles"):
+    plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa), vectors=vectors,
                               parallel_axis=axis if threads > 1 else None,
-                              function_name=f"wino_{tag}_m{m}_{isa}_t{threads}", **TILES[isa])
+                              function_name=f"wino_{tag}_m{m}_{isa}_{vectors}_t{threads}", **TILES[isa])
     rendered = render_cpu_kernel(plan)
     if isa not in RUNNABLE_ISAS:
         support.compile_only(rendered, build_dir)
@@ -74,34 +74,39 @@ HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in CASES 
               if isa != "generic" or case[0] in GENERIC_SUBSET]
 
 
+@pytest.mark.parametrize("vectors", ("tiles", "channels"))
 @pytest.mark.parametrize("m", (2, 4, 6))
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
-def test_winograd_host(tag, spec, axis, isa, m, build_dir):
+def test_winograd_host(tag, spec, axis, isa, m, vectors, build_dir):
+    """axis: the GEMM's split at 2 threads; with vectors over tiles 'n' splits tiles, over
+    channels 'm' does (each case's axis exercises the other split in the other orientation)."""
     a, b, bias = make_inputs(spec, seed=7)
     outs = []
     for threads in (1, 2):
-        kernel = _kernel(spec, m, isa, threads, axis, tag, build_dir)
+        kernel = _kernel(spec, m, isa, threads, axis, tag, build_dir, vectors)
         if kernel is not None:
             outs.append(_check(kernel, spec, m, a, b, bias))
     if outs:
         assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
 
 
+@pytest.mark.parametrize("vectors", ("tiles", "channels"))
 @pytest.mark.parametrize("m", (2, 4, 6))
-def test_winograd_large_magnitudes(m, build_dir):
+def test_winograd_large_magnitudes(m, vectors, build_dir):
     isa = RUNNABLE_ISAS[0]
     spec = conv(40, 10, 12, 9, 3, 3, n=2, pad=1, bias=True)
-    kernel = _kernel(spec, m, isa, 1, "n", "large", build_dir)
+    kernel = _kernel(spec, m, isa, 1, "n", "large", build_dir, vectors)
     a, b, bias = make_inputs(spec, seed=9)
     _check(kernel, spec, m, a * np.float32(3e4), b * np.float32(2e3), bias * np.float32(1e7))
 
 
+@pytest.mark.parametrize("vectors", ("tiles", "channels"))
 @pytest.mark.parametrize("m", (2, 4))
-def test_winograd_kernel_wrong_weights_fail(m, build_dir):
+def test_winograd_kernel_wrong_weights_fail(m, vectors, build_dir):
     """The check is not vacuous: the kernel's output for other weights fails it."""
     isa = RUNNABLE_ISAS[0]
     spec = CASES[0][1]
-    kernel = _kernel(spec, m, isa, 1, "n", "wrong", build_dir)
+    kernel = _kernel(spec, m, isa, 1, "n", "wrong", build_dir, vectors)
     a, b, bias = make_inputs(spec, seed=7)
     b2 = b.copy()
     b2[3, 5, 1, 2] += 0.5
@@ -115,22 +120,25 @@ def test_winograd_plan_refuses_other_shapes():
         hand_winograd_plan(conv(4, 9, 9, 4, 3, 3), 3, "avx2")
 
 
+@pytest.mark.parametrize("vectors", ("tiles", "channels"))
 @pytest.mark.parametrize("axis", ("n", "m"))
 @pytest.mark.parametrize("m", (2, 4))
-def test_winograd_three_threads_split_mid_row(axis, m, build_dir):
-    """Three threads: with the tile-owned split ('n') the threads' panels of tiles start and end in
-    the middle of tile rows (NR does not divide the row's tile count), and the last thread's range
-    holds the short last panel; NC = NR, so each thread runs its share as several one-panel blocks
+def test_winograd_three_threads_split_mid_row(axis, m, vectors, build_dir):
+    """Three threads: with the tile-owned split ('n' over tiles, 'm' over channels) the threads'
+    panels of tiles start and end in the middle of tile rows (the panel does not divide the row's
+    tile count), and the last thread's range holds the short last panel; the block of tiles (NC
+    over tiles, MC over channels) is one panel, so each thread runs its share as several blocks
     (transform, GEMMs, output per block). The output equals the 1-thread build's bitwise."""
     isa = RUNNABLE_ISAS[0]
     spec = conv(11, 29, 23, 10, 3, 3, n=2, pad=1, bias=True, act="relu")
     a, b, bias = make_inputs(spec, seed=11)
+    block = dict(mc=TILES[isa]["mr"]) if vectors == "channels" else dict(nc=TILES[isa]["nr"])
     outs = []
     for threads in (1, 3):
-        plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa),
+        plan = hand_winograd_plan(spec, m, isa, threads, gcc_march=host_march(isa), vectors=vectors,
                                   parallel_axis=axis if threads > 1 else None,
-                                  function_name=f"wino_mid_m{m}_{axis}_t{threads}",
-                                  **dict(TILES[isa], nc=TILES[isa]["nr"]))
+                                  function_name=f"wino_mid_m{m}_{axis}_{vectors}_t{threads}",
+                                  **dict(TILES[isa], **block))
         kernel = host_kernel(render_cpu_kernel(plan), build_dir)
         outs.append(_check(kernel, spec, m, a, b, bias))
     assert np.array_equal(outs[0], outs[1]), "1-thread and 3-thread builds differ"

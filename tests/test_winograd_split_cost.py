@@ -24,7 +24,8 @@ SPEC = make_spec("conv2d", dict(c=32, h=28, w=28, k=32, r=3, s=3), pad=1)
 
 
 def _stages(axis, threads, nr=32):
-    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=4).plan
+    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=4,
+                          winograd_vectors="tiles").plan
     sched = replace(plan.gemm, parallel_axis=axis, nr=nr, threads=threads)
     return plan_stages(SPEC, 4, HW, CLUSTER, sched, plan.vector_lanes, plan.isa)
 
@@ -63,7 +64,8 @@ def test_tile_blocks_cost_halo_rows_and_keep_each_block_in_l2():
     """A share run as several NC-tile blocks restages each block's halo (more input-transform
     cycles) and holds only a block's V and M."""
     big = make_spec("conv2d", dict(c=32, h=56, w=56, k=32, r=3, s=3), pad=1)   # 196 tiles at m=4
-    plan = synthesize_cpu(big, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    plan = synthesize_cpu(big, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4,
+                          winograd_vectors="tiles").plan
     whole = replace(plan.gemm, parallel_axis="n", nc=10_000)
     blocked = replace(whole, nc=whole.nr)
     s_whole = plan_stages(big, 4, HW, CLUSTER, whole, plan.vector_lanes, plan.isa)
@@ -76,7 +78,8 @@ def test_tile_blocks_cost_halo_rows_and_keep_each_block_in_l2():
 def test_exposed_traffic_adds_its_share_of_the_shorter_part():
     """winograd_traffic_exposed = 0: transforms and tile traffic overlap (the longer counts);
     1: they add up; in between, that share of the shorter shows."""
-    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    plan = synthesize_cpu(SPEC, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4,
+                          winograd_vectors="tiles").plan
     from xfc.cpu.cost_model import DEFAULT_CONSTANTS
     stages = [plan_stages(SPEC, 4, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa,
                           replace(DEFAULT_CONSTANTS, winograd_traffic_exposed=share)) for share in (0.0, 0.5, 1.0)]

@@ -119,6 +119,8 @@ class CpuKernelPlan:
     extra: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # free-form notes for reports (never read
                                                                        # by code generation)
     winograd_m: int = 0           # lowering 'winograd': the output tile size m (2, 4 or 6); 0 otherwise
+    winograd_vectors: str = "tiles"  # lowering 'winograd': what the vectors of the GEMMs and transforms run
+                                  # over: 'tiles' (rows are output channels) or 'channels' (rows are tiles)
 
     @property
     def schedule(self):

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -82,6 +83,13 @@ class MicroTileEvaluator(Protocol):
 
 
 def enumerate_micro_tiles(core: CpuCore, isa: str) -> list[MicroTile]:
+    return list(_micro_tiles(core, isa))
+
+
+@functools.lru_cache(maxsize=64)
+def _micro_tiles(core: CpuCore, isa: str) -> tuple[MicroTile, ...]:
+    # a pure function of (core, isa), asked for by every GEMM candidate ranking of a synthesis
+    # (a Winograd conv ranks up to seven GEMM problems)
     row = isa_row(isa)
     lanes = row.synthesis_lanes(core)
     tiles = []
@@ -92,7 +100,7 @@ def enumerate_micro_tiles(core: CpuCore, isa: str) -> list[MicroTile]:
                                  elem_bytes=row.elem_bytes)
                 if tile.registers(isa) <= core.vector_registers:
                     tiles.append(tile)
-    return tiles
+    return tuple(tiles)
 
 
 def rank_micro_tiles(core: CpuCore, isa: str, evaluator: MicroTileEvaluator,

@@ -34,20 +34,55 @@ from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
 from .plans import hand_plan
-from .tiles import FLOAT_BYTES, MicroTile, round_up
+from .tiles import FLOAT_BYTES, ROW_TAIL_MIN_SHARE, MicroTile, round_up
 
 LOWERING = "winograd"
 LOWERINGS = ("auto", "direct", "winograd")   # what a caller may ask the synthesizer for
+# What the vectors of the GEMM stage and of the transforms run over (CpuKernelPlan.winograd_vectors):
+#   tiles     M[xi] (K x T) = U (K x C) V (C x T): rows are output channels, vectors run over tiles
+#             (templates/cpu/winograd.c.j2); a layer with few tiles (7x7, 14x14) fills few lanes
+#   channels  M[xi] (T x K) = V (T x C) U (C x K): rows are tiles, vectors run over channels
+#             (templates/cpu/winograd_cv.c.j2); every lane is used however few tiles there are
+VECTOR_AXES = ("tiles", "channels")
+# The GEMM candidates per (m, vector axis) whose whole Winograd stage is estimated: the matmul
+# ranking's first ones (its order misses only what the stage adds: the column tail and U once).
+# With two axes and three tile sizes, all of them took the cold synthesis of a 64-channel 56x56
+# conv past 10 ms on the host; the first 6 changed no plan of the 13 layers x 2 thread counts x 2
+# ISAs checked (the Winograd benchmark's and one ragged 48->80-channel 23x23 layer).
+STAGE_CANDIDATES = 6
 # The transforms' per-store, per-scalar-element and per-group cycles and their arithmetic's sustained
 # share of the FMA rate are CostConstants fields (winograd_*): static guesses in cost_model.py until
 # `xfc tiledb calibrate` fits them on the host (xfc/tiledb/calibrate.py, WINOGRAD_TRAINING_SHAPES).
 
 
-def gemm_problem(spec: Conv2dSpec, m: int) -> MatmulSpec:
-    """One of the (m+2)^2 GEMMs, as a matmul problem: M = output channels, N = tiles, K = input
-    channels, batch = images (the synthesizer grows its schedule like any matmul's)."""
+def gemm_problem(spec: Conv2dSpec, m: int, vectors: str = "tiles") -> MatmulSpec:
+    """One of the (m+2)^2 GEMMs, as a matmul problem (the synthesizer grows its schedule like any
+    matmul's): vectors over tiles, M = output channels, N = tiles; over channels, M = tiles, N =
+    output channels. K = input channels, batch = images."""
     th, tw = wmath.tile_counts(spec, m)
+    if vectors == "channels":
+        return MatmulSpec(m=th * tw, n=spec.k, k=spec.c, batch=spec.n)
     return MatmulSpec(m=spec.k, n=th * tw, k=spec.c, batch=spec.n)
+
+
+def vector_axes(isa: str) -> tuple[str, ...]:
+    """The vector axes the synthesizer weighs on isa. Not 'channels' on lane-indexed ISAs (NEON):
+    there A (V, read in place) costs one broadcast load per row, which the NEON micro-tile
+    scores (packed A, lane-indexed FMAs) do not model; such plans render and verify (tests), but
+    are not chosen until a NEON score models them."""
+    return ("tiles",) if isa_row(isa).lane_indexed else VECTOR_AXES
+
+
+def tile_split(vectors: str, parallel_axis: str) -> bool:
+    """Whether the kernel's thread split is over tiles (each thread owns its tiles through all
+    stages) rather than over output channels (barriers between the stages)."""
+    return parallel_axis == ("m" if vectors == "channels" else "n")
+
+
+def packed_floats(spec: Conv2dSpec, m: int, vectors: str, mr: int, nr: int) -> int:
+    """Floats of the pre-packed filter transform U: (m+2)^2 x C x K, K padded to the register
+    tile's rows (vectors over tiles) or columns (over channels)."""
+    return (m + 2) ** 2 * round_up(spec.k, nr if vectors == "channels" else mr) * spec.c
 
 
 def check_applicable(spec) -> None:
@@ -93,7 +128,8 @@ class WinogradStages:
 
 
 def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
-                     constants: CostConstants = DEFAULT_CONSTANTS, blocks: int = 1) -> tuple[float, float]:
+                     constants: CostConstants = DEFAULT_CONSTANTS, blocks: int = 1,
+                     vectors: str = "tiles") -> tuple[float, float]:
     """(input, output) transform cycles of one image on one core, all channels.
 
     Per group of LANES tiles: the transform's vector arithmetic at the FMA rate over the sustained
@@ -102,27 +138,37 @@ def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
     scalar staging of the zero-padded, phase-split plane (input) and the scatter into the output
     (output), winograd_scalar_cycles each. The four constants are what calibration fits.
     blocks: the ranges of tiles the image is transformed in (thread shares, tile blocks); each
-    range past the first stages its first tile row and the halo below its last again."""
+    range past the first stages its first tile row and the halo below its last again.
+    vectors: 'tiles' (a group is LANES tiles of one tile row of one channel: a row of fewer
+    tiles leaves lanes idle) or 'channels' (a group is LANES channels of one tile; the staged
+    rows are not phase-split)."""
     k_ = constants
     t = wmath.transforms(m)
     a = t.alpha
     ops = t.arithmetic()
     th, tw = wmath.tile_counts(spec, m)
-    groups = th * math.ceil(tw / lanes)            # LANES tiles per vector group
     loads_per_cycle = core.load_rules.vector_loads_per_cycle
     arithmetic_rate = core.fma_per_cycle * k_.winograd_transform_efficiency
-    stage_elems = (th * m + a - m + (blocks - 1) * a) * m * (round_up(tw, lanes) + lanes)
+    staged_rows = th * m + a - m + (blocks - 1) * a
+    if vectors == "channels":   # per channel: groups of LANES channels, counted per channel
+        in_groups = th * tw * math.ceil(spec.c / lanes) / spec.c
+        out_groups = th * tw * math.ceil(spec.k / lanes) / spec.k
+        stage_elems = staged_rows * (tw * m + a - m)
+    else:
+        in_groups = out_groups = th * math.ceil(tw / lanes)     # LANES tiles per vector group
+        stage_elems = staged_rows * m * (round_up(tw, lanes) + lanes)
     input_group = (ops["input"] / arithmetic_rate + a * a / loads_per_cycle + a * a * k_.winograd_store_cycles
                    + k_.winograd_group_cycles)
     output_group = (ops["output"] / arithmetic_rate + a * a / loads_per_cycle + m * m * k_.winograd_store_cycles
                     + k_.winograd_group_cycles)
-    input_cycles = spec.c * (groups * input_group + stage_elems * k_.winograd_scalar_cycles)
-    output_cycles = spec.k * (groups * output_group + spec.out_h * spec.out_w * k_.winograd_scalar_cycles)
+    input_cycles = spec.c * (in_groups * input_group + stage_elems * k_.winograd_scalar_cycles)
+    output_cycles = spec.k * (out_groups * output_group + spec.out_h * spec.out_w * k_.winograd_scalar_cycles)
     return input_cycles, output_cycles
 
 
 def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int, tile_bytes: int,
-                   constants: CostConstants = DEFAULT_CONSTANTS) -> tuple[str, float]:
+                   constants: CostConstants = DEFAULT_CONSTANTS, vectors: str = "tiles",
+                   nr: int = 1) -> tuple[str, float]:
     """(level, seconds) for the GEMMs to read the transformed filter U once per image from where it
     lives between calls, as a depthwise call's tensors (cost_model.depthwise_memory): the threads'
     L2 shares, else the shared cache with the transformed tiles beside it, else DRAM. Only DRAM is
@@ -132,8 +178,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     (gemm_estimate's "every tensor once"). V and M are written and read within the call (the tile
     traffic term), and U is read once: on the host the a^2 DRAM terms bounded the 2-thread GEMM
     stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time)."""
-    a = m + 2
-    u_bytes = FLOAT_BYTES * a * a * round_up(spec.k, mr) * spec.c
+    u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
     shared = (hw.l3_bytes or hw.slc_bytes or 0) * L3_FILL
@@ -149,47 +194,59 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
-                mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None) -> WinogradStages:
+                mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None, vectors: str = "tiles",
+                mc: Optional[int] = None) -> WinogradStages:
     """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
     (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
     is not charged: the pre-pack entry point does it once per weight tensor, like the packed
-    weights of a GEMM plan. parallel_axis: the kernel's thread split (templates/cpu/winograd.c.j2):
-    'n' gives each thread whole NR-column panels of tiles through all three stages, in blocks of
-    nc tiles (default: one block per thread), 'm' splits the input transform by channels, the
-    GEMMs by rows of K and the output transform by K."""
+    weights of a GEMM plan. parallel_axis: the GEMM's split (gemm_problem's axes); the kernel's
+    thread split (templates/cpu/winograd.c.j2, winograd_cv.c.j2) follows from it (tile_split):
+    over tiles, each thread owns whole register panels of tiles (NR columns, or MR rows with
+    vectors over channels) through all three stages, in blocks of nc (or mc) tiles (default: one
+    block per thread); over output channels, the input transform splits channels, the GEMMs
+    output channels and the output transform output channels, with barriers between."""
     a = m + 2
     clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
-    if parallel_axis == "n":
+    by_channels = vectors == "channels"
+    panel = mr if by_channels else nr           # the tiles of one register panel
+    # V's rows: tiles padded to whole panels (over tiles) or channels padded to whole vectors
+    v_floats = spec.c * round_up(tiles, nr) if not by_channels else round_up(spec.c, lanes) * tiles
+    m_floats = spec.k * tiles if not by_channels else round_up(spec.k, lanes) * tiles
+    owned = tile_split(vectors, parallel_axis)
+    if owned:
         # the busiest thread's share of the tiles: whole panels, as the kernel deals them
-        panels = math.ceil(tiles / nr)
-        share = min(tiles, math.ceil(panels / max(threads, 1)) * nr)
-        block = min(share, nc or share)
-        starts = [min(tiles, panels * i // max(threads, 1) * nr) for i in range(max(threads, 1) + 1)]
+        panels = math.ceil(tiles / panel)
+        share = min(tiles, math.ceil(panels / max(threads, 1)) * panel)
+        block = min(share, (mc if by_channels else nc) or share)
+        starts = [min(tiles, panels * i // max(threads, 1) * panel) for i in range(max(threads, 1) + 1)]
         blocks = sum(math.ceil((end - begin) / block) for begin, end in zip(starts, starts[1:]))
-        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants, max(blocks, 1))
+        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants, max(blocks, 1),
+                                                       vectors)
         busiest = share / tiles
         input_s = spec.n * input_cycles * busiest / clock_hz
         output_s = spec.n * output_cycles * busiest / clock_hz
-        # what one core holds at a time: its block's V (padded panels) and M
-        resident_bytes = FLOAT_BYTES * a * a * (spec.c * round_up(block, nr) + spec.k * block)
+        # what one core holds at a time: its block's V and M
+        resident_bytes = FLOAT_BYTES * a * a * ((round_up(spec.c, lanes) + round_up(spec.k, lanes)) * block
+                                                if by_channels else spec.c * round_up(block, nr) + spec.k * block)
     else:
-        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants)
-        used = min(threads, max(spec.c, 1)), min(threads, max(spec.k, 1))
+        input_cycles, output_cycles = transform_cycles(spec, m, cluster.core, lanes, constants, vectors=vectors)
+        work_units = (math.ceil(spec.c / lanes), math.ceil(spec.k / lanes)) if by_channels else (spec.c, spec.k)
+        used = min(threads, max(work_units[0], 1)), min(threads, max(work_units[1], 1))
         input_s = spec.n * input_cycles / (clock_hz * used[0])
         output_s = spec.n * output_cycles / (clock_hz * used[1])
     # The transformed tiles: V written by the input transform, M written by the GEMMs and read
     # back by the output transform (the GEMMs' own reads of U and V are in their estimate).
-    n_padded = round_up(tiles, nr)
-    tile_bytes = FLOAT_BYTES * a * a * (spec.c * n_padded + spec.k * tiles)
+    tile_bytes = FLOAT_BYTES * a * a * (v_floats + m_floats)
     moved = spec.n * tile_bytes * 1.5
-    # Split over K on more than one thread, every thread's GEMMs read the V the others wrote, and
-    # the output transform reads M rows other threads wrote: the tiles cross cores through the
-    # shared cache, however small. Split over tiles, each thread's tiles stay in its own caches.
-    if parallel_axis != "n":
+    # Split over output channels on more than one thread, every thread's GEMMs read the V the
+    # others wrote, and the output transform reads M rows other threads wrote: the tiles cross
+    # cores through the shared cache, however small. Split over tiles, each thread's tiles stay
+    # in its own caches.
+    if not owned:
         resident_bytes = tile_bytes / max(threads, 1)
-    crosses_cores = parallel_axis == "m" and threads > 1
+    crosses_cores = not owned and threads > 1
     if resident_bytes <= l2_per_core_bytes(cluster) * L2_FILL and not crosses_cores:
         level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
@@ -198,7 +255,8 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
         level, traffic_s = "DRAM", moved / dram_bytes_per_second(hw, constants)
     on_chip = [(name, s) for name, s in gemm_estimate.seconds_by_bound if name != "DRAM"]
     gemm_bound, per_gemm_s = max(on_chip, key=lambda p: p[1])
-    weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants)
+    weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
+                                              vectors, nr)
     gemm_s = a * a * per_gemm_s
     if weights_s > gemm_s:
         gemm_bound, gemm_s = "DRAM", weights_s
@@ -220,20 +278,28 @@ def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
 
 
 def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
-                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None) -> WinogradStages:
+                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles") -> WinogradStages:
     """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is the roofline
-    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed), its
-    column tail scored as its own micro-kernel; the micro-tiles are scored by evaluator (default:
-    the static issue model)."""
+    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed, or V is
+    read in place), its column tail scored as its own micro-kernel; the micro-tiles are scored by
+    evaluator (default: the static issue model)."""
     evaluator = evaluator or StaticEvaluator()
     tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
     score = evaluator.evaluate(tile, cluster.core, isa)
-    problem = gemm_problem(spec, m)
+    problem = gemm_problem(spec, m, vectors)
     gemm = gemm_estimate(problem, hw, cluster, tile, score, replace(sched, a_pack="direct"), False, constants,
                          tail_score=column_tail_score(tile, problem.n, cluster, isa, evaluator),
                          interference=isa_row(isa).interference_model)
+    if vectors == "channels" and problem.m % sched.mr:
+        # Rows are tiles, often under a few MR (16 at 7x7, m=2): the row tail's few accumulators
+        # cannot hide the FMA latency, so it is charged as at least ROW_TAIL_MIN_SHARE of a full
+        # tile (as rank_micro_tiles does; the estimate's compute term counts rows unpadded).
+        full = problem.m // sched.mr * sched.mr
+        factor = (full + max(problem.m - full, sched.mr * ROW_TAIL_MIN_SHARE)) / problem.m
+        parts = tuple((name, t * factor if name == "compute" else t) for name, t in gemm.seconds_by_bound)
+        gemm = replace(gemm, seconds_by_bound=parts, predicted_s=max(t for _, t in parts))
     return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
-                       parallel_axis=sched.parallel_axis, nc=sched.nc)
+                       parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
@@ -252,66 +318,80 @@ def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
 # Plans
 # ---------------------------------------------------------------------------------------------
 
-def winograd_schedule(sched: GemmSchedule) -> GemmSchedule:
-    """A grown GEMM schedule as the Winograd GEMM stage runs it: U arrives pre-packed as MR-row
-    panels (a_pack 'packed') and V is written packed by the input transform (no staging)."""
-    return replace(sched, a_pack="packed", c_store="direct", stage_copy="none")
+def winograd_schedule(sched: GemmSchedule, vectors: str = "tiles") -> GemmSchedule:
+    """A grown GEMM schedule as the Winograd GEMM stage runs it. Vectors over tiles: U arrives
+    pre-packed as MR-row panels (a_pack 'packed') and V is written packed by the input transform.
+    Over channels: V, written row by row by the input transform, is read in place (a_pack
+    'direct') and U is pre-packed as NR-column panels (the B operand). Nothing is staged."""
+    return replace(sched, a_pack="direct" if vectors == "channels" else "packed", c_store="direct",
+                   stage_copy="none")
 
 
-def tile_block_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster) -> list[GemmSchedule]:
+def tile_block_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
+                        vectors: str = "tiles") -> list[GemmSchedule]:
     """sched, and for the split over tiles the same schedule run in blocks of NC tiles whose
     transformed tiles (V and M of the block) fit the core's L2 share, when that is smaller than a
     thread's share: the block is transformed, multiplied and read back while it is in L2, at the
     price of reading U once per block (the GEMM estimate's A traffic per NC block) and of staging
-    each block's halo rows again (transform_cycles)."""
-    if sched.parallel_axis != "n":
+    each block's halo rows again (transform_cycles). Vectors over channels, the blocks are MC
+    tiles (whole MR-row panels)."""
+    if not tile_split(vectors, sched.parallel_axis):
         return [sched]
     a = m + 2
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
-    share = min(tiles, math.ceil(math.ceil(tiles / sched.nr) / max(sched.threads, 1)) * sched.nr)
+    panel = sched.mr if vectors == "channels" else sched.nr
+    share = min(tiles, math.ceil(math.ceil(tiles / panel) / max(sched.threads, 1)) * panel)
     per_tile_bytes = FLOAT_BYTES * a * a * (spec.c + spec.k)
-    block = int(l2_per_core_bytes(cluster) * L2_FILL // per_tile_bytes) // sched.nr * sched.nr
-    if block < sched.nr or block >= share:
+    block = int(l2_per_core_bytes(cluster) * L2_FILL // per_tile_bytes) // panel * panel
+    if block < panel or block >= share or (vectors == "channels" and block >= sched.mc):
         return [sched]
-    return [sched, replace(sched, nc=block)]
+    return [sched, replace(sched, mc=block) if vectors == "channels" else replace(sched, nc=block)]
 
 
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
               header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
-              qemu_cpu: str = "") -> CpuKernelPlan:
-    return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING, gemm=winograd_schedule(sched),
-                         depthwise=None, function_name=function_name, header_lines=header_lines,
-                         hardware_name=hardware_name, gcc_march=gcc_march, qemu_cpu=qemu_cpu, winograd_m=m)
+              qemu_cpu: str = "", vectors: str = "tiles") -> CpuKernelPlan:
+    return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING,
+                         gemm=winograd_schedule(sched, vectors), depthwise=None, function_name=function_name,
+                         header_lines=header_lines, hardware_name=hardware_name, gcc_march=gcc_march,
+                         qemu_cpu=qemu_cpu, winograd_m=m, winograd_vectors=vectors)
 
 
-def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: int = 1, **overrides) -> CpuKernelPlan:
+def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: int = 1, vectors: str = "tiles",
+                       **overrides) -> CpuKernelPlan:
     """A hand-picked Winograd plan (tests): the GEMM stage from plans.hand_plan on gemm_problem."""
     check_applicable(spec)
     if m not in wmath.TILE_SIZES:
         raise OperatorError(f"winograd tile size m={m} must be one of {wmath.TILE_SIZES}")
-    base = hand_plan(gemm_problem(spec, m), isa, threads, a_pack="packed", **overrides)
+    if vectors not in VECTOR_AXES:
+        raise OperatorError(f"winograd vectors '{vectors}' must be one of {', '.join(VECTOR_AXES)}")
+    a_pack = "direct" if vectors == "channels" else "packed"
+    base = hand_plan(gemm_problem(spec, m, vectors), isa, threads, a_pack=a_pack, **overrides)
     name = overrides.get("function_name") or base.function_name.replace("xfc_matmul", f"xfc_wino{m}_conv")
     header = (f"xfc CPU kernel: {spec.describe()}", f"isa={isa} lanes={base.vector_lanes} threads={threads}",
-              f"plan: hand_winograd_plan m={m} (xfc.cpu.winograd)", base.header_lines[-1])
+              f"plan: hand_winograd_plan m={m} vectors={vectors} (xfc.cpu.winograd)", base.header_lines[-1])
     return make_plan(spec, m, isa, base.vector_lanes, base.gemm, name, header, gcc_march=base.gcc_march,
-                     qemu_cpu=base.qemu_cpu)
+                     qemu_cpu=base.qemu_cpu, vectors=vectors)
 
 
 def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: tuple[TileLevel, ...],
-                 lanes: int) -> tuple[TileLevel, ...]:
+                 lanes: int, vectors: str = "tiles") -> tuple[TileLevel, ...]:
     """The explanation's levels: the transforms around the GEMM stage's own levels."""
     a = m + 2
     th, tw = wmath.tile_counts(spec, m)
+    problem = gemm_problem(spec, m, vectors)
+    per_vector = f"{lanes} channels per vector" if vectors == "channels" else f"{lanes} tiles per vector"
+    written = "written as rows of V" if vectors == "channels" else "written as packed B panels"
     return (
         TileLevel("FILTER", f"U = G g G^T: {a}x{a} per (K={spec.k}, C={spec.c}) pair, in double",
                   "once per weight tensor (pre-pack entry point)", "not charged: weights are pre-packed"),
-        TileLevel("INPUT", f"V = BT d BT^T: {th}x{tw} tiles of {a}x{a}, {lanes} tiles per vector",
-                  f"{stages.input_s * 1e3:.3f} ms", "fused with zero padding; written as packed B panels"),
+        TileLevel("INPUT", f"V = BT d BT^T: {th}x{tw} tiles of {a}x{a}, {per_vector}",
+                  f"{stages.input_s * 1e3:.3f} ms", f"fused with zero padding; {written}"),
         *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels),
-        TileLevel("GEMMS", f"{a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
-                  f"the GEMM schedule whose whole stage is fastest; U ({a * a}x{spec.k}x{spec.c}) lives in "
-                  f"{stages.weights_level}"),
+        TileLevel("GEMMS", f"{a * a} GEMMs M={problem.m} N={problem.n} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
+                  f"the GEMM schedule and vector axis whose whole stage is fastest (vectors over {vectors}); "
+                  f"U ({a * a}x{spec.k}x{spec.c}) lives in {stages.weights_level}"),
         TileLevel("OUTPUT", f"Y = AT M AT^T: {m}x{m} outputs per tile + bias, activation",
                   f"{stages.output_s * 1e3:.3f} ms", "written straight into the output (ragged tiles cropped)"),
     )
@@ -337,14 +417,21 @@ def validate(plan: CpuKernelPlan) -> None:
     if g.nr % plan.vector_lanes or g.mc % g.mr or g.nc % g.nr:
         raise OperatorError(f"gemm schedule nr={g.nr}, mc={g.mc}, nc={g.nc} must be multiples of the "
                             f"{plan.vector_lanes} lanes, mr={g.mr} and nr={g.nr}")
-    if (g.a_pack, g.c_store, g.stage_copy) != ("packed", "direct", "none"):
-        raise OperatorError(f"the winograd GEMM stage reads U packed, stores C directly and stages nothing "
-                            f"(a_pack='packed', c_store='direct', stage_copy='none'), got {g.a_pack!r}, "
+    if plan.winograd_vectors not in VECTOR_AXES:
+        raise OperatorError(f"plan winograd_vectors '{plan.winograd_vectors}' must be one of {', '.join(VECTOR_AXES)}")
+    a_pack = "direct" if plan.winograd_vectors == "channels" else "packed"
+    if (g.a_pack, g.c_store, g.stage_copy) != (a_pack, "direct", "none"):
+        raise OperatorError(f"the winograd GEMM stage with vectors over {plan.winograd_vectors} reads A "
+                            f"{'in place' if a_pack == 'direct' else 'packed'}, stores C directly and stages nothing "
+                            f"(a_pack='{a_pack}', c_store='direct', stage_copy='none'), got {g.a_pack!r}, "
                             f"{g.c_store!r}, {g.stage_copy!r}")
     if g.loop_order not in LOOP_ORDERS or g.ukernel not in UKERNELS:
         raise OperatorError(f"gemm schedule loop_order '{g.loop_order}' / ukernel '{g.ukernel}' not known")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
+    if g.ukernel != "intrinsics" and plan.winograd_vectors == "channels":
+        raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' reads packed A; the winograd GEMMs with vectors "
+                            f"over channels read V in place (ukernel 'intrinsics')")
     if g.ukernel != "intrinsics" and plan.isa != "neon":
         raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon (isa {plan.isa})")
     if g.mr > 64 or g.nr // plan.vector_lanes > 16:
@@ -386,10 +473,14 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
         "bt_terms": [_terms(row) for row in t.bt_exact], "at_terms": [_terms(row) for row in t.at_exact],
         "g_rows": [[repr(float(x)) for x in row] for row in t.g_exact],
         "mr": g.mr, "nr": g.nr, "ku": g.k_unroll, "kc": g.kc, "mc": g.mc, "nc": g.nc,
-        "m_padded": round_up(spec.k, g.mr), "n_padded": round_up(th * tw, g.nr),
+        "m_padded": round_up(spec.k, g.mr),
+        "n_padded": round_up(spec.k if plan.winograd_vectors == "channels" else th * tw, g.nr),
         "parallel_axis": g.parallel_axis, "loop_order": g.loop_order,
-        # the micro-kernel macro's keys (gemm_ukernel.j2): A packed, C direct, epilogue never on
-        "variants": variants, "a_pack": "packed", "prefetch_c": g.prefetch_c,
+        "tile_split": tile_split(plan.winograd_vectors, g.parallel_axis),
+        # vectors over channels (winograd_cv.c.j2): the rows of V and M, padded to whole vectors
+        "c_vectors": round_up(spec.c, lanes), "k_vectors": round_up(spec.k, lanes),
+        # the micro-kernel macro's keys (gemm_ukernel.j2): C direct, epilogue never on
+        "variants": variants, "a_pack": g.a_pack, "prefetch_c": g.prefetch_c,
         "prefetch_b_distance": g.prefetch_b_distance, "transposed": False, "vector_transpose": False,
         "bias_axis": "m",
     })
@@ -415,11 +506,15 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
                         constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
-                        only_m: Optional[int] = None) -> list:
+                        only_m: Optional[int] = None, only_vectors: Optional[str] = None) -> list:
     """The best Winograd program per admissible tile size, fastest first: a list of
     (m, CpuSynthesis). Empty when no tile size is admissible for the input channels.
     ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
-    only_m: consider this tile size only (OperatorError when it is not admissible)."""
+    only_m: consider this tile size only (OperatorError when it is not admissible); only_vectors:
+    this vector axis only (VECTOR_AXES)."""
+    if only_vectors is not None and only_vectors not in VECTOR_AXES:
+        raise OperatorError(f"winograd vectors '{only_vectors}' must be one of {', '.join(VECTOR_AXES)}")
+    axes = (only_vectors,) if only_vectors else vector_axes(isa)
     core = cluster.core
     lanes = isa_row(isa).synthesis_lanes(core)
     sizes = wmath.admissible_tile_sizes(spec.c)
@@ -430,27 +525,32 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         sizes = (only_m,)
     out = []
     for m in sizes:
-        problem = gemm_problem(spec, m)
         # The GEMM schedule is the candidate whose whole Winograd stage is fastest (the first in
-        # the matmul ranking on a tie), not the matmul ranking's first: the stage charges the
-        # column tail on every ISA and U once per call (plan_stages), which the ranking does not.
-        best, sched, stages = None, None, None
-        for candidate in ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants):
-            for trial in tile_block_variants(winograd_schedule(candidate.sched), spec, m, cluster):
-                trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator)
-                if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
-                    best, sched, stages = candidate, trial, trial_stages
+        # the matmul ranking on a tie), over both vector axes, not the matmul ranking's first: the
+        # stage charges the column tail on every ISA and U once per call (plan_stages), which the
+        # ranking does not.
+        best, sched, stages, vectors = None, None, None, None
+        for axis in axes:
+            problem = gemm_problem(spec, m, axis)
+            ranked = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)
+            for candidate in ranked[:STAGE_CANDIDATES]:
+                for trial in tile_block_variants(winograd_schedule(candidate.sched, axis), spec, m, cluster, axis):
+                    trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
+                    if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
+                        best, sched, stages, vectors = candidate, trial, trial_stages, axis
+        problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
         lines = header_common + [
-            f"lowered: winograd F({m}x{m},3x3): {a * a} GEMMs M={spec.k} N={th * tw} K={spec.c}",
+            f"lowered: winograd F({m}x{m},3x3): {a * a} GEMMs M={problem.m} N={problem.n} K={spec.c} "
+            f"(vectors over {vectors})",
             f"tiles: m={m} mr={sched.mr} nr={sched.nr} k_unroll={sched.k_unroll} kc={sched.kc} mc={sched.mc} "
-            f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A=packed",
+            f"nc={sched.nc} threads={sched.threads} split={sched.parallel_axis} A={sched.a_pack}",
             f"isa: {isa}"]
         plan = make_plan(spec, m, isa, lanes, sched, f"xfc_{spec.name}", tuple(lines), hardware_name=hw.name,
-                         gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+                         gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu, vectors=vectors)
         out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
-                                    levels=stage_levels(spec, m, stages, best.levels, lanes),
+                                    levels=stage_levels(spec, m, stages, best.levels, lanes, vectors),
                                     estimate=winograd_estimate(spec, stages), gemm_shape=tuple(gemm_view_of(problem)),
                                     micro_tile_source=best.score.source)))
     out.sort(key=lambda pair: (pair[1].estimate.predicted_s, pair[0]))

@@ -33,6 +33,7 @@ import jinja2
 import numpy as np
 
 from .._version import __version__
+from ..cpu.winograd import packed_floats as winograd_packed_floats
 from ..build.toolchain import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, require_tool, run, write_atomic
 from ..errors import ToolchainError
 from ..paths import TEMPLATES_DIR
@@ -97,9 +98,8 @@ def packed_floats(rendered) -> int:
         return int(found.group(1))
     plan = rendered.plan
     spec = plan.spec
-    if getattr(plan, "lowering", "") == "winograd":   # U: (m+2)^2 x K rounded up to MR x C
-        mr = plan.gemm.mr
-        return (plan.winograd_m + 2) ** 2 * -(-spec.k // mr) * mr * spec.c
+    if getattr(plan, "lowering", "") == "winograd":   # U: (m+2)^2 x C x K rounded up to the register tile
+        return winograd_packed_floats(spec, plan.winograd_m, plan.winograd_vectors, plan.gemm.mr, plan.gemm.nr)
     return int(np.prod(spec.input_shapes[1]))
 
 

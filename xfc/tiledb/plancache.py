@@ -45,9 +45,10 @@ SYNTH_SOURCES = ("cpu/synth.py", "cpu/tiles.py", "cpu/cost_model.py", "cpu/decid
                  "cpu/explain.py", "cpu/winograd.py", "ops/spec.py", "ops/winograd.py", "tiledb/plancache.py",
                  "tiledb/evaluators.py", "tiledb/calibrate.py")
 # The layout of a cached row and the synthesizer's choices it may hold: bumped when either changes
-# (2: conv2d plans may be Winograd plans, with winograd_m and the lowering decision), so that rows
-# written by an older synthesizer are stale even where file sizes and times would match.
-PLAN_FORMAT = 2
+# (2: conv2d plans may be Winograd plans, with winograd_m and the lowering decision; 3: and
+# winograd_vectors), so that rows written by an older synthesizer are stale even where file sizes
+# and times would match.
+PLAN_FORMAT = 3
 _code_digest: Optional[str] = None
 
 
@@ -88,7 +89,8 @@ def synthesis_payload(result: CpuSynthesis) -> dict:
                  "depthwise": asdict(plan.depthwise) if plan.depthwise is not None else None,
                  "function_name": plan.function_name, "header_lines": list(plan.header_lines),
                  "hardware_name": plan.hardware_name, "gcc_march": plan.gcc_march, "qemu_cpu": plan.qemu_cpu,
-                 "extra": [list(pair) for pair in plan.extra], "winograd_m": plan.winograd_m},
+                 "extra": [list(pair) for pair in plan.extra], "winograd_m": plan.winograd_m,
+                 "winograd_vectors": plan.winograd_vectors},
         "hardware": result.hardware,
         "levels": [[lv.level, lv.tile, lv.usage, lv.decided_by] for lv in result.levels],
         "estimate": {"flops": est.flops, "seconds_by_bound": [list(p) for p in est.seconds_by_bound],
@@ -121,7 +123,8 @@ def synthesis_from_payload(payload: dict, spec: OperatorSpec, cluster) -> CpuSyn
         hardware_name=_typed(p["hardware_name"], str, "hardware_name"), gcc_march=_typed(p["gcc_march"], str, "gcc_march"),
         qemu_cpu=_typed(p["qemu_cpu"], str, "qemu_cpu"),
         extra=tuple((_typed(k, str, "extra"), _typed(v, str, "extra")) for k, v in p["extra"]),
-        winograd_m=_typed(p["winograd_m"], int, "winograd_m"))
+        winograd_m=_typed(p["winograd_m"], int, "winograd_m"),
+        winograd_vectors=_typed(p["winograd_vectors"], str, "winograd_vectors"))
     e = payload["estimate"]
     estimate = CostEstimate(flops=_typed(e["flops"], int, "flops"),
                             seconds_by_bound=tuple((_typed(n, str, "bound"), _typed(s, float, "seconds"))
