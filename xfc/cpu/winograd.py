@@ -50,6 +50,13 @@ VECTOR_AXES = ("tiles", "channels")
 # conv past 10 ms on the host; the first 6 changed no plan of the 13 layers x 2 thread counts x 2
 # ISAs checked (the Winograd benchmark's and one ragged 48->80-channel 23x23 layer).
 STAGE_CANDIDATES = 6
+# A split over output channels (barriers between the stages, V crossing cores) is taken over a
+# split over tiles only when predicted this much faster. The model prices both alike where the
+# tiles live in the shared cache either way, but on the 2-vCPU host the K split ran as fast at
+# best and far slower in the windows when the two vCPUs sit apart: r18_l1 F(4,3), vectors over
+# channels, same tiles, interleaved: 0.206 vs 0.198 ms (K split vs tile split), then 0.387 vs
+# 0.259 ms a minute earlier.
+K_SPLIT_MARGIN = 0.10
 # The transforms' per-store, per-scalar-element and per-group cycles and their arithmetic's sustained
 # share of the FMA rate are CostConstants fields (winograd_*): static guesses in cost_model.py until
 # `xfc tiledb calibrate` fits them on the host (xfc/tiledb/calibrate.py, WINOGRAD_TRAINING_SHAPES).
@@ -71,6 +78,15 @@ def vector_axes(isa: str) -> tuple[str, ...]:
     scores (packed A, lane-indexed FMAs) do not model; such plans render and verify (tests), but
     are not chosen until a NEON score models them."""
     return ("tiles",) if isa_row(isa).lane_indexed else VECTOR_AXES
+
+
+def split_penalty(sched: GemmSchedule, vectors: str) -> float:
+    """The factor a plan's predicted time is weighed with when the synthesizer compares Winograd
+    schedules: 1, or 1 + K_SPLIT_MARGIN for a split over output channels on more than one thread
+    (the kernel's barriers, and every thread reading the V the others wrote)."""
+    if sched.threads > 1 and not tile_split(vectors, sched.parallel_axis):
+        return 1 + K_SPLIT_MARGIN
+    return 1.0
 
 
 def tile_split(vectors: str, parallel_axis: str) -> bool:
@@ -181,14 +197,18 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
-    shared = (hw.l3_bytes or hw.slc_bytes or 0) * L3_FILL
+    capacity = hw.l3_bytes or hw.slc_bytes or 0
+    shared = capacity * L3_FILL
     if u_bytes + tile_bytes <= shared:
         return "L3", 0.0
-    # Only the part of U past the shared cache's share (beside the tiles) comes from DRAM on each
-    # call: the rest stays on chip between calls. Charging all of U put the host's r18_l4 F(2,3)
-    # (U 17 MB + 1 MB of tiles against a 16 MB share of the 32 MB L3) at DRAM speed, and the
-    # direct plan, measured 7-10% slower, was chosen.
-    dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared)
+    # Past the share but within the cache, only the part of U past the share (beside the tiles)
+    # comes from DRAM on each call: the rest stays on chip between calls. Charging all of U put the
+    # host's r18_l4 F(2,3) (U 17 MB + 1 MB of tiles against a 16 MB share of the 32 MB L3) at DRAM
+    # speed, and the direct plan, measured 7-10% slower, was chosen. Larger than the whole cache,
+    # U is streamed in the same order every call and none of it is still there the next time:
+    # all of it is charged (vgg_8, 512 channels at 14x14, F(4,3): U 38 MB in a 32 MB L3 was
+    # predicted 1.26 ms with 22 MB from DRAM and ran 2.89 ms, where F(2,3) ran 1.77 ms).
+    dram_bytes = u_bytes if u_bytes + tile_bytes > capacity else u_bytes + tile_bytes - shared
     return "DRAM", spec.n * dram_bytes / dram_stream_bytes_per_second(hw, cluster, threads, constants)
 
 
@@ -327,16 +347,18 @@ def winograd_schedule(sched: GemmSchedule, vectors: str = "tiles") -> GemmSchedu
                    stage_copy="none")
 
 
-def tile_block_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
-                        vectors: str = "tiles") -> list[GemmSchedule]:
-    """sched, and for the split over tiles the same schedule run in blocks of NC tiles whose
-    transformed tiles (V and M of the block) fit the core's L2 share, when that is smaller than a
-    thread's share: the block is transformed, multiplied and read back while it is in L2, at the
-    price of reading U once per block (the GEMM estimate's A traffic per NC block) and of staging
-    each block's halo rows again (transform_cycles). Vectors over channels, the blocks are MC
-    tiles (whole MR-row panels)."""
-    if not tile_split(vectors, sched.parallel_axis):
-        return [sched]
+def split_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
+                   vectors: str = "tiles") -> list[GemmSchedule]:
+    """sched; its split over tiles when sched splits output channels (the matmul ranking grows
+    one split per register tile, and the Winograd kernel's two splits differ in what the GEMM's
+    do not: barriers, and V crossing cores); and for each split over tiles the same schedule run
+    in blocks of tiles whose transformed tiles (V and M of the block) fit the core's L2 share,
+    when that is smaller than a thread's share: the block is transformed, multiplied and read
+    back while it is in L2, at the price of reading U once per block (the GEMM estimate's U
+    traffic per block) and of staging each block's halo rows again (transform_cycles). The
+    blocks are NC tiles (vectors over tiles) or MC tiles (over channels: whole MR-row panels)."""
+    tiles_axis = "m" if vectors == "channels" else "n"
+    out = [sched] if tile_split(vectors, sched.parallel_axis) else [sched, replace(sched, parallel_axis=tiles_axis)]
     a = m + 2
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
@@ -345,8 +367,9 @@ def tile_block_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
     per_tile_bytes = FLOAT_BYTES * a * a * (spec.c + spec.k)
     block = int(l2_per_core_bytes(cluster) * L2_FILL // per_tile_bytes) // panel * panel
     if block < panel or block >= share or (vectors == "channels" and block >= sched.mc):
-        return [sched]
-    return [sched, replace(sched, mc=block) if vectors == "channels" else replace(sched, nc=block)]
+        return out
+    owned = out[-1]
+    return out + [replace(owned, mc=block) if vectors == "channels" else replace(owned, nc=block)]
 
 
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
@@ -376,8 +399,11 @@ def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: i
 
 
 def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: tuple[TileLevel, ...],
-                 lanes: int, vectors: str = "tiles") -> tuple[TileLevel, ...]:
-    """The explanation's levels: the transforms around the GEMM stage's own levels."""
+                 lanes: int, vectors: str = "tiles", sched: Optional[GemmSchedule] = None) -> tuple[TileLevel, ...]:
+    """The explanation's levels: the transforms around the GEMM stage's own levels (its thread
+    split from sched: split_variants may have changed the matmul candidate's)."""
+    threads = sched.threads if sched is not None else 1
+    owned = sched is None or tile_split(vectors, sched.parallel_axis)
     a = m + 2
     th, tw = wmath.tile_counts(spec, m)
     problem = gemm_problem(spec, m, vectors)
@@ -388,7 +414,13 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
                   "once per weight tensor (pre-pack entry point)", "not charged: weights are pre-packed"),
         TileLevel("INPUT", f"V = BT d BT^T: {th}x{tw} tiles of {a}x{a}, {per_vector}",
                   f"{stages.input_s * 1e3:.3f} ms", f"fused with zero padding; {written}"),
-        *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels),
+        *(TileLevel(f"GEMM {lv.level}", lv.tile, lv.usage, lv.decided_by) for lv in gemm_levels
+          if lv.level != "CORES"),
+        TileLevel("GEMM CORES", f"{threads} thread(s), split over {'tiles' if owned else 'output channels'}",
+                  "each thread owns its tiles through all stages, no barriers" if owned
+                  else "barriers between the stages; every thread reads all of V",
+                  "single thread requested" if threads == 1 else
+                  f"the faster predicted split (a split over output channels must win by {K_SPLIT_MARGIN:.0%})"),
         TileLevel("GEMMS", f"{a * a} GEMMs M={problem.m} N={problem.n} K={spec.c}", f"{stages.gemm_s * 1e3:.3f} ms",
                   f"the GEMM schedule and vector axis whose whole stage is fastest (vectors over {vectors}); "
                   f"U ({a * a}x{spec.k}x{spec.c}) lives in {stages.weights_level}"),
@@ -529,15 +561,16 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         # the matmul ranking on a tie), over both vector axes, not the matmul ranking's first: the
         # stage charges the column tail on every ISA and U once per call (plan_stages), which the
         # ranking does not.
-        best, sched, stages, vectors = None, None, None, None
+        best, sched, stages, vectors, key = None, None, None, None, math.inf
         for axis in axes:
             problem = gemm_problem(spec, m, axis)
             ranked = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)
             for candidate in ranked[:STAGE_CANDIDATES]:
-                for trial in tile_block_variants(winograd_schedule(candidate.sched, axis), spec, m, cluster, axis):
+                for trial in split_variants(winograd_schedule(candidate.sched, axis), spec, m, cluster, axis):
                     trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
-                    if stages is None or trial_stages.total_s < stages.total_s * (1 - 1e-9):
-                        best, sched, stages, vectors = candidate, trial, trial_stages, axis
+                    trial_key = trial_stages.total_s * split_penalty(trial, axis)
+                    if stages is None or trial_key < key * (1 - 1e-9):
+                        best, sched, stages, vectors, key = candidate, trial, trial_stages, axis, trial_key
         problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
@@ -550,7 +583,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         plan = make_plan(spec, m, isa, lanes, sched, f"xfc_{spec.name}", tuple(lines), hardware_name=hw.name,
                          gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu, vectors=vectors)
         out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
-                                    levels=stage_levels(spec, m, stages, best.levels, lanes, vectors),
+                                    levels=stage_levels(spec, m, stages, best.levels, lanes, vectors, sched),
                                     estimate=winograd_estimate(spec, stages), gemm_shape=tuple(gemm_view_of(problem)),
                                     micro_tile_source=best.score.source)))
     out.sort(key=lambda pair: (pair[1].estimate.predicted_s, pair[0]))
