@@ -34,8 +34,10 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # Winograd GEMM stage reading its transformed filter once from where it lives, xfc/cpu/winograd.py;
 # 5: a per-core cap on how fast GEMMs stream operands from DRAM; 6: the Winograd cost per thread
 # split (tiles crossing cores, tile blocks) and the share of the shorter of a Winograd plan's
-# transforms and tile traffic not hidden behind the longer).
-COST_MODEL_VERSION = 6
+# transforms and tile traffic not hidden behind the longer; 7: Winograd plans with vectors over
+# channels, a filter transform larger than the shared cache charged in full from DRAM, its
+# stream at the static DRAM efficiency).
+COST_MODEL_VERSION = 7
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -126,6 +128,12 @@ class CostConstants:
     # share of the shorter of (transforms, their tile traffic) that the longer does not hide: 0, the
     # two overlap fully (the static guess), 1, they add up
     winograd_traffic_exposed: float = 0.0
+    # share of the shorter of (the GEMMs' compute, streaming U from DRAM) that the longer does not
+    # hide when one thread does both: on the host, 1-thread F(4,3) GEMMs on 512 channels at 14x14
+    # (U 38 MB) ran 1.9-2.8 ms where the FMA time and the stream are each about 1.1 ms. Two or
+    # more threads are charged the longer alone: on the two training layers whose U streams from
+    # DRAM, their times were within 3% of it. Half is the static guess.
+    winograd_stream_exposed: float = 0.5
     dram_stream_core_bytes_per_cycle: float = DRAM_STREAM_CORE_BYTES_PER_CYCLE   # 0: uncapped
 
     def as_dict(self) -> dict:
@@ -221,8 +229,13 @@ def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DE
 def dram_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster, threads: int,
                                  constants: CostConstants = DEFAULT_CONSTANTS) -> float:
     """What `threads` cores' GEMMs draw from DRAM while computing: the chip's sustained rate, or
-    the per-core streaming cap times the threads when that is known and lower."""
-    chip = dram_bytes_per_second(hw, constants)
+    the per-core streaming cap times the threads when that is known and lower. The chip's rate
+    here takes the static dram_efficiency, not a fitted one: calibration fits that field on the
+    direct and depthwise plans (stage one), whose DRAM traffic is another pattern and barely moves
+    them, so it landed anywhere on a flat ridge (0.6 in one host run, 1.0 in the next) and moved
+    the prediction of a Winograd filter streamed from DRAM by 1.7x; the stream's own fitted
+    constant is the per-core cap."""
+    chip = dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
     if constants.dram_stream_core_bytes_per_cycle <= 0:
         return chip
     return min(chip, constants.dram_stream_core_bytes_per_cycle * cluster.clock_ghz * 1e9 * max(threads, 1))

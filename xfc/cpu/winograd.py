@@ -278,8 +278,12 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr)
     gemm_s = a * a * per_gemm_s
-    if weights_s > gemm_s:
-        gemm_bound, gemm_s = "DRAM", weights_s
+    if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: partly hidden behind them
+        hidden = min(gemm_s, weights_s)
+        if weights_s > gemm_s:
+            gemm_bound = "DRAM"
+        exposed = constants.winograd_stream_exposed if threads <= 1 else 0.0
+        gemm_s = max(gemm_s, weights_s) + exposed * hidden
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
                           gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
                           traffic_exposed=constants.winograd_traffic_exposed)

@@ -126,6 +126,9 @@ WINOGRAD_TRAINING_SHAPES: tuple[tuple[str, dict, dict], ...] = (
     # channels at 12x12, F(4,3)'s U is 36 x 544 x 480 floats = 38 MB (F(2,3)'s 17 MB). The DRAM
     # stream cap is fitted on it; the layers above keep U on chip or nearly.
     ("conv2d", dict(c=480, h=12, w=12, k=544, r=3, s=3), dict(pad=1)),
+    # and with more tiles, where the GEMMs' FMA time and the stream are about equal (F(4,3): 16
+    # tiles, U 33 MB; F(2,3): 64 tiles, U 15 MB on chip): how much of the stream they hide
+    ("conv2d", dict(c=480, h=15, w=15, k=480, r=3, s=3), dict(pad=1)),
 )
 
 # The grids the descent walks, per fitted field (values in the field's unit).
@@ -147,6 +150,7 @@ GRIDS: dict[str, tuple] = {
     "winograd_scalar_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_group_cycles": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0),
     "winograd_traffic_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "winograd_stream_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
     # 0: no per-core cap on a GEMM's DRAM stream (moves only plans whose Winograd filter lives in DRAM)
     "dram_stream_core_bytes_per_cycle": (0.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0),
 }
@@ -179,7 +183,10 @@ JOINT: tuple[tuple[str, ...], ...] = (("depthwise_efficiency", "depthwise_stage_
                                       ("winograd_transform_efficiency", "winograd_store_cycles",
                                        "winograd_scalar_cycles", "winograd_group_cycles"),
                                       # how much traffic shows trades off against how fast the transforms run
-                                      ("winograd_traffic_exposed", "winograd_transform_efficiency"))
+                                      ("winograd_traffic_exposed", "winograd_transform_efficiency"),
+                                      # a slower stream and a less hidden one give the same times to
+                                      # the layers whose U streams from DRAM
+                                      ("winograd_stream_exposed", "dram_stream_core_bytes_per_cycle"))
 
 @dataclass(frozen=True)
 class Measured:
