@@ -8,7 +8,9 @@ descriptions). `make winograd-sweep` runs 240 cases (issue 19 asks for >= 200).
 
 Each case draws batch 1-2, input/output channels 1-96, H and W 3-40, padding 0, 1 or asymmetric
 (0-2 per side), bias and activation, and a tile size m among those admissible for its channels;
-it is synthesized with --lowering winograd for that m (host:<isa> or the core's description),
+it is synthesized with --lowering winograd for that m (host:<isa> or the core's description) and
+a vector axis (tiles or channels, alternating round by round over the targets: NEON's synthesizer
+does not choose channels itself, so this is where those plans meet random shapes under qemu),
 built, run through both entry points (the outputs must agree bitwise) and checked against the
 float64 direct reference (xfc.ops.reference.check_winograd_output). Targets and ISAs rotate over
 the cases. Output: one JSON row per case and a summary; exit 1 if any case failed. Not a timing.
@@ -31,6 +33,7 @@ import numpy as np  # noqa: E402
 from xfc.build.cpu import build_arm, build_host  # noqa: E402
 from xfc.cpu.codegen import render_cpu_kernel  # noqa: E402
 from xfc.cpu.synth import synthesize_cpu  # noqa: E402
+from xfc.cpu.winograd import VECTOR_AXES  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
 from xfc.hardware.host import available_isas  # noqa: E402
 from xfc.hardware.load import load  # noqa: E402
@@ -59,13 +62,14 @@ def draw_case(rng: random.Random) -> dict:
                 m=rng.choice(admissible_tile_sizes(c)))
 
 
-def run_case(case: dict, target: str, work: Path) -> dict:
+def run_case(case: dict, target: str, work: Path, vectors: str) -> dict:
     spec = make_spec("conv2d", case["shape"], pad=case["pad"], bias=case["bias"], activation=case["act"])
     if spec.out_h < 1 or spec.out_w < 1:
         return {"skipped": "empty output"}
     hw = load(target)
     threads = min(2, hw.cluster().count)
-    result = synthesize_cpu(spec, hw, threads=threads, lowering="winograd", winograd_m=case["m"])
+    result = synthesize_cpu(spec, hw, threads=threads, lowering="winograd", winograd_m=case["m"],
+                            winograd_vectors=vectors)
     plan = result.plan
     rendered = render_cpu_kernel(plan)
     a, b, bias = make_inputs(spec, seed=zlib.crc32(repr(sorted(case.items())).encode()) & 0xFFFF)
@@ -82,7 +86,8 @@ def run_case(case: dict, target: str, work: Path) -> dict:
                                        input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
                 for prepacked in (False, True)]
     verdicts = [check_winograd_output(spec, case["m"], out, a, b, bias) for out in outs]
-    return {"spec": spec.describe(), "threads": threads, "tiles": plan.gemm.tiles(), "ukernel": plan.gemm.ukernel,
+    return {"spec": spec.describe(), "threads": threads, "vectors": plan.winograd_vectors,
+            "tiles": plan.gemm.tiles(), "ukernel": plan.gemm.ukernel,
             "ok": all(v.ok for v in verdicts) and bool(np.array_equal(outs[0], outs[1])),
             "entry_points_equal": bool(np.array_equal(outs[0], outs[1])),
             "max_abs_error": max(v.max_abs_error for v in verdicts),
@@ -108,8 +113,9 @@ def main(argv=None) -> int:
         for index in range(args.cases):
             case = draw_case(rng)
             target = targets[index % len(targets)]
+            vectors = VECTOR_AXES[index // len(targets) % len(VECTOR_AXES)]
             try:
-                row = run_case(case, target, Path(tmp) / f"case{index}")
+                row = run_case(case, target, Path(tmp) / f"case{index}", vectors)
             except XfcError as exc:
                 row = {"ok": False, "failure": f"{type(exc).__name__}: {exc}"}
             rows.append({"case": index, "target": target, "m": case["m"], **row})
@@ -122,6 +128,7 @@ def main(argv=None) -> int:
     summary = {"cases": len(ran), "failed": len(failed), "seed": args.seed, "targets": targets,
                "worst_error_to_bound_ratio": max((r.get("error_to_bound_ratio") or 0.0) for r in ran) if ran else None,
                "by_m": {m: sum(1 for r in ran if r["m"] == m) for m in (2, 4, 6)},
+               "by_vectors": {v: sum(1 for r in ran if r.get("vectors") == v) for v in VECTOR_AXES},
                "seconds": round(time.time() - start, 1)}
     write_json_result(args.out, {"machine": machine_facts(), "summary": summary, "rows": rows}, kind="winograd_sweep")
     print(f"{len(ran)} cases, {len(failed)} failed, worst error/bound {summary['worst_error_to_bound_ratio']}; "

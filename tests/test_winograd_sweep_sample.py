@@ -30,3 +30,4 @@ def test_random_shapes_sample(tmp_path):
     assert status == 0 and not failed, failed
     assert data["summary"]["cases"] >= 6
     assert 0 < data["summary"]["worst_error_to_bound_ratio"] < 1
+    assert all(data["summary"]["by_vectors"].values())      # both vector axes met random shapes

@@ -18,6 +18,7 @@ the model's assumptions; each scales predictions only.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -167,32 +168,39 @@ class StaticEvaluator:
     """Static issue model of one k step of the micro-kernel (XFC's static analysis)."""
 
     def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
-        fmas = tile.accumulator_registers
-        wide_loads, narrow_loads = tile.loads_per_k(isa)
-        fma_cycles = fmas / core.fma_per_cycle
-        rules = core.load_rules
-        if core.pipeline == "in_order" and not rules.ld128_dual_issues_with_fma:
-            # 128-bit loads stall the FMA pipe; 64-bit loads pair with FMAs while slots last.
-            stall = wide_loads * max(rules.ld128_blocking_cycles, 1)
-            narrow_extra = max(0.0, narrow_loads - fma_cycles) if rules.ld64_dual_issues_with_fma else narrow_loads
-            cycles = fma_cycles + stall + narrow_extra
-            bound = "in-order load stalls" if stall + narrow_extra > 0 else "fma"
-        else:
-            load_cycles = (wide_loads + narrow_loads * NARROW_LOAD_SHARE) / rules.vector_loads_per_cycle
-            if isa_row(isa).interference_model:
-                bounds = (("fma", fma_cycles), ("load", load_cycles), ("latency", float(core.fma_latency_cycles)))
-                bound = max(bounds, key=lambda b: b[1])[0]
-                p = ISSUE_OVERLAP_NORM
-                cycles = sum(c ** p for _, c in bounds) ** (1 / p)
-                return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound,
-                                      source="static")
-            cycles = max(fma_cycles, load_cycles)
-            bound = "fma" if fma_cycles >= load_cycles else "load"
-        # Each accumulator is updated once per k step: a step cannot finish faster than one
-        # FMA latency, so too few accumulators leave the pipes idle.
-        if core.fma_latency_cycles > cycles:
-            cycles, bound = float(core.fma_latency_cycles), "latency"
-        return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound, source="static")
+        return _static_score(tile, core, isa)
+
+
+@functools.lru_cache(maxsize=4096)
+def _static_score(tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
+    # a pure function of its (frozen) arguments, asked for the same tiles by every ranking of a
+    # synthesis (a Winograd conv ranks up to seven GEMM problems)
+    fmas = tile.accumulator_registers
+    wide_loads, narrow_loads = tile.loads_per_k(isa)
+    fma_cycles = fmas / core.fma_per_cycle
+    rules = core.load_rules
+    if core.pipeline == "in_order" and not rules.ld128_dual_issues_with_fma:
+        # 128-bit loads stall the FMA pipe; 64-bit loads pair with FMAs while slots last.
+        stall = wide_loads * max(rules.ld128_blocking_cycles, 1)
+        narrow_extra = max(0.0, narrow_loads - fma_cycles) if rules.ld64_dual_issues_with_fma else narrow_loads
+        cycles = fma_cycles + stall + narrow_extra
+        bound = "in-order load stalls" if stall + narrow_extra > 0 else "fma"
+    else:
+        load_cycles = (wide_loads + narrow_loads * NARROW_LOAD_SHARE) / rules.vector_loads_per_cycle
+        if isa_row(isa).interference_model:
+            bounds = (("fma", fma_cycles), ("load", load_cycles), ("latency", float(core.fma_latency_cycles)))
+            bound = max(bounds, key=lambda b: b[1])[0]
+            p = ISSUE_OVERLAP_NORM
+            cycles = sum(c ** p for _, c in bounds) ** (1 / p)
+            return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound,
+                                  source="static")
+        cycles = max(fma_cycles, load_cycles)
+        bound = "fma" if fma_cycles >= load_cycles else "load"
+    # Each accumulator is updated once per k step: a step cannot finish faster than one
+    # FMA latency, so too few accumulators leave the pipes idle.
+    if core.fma_latency_cycles > cycles:
+        cycles, bound = float(core.fma_latency_cycles), "latency"
+    return MicroTileScore(cycles_per_k=cycles, efficiency=fma_cycles / cycles, bound=bound, source="static")
 
 
 def split_imbalance(tiles: int, threads: int) -> float:

@@ -164,8 +164,16 @@ class Candidate:
     score: MicroTileScore
     fill: float
     sched: GemmSchedule
-    levels: tuple[TileLevel, ...]
+    reasons: GemmReasons
     estimate: CostEstimate
+    cluster: CpuCluster
+    isa: str
+
+    @property
+    def levels(self) -> tuple[TileLevel, ...]:
+        """The explanation's levels; built on demand (a synthesis ranks hundreds of candidates
+        and explains one: building them all took a tenth of a Winograd conv's synthesis)."""
+        return gemm_levels(self.tile, self.score, self.sched, self.reasons, self.cluster, self.isa)
 
     @property
     def predicted_s(self) -> float:
@@ -226,8 +234,7 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                 estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
                                          tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
                                          interference=row.interference_model)
-                levels = gemm_levels(tile, score, sched, reasons, cluster, isa)
-                candidates.append(Candidate(transposed, tile, score, fill, sched, levels, estimate))
+                candidates.append(Candidate(transposed, tile, score, fill, sched, reasons, estimate, cluster, isa))
     return candidates
 
 
