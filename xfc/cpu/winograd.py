@@ -376,6 +376,21 @@ def split_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
     return out + [replace(owned, mc=block) if vectors == "channels" else replace(owned, nc=block)]
 
 
+def streamed_in_one_slice(sched: GemmSchedule, spec: Conv2dSpec, m: int, hw, isa: str,
+                          vectors: str) -> GemmSchedule:
+    """sched with the whole reduction in one KC slice when U is larger than the shared cache (so
+    streamed from DRAM on every call; weights_memory), on x86. Measured on the AVX-512 host, 512
+    channels at 14x14, F(4,3), one thread, every tile 10x32, 8x32, 5x64: one slice 2.09-2.17 ms,
+    each further slice about 0.3 ms more (four: 3.09-3.19 ms). The roofline prices the slices alike
+    (the stream bounds them all), and the L1 fit of KC picked 128-176. Not on NEON: not measured
+    there, and its in-order cores' smaller L1 is what KC is sized for."""
+    capacity = hw.l3_bytes or hw.slc_bytes or 0
+    if (isa_row(isa).lane_indexed or not capacity or sched.kc >= spec.c
+            or FLOAT_BYTES * packed_floats(spec, m, vectors, sched.mr, sched.nr) <= capacity):
+        return sched
+    return replace(sched, kc=spec.c)
+
+
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
               header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
               qemu_cpu: str = "", vectors: str = "tiles") -> CpuKernelPlan:
@@ -570,7 +585,8 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             problem = gemm_problem(spec, m, axis)
             ranked = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)
             for candidate in ranked[:STAGE_CANDIDATES]:
-                for trial in split_variants(winograd_schedule(candidate.sched, axis), spec, m, cluster, axis):
+                base = streamed_in_one_slice(winograd_schedule(candidate.sched, axis), spec, m, hw, isa, axis)
+                for trial in split_variants(base, spec, m, cluster, axis):
                     trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
                     trial_key = trial_stages.total_s * split_penalty(trial, axis)
                     if stages is None or trial_key < key * (1 - 1e-9):
