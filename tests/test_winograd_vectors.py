@@ -66,6 +66,11 @@ def test_neon_plans_keep_vectors_over_tiles():
     assert vector_axes("neon") == ("tiles",) and "channels" in vector_axes("avx512")
     plan = synthesize_cpu(SMALL, load("cortex-a76"), threads=1, lowering="winograd", winograd_m=2).plan
     assert plan.winograd_vectors == "tiles"
+    # forced, they take the intrinsics micro-kernels (the inline-assembly ones read packed A)
+    forced = synthesize_cpu(SMALL, load("cortex-a55"), threads=1, lowering="winograd", winograd_m=2,
+                            winograd_vectors="channels").plan
+    assert forced.winograd_vectors == "channels" and forced.gemm.ukernel == "intrinsics"
+    assert "winograd_cv.c.j2" in render_cpu_kernel(forced).source
 
 
 def test_a_channels_plan_round_trips_through_the_plan_cache():

@@ -346,9 +346,11 @@ def winograd_schedule(sched: GemmSchedule, vectors: str = "tiles") -> GemmSchedu
     """A grown GEMM schedule as the Winograd GEMM stage runs it. Vectors over tiles: U arrives
     pre-packed as MR-row panels (a_pack 'packed') and V is written packed by the input transform.
     Over channels: V, written row by row by the input transform, is read in place (a_pack
-    'direct') and U is pre-packed as NR-column panels (the B operand). Nothing is staged."""
-    return replace(sched, a_pack="direct" if vectors == "channels" else "packed", c_store="direct",
-                   stage_copy="none")
+    'direct') and U is pre-packed as NR-column panels (the B operand), with the intrinsics
+    micro-kernels (the NEON inline-assembly ones read packed A). Nothing is staged."""
+    if vectors == "channels":
+        return replace(sched, a_pack="direct", c_store="direct", stage_copy="none", ukernel="intrinsics")
+    return replace(sched, a_pack="packed", c_store="direct", stage_copy="none")
 
 
 def split_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
