@@ -10,7 +10,7 @@ import pytest
 
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS, dram_bytes_per_second, dram_stream_bytes_per_second
 from xfc.cpu.synth import synthesize_cpu
-from xfc.cpu.winograd import plan_stages
+from xfc.cpu.winograd import stages_of_plan
 from xfc.ops.spec import make_spec
 from xfc.tiledb.calibrate import GRIDS, Measured, fit, predicted_s, training_cases
 
@@ -25,8 +25,7 @@ BIG = make_spec("conv2d", dict(c=512, h=14, w=14, k=512, r=3, s=3), pad=1)
 def _stages(constants, m, threads):
     plan = synthesize_cpu(BIG, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m,
                           constants=constants).plan
-    return plan_stages(BIG, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, constants,
-                       vectors=plan.winograd_vectors)
+    return stages_of_plan(plan, HW, CLUSTER, constants)
 
 
 def test_the_stream_rate_is_the_chip_rate_unless_a_lower_per_core_cap_is_known():

@@ -14,7 +14,7 @@ import pytest
 from xfc.cpu.cost_model import COST_MODEL_VERSION, DEFAULT_CONSTANTS, StaticEvaluator, dram_bytes_per_second
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import MicroTileScore
-from xfc.cpu.winograd import gemm_problem, plan_stages, weights_memory
+from xfc.cpu.winograd import gemm_problem, plan_stages, stages_of_plan, weights_memory
 from xfc.ops.spec import make_spec
 from xfc.ops.winograd import admissible_tile_sizes
 from xfc.ops.workloads import SUITE
@@ -134,8 +134,7 @@ def test_fitted_winograd_constants_round_trip_and_change_the_winograd_estimate_o
 
 def _stage(spec, m, threads, evaluator=None):
     plan = synthesize_cpu(spec, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m).plan
-    return plan, plan_stages(spec, m, HW, CLUSTER, plan.gemm, plan.vector_lanes, plan.isa, evaluator=evaluator,
-                             vectors=plan.winograd_vectors)
+    return plan, stages_of_plan(plan, HW, CLUSTER, evaluator=evaluator)
 
 
 def test_a_gemm_stage_whose_u_stays_on_chip_scales_with_threads():

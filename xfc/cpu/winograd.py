@@ -326,6 +326,13 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
                        parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc)
 
 
+def stages_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
+                   evaluator=None) -> WinogradStages:
+    """plan_stages for a Winograd plan as it stands (its m, GEMM schedule and vector axis)."""
+    return plan_stages(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
+                       evaluator, plan.winograd_vectors)
+
+
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
     """A CostEstimate whose flops are the direct convolution's (effective GFLOP/s) and whose parts
     are the stages; the prediction is WinogradStages.total_s (the transforms overlapping their tile

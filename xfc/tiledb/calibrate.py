@@ -254,9 +254,8 @@ def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, co
     if plan.depthwise is not None:
         return depthwise_estimate(item.spec, hw, cluster, plan.depthwise, plan.vector_lanes, constants).predicted_s
     if plan.lowering == "winograd":
-        from ..cpu.winograd import plan_stages   # the plan's stages: transforms, tile traffic, GEMMs
-        return plan_stages(item.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa,
-                           constants, vectors=plan.winograd_vectors).total_s
+        from ..cpu.winograd import stages_of_plan   # the plan's stages: transforms, tile traffic, GEMMs
+        return stages_of_plan(plan, hw, cluster, constants).total_s
     g = plan.gemm
     tile = MicroTile(mr=g.mr, nr_vectors=g.nr // plan.vector_lanes, lanes=plan.vector_lanes, a_load_bits=g.a_load_bits)
     score = StaticEvaluator().evaluate(tile, cluster.core, plan.isa)
