@@ -419,10 +419,7 @@ def render_context(plan: CpuKernelPlan) -> tuple[str, dict]:
     if plan.lowering == "direct_depthwise":
         return "cpu/depthwise.c.j2", depthwise_context(plan)
     if plan.lowering == winograd.LOWERING:
-        m, n, lda = gemm_view(winograd.gemm_problem(plan.spec, plan.winograd_m, plan.winograd_vectors))
-        if plan.winograd_vectors == "channels":   # A is V read in place: rows C rounded up to whole vectors apart
-            lda = -(-plan.spec.c // plan.vector_lanes) * plan.vector_lanes
-        template = "cpu/winograd_cv.c.j2" if plan.winograd_vectors == "channels" else "cpu/winograd.c.j2"
+        template, m, n, lda = winograd.render_view(plan)
         return template, winograd.context(plan, _common_context(plan, template), micro_kernel_variants(plan, m, n, lda))
     return "cpu/gemm.c.j2", gemm_context(plan)
 

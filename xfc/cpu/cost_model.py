@@ -132,8 +132,8 @@ class CostConstants:
     # share of the shorter of (the GEMMs' compute, streaming U from DRAM) that the longer does not
     # hide when one thread does both: on the host, 1-thread F(4,3) GEMMs on 512 channels at 14x14
     # (U 38 MB) ran 1.9-2.8 ms where the FMA time and the stream are each about 1.1 ms. Two or
-    # more threads are charged the longer alone: on the two training layers whose U streams from
-    # DRAM, their times were within 3% of it. Half is the static guess.
+    # more threads are charged the longer alone: F(4,3) on the 480-channel 15x15 training layer
+    # (U 33 MB) ran 2 threads within 1-2% of it in two calibration runs. Half is the static guess.
     winograd_stream_exposed: float = 0.5
     dram_stream_core_bytes_per_cycle: float = DRAM_STREAM_CORE_BYTES_PER_CYCLE   # 0: uncapped
 

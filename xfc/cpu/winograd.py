@@ -1,22 +1,25 @@
 """The Winograd lowering of 3x3 stride-1 conv2d on the CPU: plans, cost, choice and render context.
 
-A Winograd plan (lowering 'winograd', CpuKernelPlan.winograd_m = m) runs four stages
-(templates/cpu/winograd.c.j2; the math is xfc/ops/winograd.py):
+A Winograd plan (lowering 'winograd', CpuKernelPlan.winograd_m = m) runs four stages (the math is
+xfc/ops/winograd.py), with its vectors over tiles (templates/cpu/winograd.c.j2) or over channels
+(templates/cpu/winograd_cv.c.j2; CpuKernelPlan.winograd_vectors, VECTOR_AXES below):
 
   filter   U = G g G^T, once per weight tensor (the pre-pack entry point; per call otherwise)
   input    V = BT d BT^T of the (m+2)x(m+2) input tiles, fused with the zero padding, written
-           into the packed B panels of the GEMMs
-  GEMMs    (m+2)^2 independent GEMMs M[xi] = U[xi] (K x C) V[xi] (C x tiles): an ordinary matmul
-           problem, whose register tile, KC/MC/NC blocking and thread split the synthesizer grows
-           exactly as for any GEMM (synth.ranked_gemm_candidates); U is always pre-packed, so A is
-           'packed'
+           into the GEMMs' packed B panels (over tiles) or as rows of V (over channels)
+  GEMMs    (m+2)^2 independent GEMMs, an ordinary matmul problem (gemm_problem) whose register
+           tile, KC/MC/NC blocking and thread split the synthesizer grows as for any GEMM
+           (synth.ranked_gemm_candidates): M[xi] = U[xi] (K x C) V[xi] (C x tiles) over tiles,
+           U pre-packed as A; M[xi] = V[xi] (tiles x C) U[xi] (C x K) over channels, V read in
+           place as A and U pre-packed as B
   output   Y = AT M AT^T + bias, activation, written straight into the output
 
 The cost model charges each stage (winograd_estimate): the transforms' vector arithmetic, loads
 and stores, the scalar staging and scatter, the traffic of the transformed tiles through the
-level they fit, and the GEMMs' own roofline estimate times (m+2)^2. The synthesizer compares the
-best Winograd plan over the admissible tile sizes (xfc.ops.winograd.admissible_tile_sizes) with
-the best implicit-GEMM plan and keeps the faster (synth.synthesize_cpu, lowering='auto').
+level they fit, the GEMMs' own roofline estimate times (m+2)^2, and U streamed from DRAM when it
+does not stay on chip. The synthesizer compares the best Winograd plan over the admissible tile
+sizes (xfc.ops.winograd.admissible_tile_sizes) and vector axes with the best implicit-GEMM plan
+and keeps the faster (synth.synthesize_cpu, lowering='auto').
 """
 from __future__ import annotations
 
@@ -511,6 +514,16 @@ def _terms(row) -> list[dict]:
 
 def _point_text(p: Fraction) -> str:
     return str(p.numerator) if p.denominator == 1 else f"{p.numerator}/{p.denominator}"
+
+
+def render_view(plan: CpuKernelPlan) -> tuple[str, int, int, int]:
+    """(template, GEMM rows, GEMM columns, A's row stride) of a Winograd plan, for codegen's
+    micro-kernel variants: over channels A is V read in place, rows C rounded up to whole vectors
+    apart (the c_vectors of context)."""
+    problem = gemm_problem(plan.spec, plan.winograd_m, plan.winograd_vectors)
+    if plan.winograd_vectors == "channels":
+        return "cpu/winograd_cv.c.j2", problem.m, problem.n, round_up(plan.spec.c, plan.vector_lanes)
+    return "cpu/winograd.c.j2", problem.m, problem.n, problem.k
 
 
 def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
