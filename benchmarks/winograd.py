@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 if "--peer-child" not in sys.argv:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # this process only uses BLAS for the reference check
@@ -116,16 +117,21 @@ def run_peer_child(peer, names, threads, timeout=1800):
 # Ours
 # ---------------------------------------------------------------------------------------------
 
-def our_variants(spec) -> list[tuple[str, dict]]:
-    """(label, synthesize_cpu options): direct, each admissible Winograd m (forced), chosen."""
+def our_variants(spec, vectors: Optional[str] = None) -> list[tuple[str, dict]]:
+    """(label, synthesize_cpu options): direct, each admissible Winograd m (forced), chosen;
+    vectors: the Winograd plans' vector axis forced (None: the synthesizer's choice)."""
+    axis = dict(winograd_vectors=vectors)
     return ([("direct", dict(lowering="direct"))]
-            + [(f"winograd m={m}", dict(lowering="winograd", winograd_m=m)) for m in admissible_tile_sizes(spec.c)]
-            + [("chosen", dict(lowering="auto"))])
+            + [(f"winograd m={m}", dict(lowering="winograd", winograd_m=m, **axis))
+               for m in admissible_tile_sizes(spec.c)]
+            + [("chosen", dict(lowering="auto", **axis))])
 
 
-def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, constants=None) -> dict:
+def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, constants=None,
+               vectors: Optional[str] = None) -> dict:
     """label -> (plan, loaded kernel, verification facts); built and verified once, timed per round.
-    evaluator, constants: the tile database's (synthesis_inputs), or None for the static model."""
+    evaluator, constants: the tile database's (synthesis_inputs), or None for the static model;
+    vectors: see our_variants."""
     from xfc.cpu.cost_model import DEFAULT_CONSTANTS
     from xfc.build.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
@@ -133,7 +139,7 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, co
     from xfc.runners.host import HostKernel
     a, b, bias = make_inputs(spec)
     out = {}
-    for label, options in our_variants(spec):
+    for label, options in our_variants(spec, vectors):
         plan = synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator, constants=constants or DEFAULT_CONSTANTS,
                               **options).plan
         # The chosen plan is usually one of the forced ones: the same kernel is built and timed
@@ -180,6 +186,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=15, help="timed runs per xfc kernel per round")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--vectors", choices=("auto", "tiles", "channels"), default="auto",
+                    help="the Winograd plans' vector axis: the synthesizer's choice (auto), or forced "
+                         "(tiles: the kernel before vectors over channels, for comparison)")
     ap.add_argument("--tile-db", default="auto", metavar="PATH|auto|off",
                     help="micro-tile scores and cost-model constants for synthesis, as `xfc synth --tile-db` (default auto)")
     ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
@@ -207,7 +216,8 @@ def main(argv=None) -> int:
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     evaluator, constants, tile_db = bench_cpu.synthesis_inputs(args.tile_db, hw, say)
     say(f"synthesis constants: {tile_db['constants']} (--tile-db {args.tile_db})")
-    built = {(n, t): build_ours(spec_of(n), t, hw, Path(build_dir.name), f"{n}_t{t}", evaluator, constants)
+    vectors = None if args.vectors == "auto" else args.vectors
+    built = {(n, t): build_ours(spec_of(n), t, hw, Path(build_dir.name), f"{n}_t{t}", evaluator, constants, vectors)
              for n in names for t in thread_counts}
     peer_best, ours_best, peer_info = {}, {}, {}
     for round_no in range(1, max(1, args.rounds) + 1):
@@ -277,7 +287,8 @@ def main(argv=None) -> int:
               f"(targets 1.5x and 1.2x)")
     write_json_result(args.out, {"machine": machine_facts(), "gflops_note": "effective: direct-convolution FLOPs",
                                  "tile_db": tile_db,
-                                 "rounds": args.rounds, "geomean_chosen_vs_best_peer_1t_c64": geo,
+                                 "rounds": args.rounds, "vectors": args.vectors,
+                                 "geomean_chosen_vs_best_peer_1t_c64": geo,
                                  "peer_info": peer_info, "layers": rows}, kind="winograd_benchmark")
     print(f"wrote {args.out}")
     return 0 if all(r["verified"] for r in rows) else 1
