@@ -35,12 +35,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
+from .build import procs
 from .errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
 from .paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
 CASES_PER_WORKER = 150        # a worker loads one shared object per host case: start afresh now and then
+# how long a terminated worker gets to stop what it started (procs.run's own SIGTERM grace) before
+# its group is killed
+WORKER_STOP_GRACE_S = procs.GRACE_S + 1.0
 HOST_ISA_FLAGS = {"avx512": ("avx512f",), "avx2": ("avx2", "fma"), "generic": ()}
 
 
@@ -217,8 +221,13 @@ def run_case(case: FuzzCase, work_dir: Path) -> CaseResult:
 # The worker process: one JSON case per line in, one JSON result per line out.
 # ---------------------------------------------------------------------------------------------
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def worker_main(argv: list[str]) -> int:
     work_root = Path(argv[0])
+    signal.signal(signal.SIGTERM, _interrupt)   # WorkerPool's stop: unwind, stopping our children
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed goes to the log, not into the protocol
     for n, line in enumerate(sys.stdin):
@@ -275,8 +284,21 @@ class _Worker:
             return ""
         return lines[-1][:300] if lines else ""
 
-    def kill(self) -> None:
-        """Kill the worker and everything it started (its own session), then reap it."""
+    def terminate(self) -> None:
+        """Ask the worker to stop: SIGTERM to its group. The worker turns it into KeyboardInterrupt,
+        so procs.run stops the compiler or qemu run it started (their own process groups, which a
+        SIGKILL of the worker's group does not reach: they went on writing into the scratch
+        directory after xfc had removed it) and the case removes its work directory."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self, deadline: Optional[float] = None) -> None:
+        """Kill the worker and everything in its group, then reap it; with a deadline
+        (time.monotonic()), first let a terminated worker exit on its own until then."""
+        while deadline is not None and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -343,7 +365,10 @@ class WorkerPool:
     def close(self) -> None:
         workers, self.workers = self.workers, []
         for w in workers:
-            w.kill()
+            w.terminate()
+        deadline = time.monotonic() + WORKER_STOP_GRACE_S   # one grace period for all of them
+        for w in workers:
+            w.kill(deadline)
         self._selector.close()
 
     def _spawn(self) -> _Worker:
@@ -356,7 +381,11 @@ class WorkerPool:
     def _retire(self, worker: _Worker, kill: bool) -> None:
         self.workers.remove(worker)
         self._selector.unregister(worker.proc.stdout)
-        worker.kill() if kill else worker.stop()
+        if kill:
+            worker.terminate()
+            worker.kill(time.monotonic() + WORKER_STOP_GRACE_S)
+        else:
+            worker.stop()
         shutil.rmtree(worker.dir, ignore_errors=True)
 
     def run(self, cases: Iterable[FuzzCase], deadline: Optional[float] = None,
