@@ -47,6 +47,7 @@ LOWERINGS = ("auto", "direct", "winograd")   # what a caller may ask the synthes
 #   channels  M[xi] (T x K) = V (T x C) U (C x K): rows are tiles, vectors run over channels
 #             (templates/cpu/winograd_cv.c.j2); every lane is used however few tiles there are
 VECTOR_AXES = ("tiles", "channels")
+CACHE_LINE_FLOATS = 64 // FLOAT_BYTES   # 64-byte lines: every target's L1 (the x86 hosts, the Cortex-A cores)
 # The GEMM candidates per (m, vector axis) whose whole Winograd stage is estimated: the matmul
 # ranking's first ones (its order misses only what the stage adds: the column tail and U once).
 # With two axes and three tile sizes, all of them took the cold synthesis of a 64-channel 56x56
@@ -516,6 +517,18 @@ def _point_text(p: Fraction) -> str:
     return str(p.numerator) if p.denominator == 1 else f"{p.numerator}/{p.denominator}"
 
 
+def plane_floats(floats: int) -> int:
+    """The stride between two of the a^2 planes (one per xi) of V or of the GEMM output: floats
+    rounded up to whole cache lines, an odd number of them. A tile's input transform stores one
+    vector into every plane and the output transform loads one from every plane; planes a
+    multiple of 4 KiB apart share one L1 set, and 36 or 64 of them overflow its ways. On the
+    AVX-512 host, 256 channels at 14x14, F(4,3) (16 tiles, V planes 16 KiB apart), the input
+    transform ran 2.2x its estimate before the planes were padded. With an odd number of lines
+    between them, the planes' lines at one offset fall in distinct sets (up to 64 planes)."""
+    lines = math.ceil(floats / CACHE_LINE_FLOATS)
+    return (lines | 1) * CACHE_LINE_FLOATS
+
+
 def render_view(plan: CpuKernelPlan) -> tuple[str, int, int, int]:
     """(template, GEMM rows, GEMM columns, A's row stride) of a Winograd plan, for codegen's
     micro-kernel variants: over channels A is V read in place, rows C rounded up to whole vectors
@@ -552,6 +565,11 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
         "tile_split": tile_split(plan.winograd_vectors, g.parallel_axis),
         # vectors over channels (winograd_cv.c.j2): the rows of V and M, padded to whole vectors
         "c_vectors": round_up(spec.c, lanes), "k_vectors": round_up(spec.k, lanes),
+        # the strides between the a^2 planes of V and M (plane_floats)
+        "v_plane_floats": plane_floats(th * tw * round_up(spec.c, lanes) if plan.winograd_vectors == "channels"
+                                       else round_up(th * tw, g.nr) * spec.c),
+        "m_plane_floats": plane_floats(th * tw * round_up(spec.k, lanes)
+                                       if plan.winograd_vectors == "channels" else spec.k * th * tw),
         # the micro-kernel macro's keys (gemm_ukernel.j2): C direct, epilogue never on
         "variants": variants, "a_pack": g.a_pack, "prefetch_c": g.prefetch_c,
         "prefetch_b_distance": g.prefetch_b_distance, "transposed": False, "vector_transpose": False,
