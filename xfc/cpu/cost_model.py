@@ -37,8 +37,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # split (tiles crossing cores, tile blocks) and the share of the shorter of a Winograd plan's
 # transforms and tile traffic not hidden behind the longer; 7: Winograd plans with vectors over
 # channels, a filter transform larger than the shared cache charged in full from DRAM, its
-# stream at the static DRAM efficiency).
-COST_MODEL_VERSION = 7
+# stream at the static DRAM efficiency; 8: that stream at one chip-wide fitted rate, whatever the
+# threads, and added to the FMAs it does not overlap at every thread count).
+COST_MODEL_VERSION = 8
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -50,13 +51,13 @@ SHARED_CACHE_BYTES_PER_CYCLE = 16.0  # per core, L3/SLC -> L2
 SHARED_CACHE_CHIP_BYTES_PER_CYCLE = 0.0
 DRAM_FALLBACK_GBPS = 10.0            # when the description gives no memory bandwidth
 DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a streaming kernel sustains
-# What one core's GEMM micro-kernel draws from DRAM while it computes (bytes per cycle of its
-# clock; 0: no per-core cap, the chip's figure alone). A plain read loop on one core reaches most of
-# the chip's bandwidth, but a micro-kernel consuming a DRAM-resident A operand keeps far fewer
-# misses in flight: on the AVX-512 host a Winograd GEMM stage streaming a 38 MB filter transform
-# ran at ~12 GB/s on one core against 30 GB/s for the probe's read loop. Unknown without a
-# measurement, so uncapped by default; `xfc tiledb calibrate` fits it.
-DRAM_STREAM_CORE_BYTES_PER_CYCLE = 0.0
+# How fast a Winograd GEMM stage streams a transformed filter U that lives in DRAM, all its threads
+# together (bytes per cycle of the cluster clock; 0: the chip's figure at the static efficiency).
+# Not the probe's read loop: on the AVX-512 host, 1 and 2 threads streamed the 38 MB U of F(4,3) on
+# 512 channels at 7x7 in the same 0.82 ms (46 GB/s with 0.3 ms of FMAs beside it; the probe reads
+# 42.8 GB/s), so the rate is the chip's, not a core's; and part of a U just past the L3 is still
+# there on the next call, which the rate absorbs. Unknown without a measurement; calibration fits it.
+WINOGRAD_STREAM_BYTES_PER_CYCLE = 0.0
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
 # docs/host-kernel-notes.md and the usual BLIS practice of leaving about half of L1 free.
@@ -130,12 +131,12 @@ class CostConstants:
     # two overlap fully (the static guess), 1, they add up
     winograd_traffic_exposed: float = 0.0
     # share of the shorter of (the GEMMs' compute, streaming U from DRAM) that the longer does not
-    # hide when one thread does both: on the host, 1-thread F(4,3) GEMMs on 512 channels at 14x14
-    # (U 38 MB) ran 1.9-2.8 ms where the FMA time and the stream are each about 1.1 ms. Two or
-    # more threads are charged the longer alone: F(4,3) on the 480-channel 15x15 training layer
-    # (U 33 MB) ran 2 threads within 1-2% of it in two calibration runs. Half is the static guess.
-    winograd_stream_exposed: float = 0.5
-    dram_stream_core_bytes_per_cycle: float = DRAM_STREAM_CORE_BYTES_PER_CYCLE   # 0: uncapped
+    # hide: 1, the FMAs wait for the stream (the static guess). On the host, F(4,3) GEMMs on 512
+    # channels at 14x14 (U 38 MB) ran 1.76 ms on 1 thread and 1.13 ms on 2, with about 1.18 and
+    # 0.59 ms of FMAs and the 0.52 ms stream of the same U at 7x7 (whose FMAs are 0.3 ms): the sum,
+    # at both thread counts.
+    winograd_stream_exposed: float = 1.0
+    winograd_stream_bytes_per_cycle: float = WINOGRAD_STREAM_BYTES_PER_CYCLE   # 0: the chip's static rate
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -234,19 +235,17 @@ def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DE
     return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * constants.dram_efficiency
 
 
-def dram_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster, threads: int,
-                                 constants: CostConstants = DEFAULT_CONSTANTS) -> float:
-    """What `threads` cores' GEMMs draw from DRAM while computing: the chip's sustained rate, or
-    the per-core streaming cap times the threads when that is known and lower. The chip's rate
-    here takes the static dram_efficiency, not a fitted one: calibration fits that field on the
-    direct and depthwise plans (stage one), whose DRAM traffic is another pattern and barely moves
-    them, so it landed anywhere on a flat ridge (0.6 in one host run, 1.0 in the next) and moved
-    the prediction of a Winograd filter streamed from DRAM by 1.7x; the stream's own fitted
-    constant is the per-core cap."""
-    chip = dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
-    if constants.dram_stream_core_bytes_per_cycle <= 0:
-        return chip
-    return min(chip, constants.dram_stream_core_bytes_per_cycle * cluster.clock_ghz * 1e9 * max(threads, 1))
+def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster,
+                                     constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    """How fast a Winograd GEMM stage streams its transformed filter from DRAM, all threads
+    together: the fitted rate (winograd_stream_bytes_per_cycle) when there is one, else the chip's
+    rate at the static dram_efficiency. Not the fitted dram_efficiency: calibration fits that on
+    the direct and depthwise plans, whose DRAM traffic barely moves them, so it landed anywhere on a
+    flat ridge (0.6 in one host run, 1.0 in the next) and moved the prediction of a streamed filter
+    by 1.7x."""
+    if constants.winograd_stream_bytes_per_cycle > 0:
+        return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9
+    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
 
 
 def _batch(spec: OperatorSpec) -> int:

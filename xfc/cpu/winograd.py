@@ -32,7 +32,8 @@ from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
 from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
-                         dram_bytes_per_second, dram_stream_bytes_per_second, gemm_estimate, l2_per_core_bytes)
+                         dram_bytes_per_second, gemm_estimate, l2_per_core_bytes,
+                         winograd_stream_bytes_per_second)
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
@@ -61,6 +62,14 @@ STAGE_CANDIDATES = 6
 # channels, same tiles, interleaved: 0.206 vs 0.198 ms (K split vs tile split), then 0.387 vs
 # 0.259 ms a minute earlier.
 K_SPLIT_MARGIN = 0.10
+# Choosing among plans, the seconds of a transformed filter U streamed from DRAM on every call
+# count this many times more than predicted: the choice must survive a stream at half the rate.
+# That rate is shared with other processes (other tenants of a cloud host; the GPU and display on a
+# phone): on the AVX-512 host the 38 MB stream of F(4,3) on 512 channels at 14x14 ran at about 12,
+# 22 and 46+ GB/s in three sessions. With the model 0.3% apart, F(2,3) there (U 17 MB, about 1 MB
+# past the L3 share) ran 8% faster than F(4,3) on one thread (1.74 vs 1.88 ms). The reported
+# estimate is not changed.
+DRAM_STREAM_RISK = 1.0
 # The transforms' per-store, per-scalar-element and per-group cycles and their arithmetic's sustained
 # share of the FMA rate are CostConstants fields (winograd_*): static guesses in cost_model.py until
 # `xfc tiledb calibrate` fits them on the host (xfc/tiledb/calibrate.py, WINOGRAD_TRAINING_SHAPES).
@@ -128,6 +137,7 @@ class WinogradStages:
     traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
     weights_level: str = "L2"        # where the transformed filter U lives between calls (L2, L3 or DRAM)
     traffic_exposed: float = 0.0     # CostConstants.winograd_traffic_exposed
+    weights_s: float = 0.0           # of it, seconds streaming U from DRAM (in gemm_s; DRAM_STREAM_RISK)
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
@@ -213,7 +223,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # all of it is charged (vgg_8, 512 channels at 14x14, F(4,3): U 38 MB in a 32 MB L3 was
     # predicted 1.26 ms with 22 MB from DRAM and ran 2.89 ms, where F(2,3) ran 1.77 ms).
     dram_bytes = u_bytes if u_bytes + tile_bytes > capacity else u_bytes + tile_bytes - shared
-    return "DRAM", spec.n * dram_bytes / dram_stream_bytes_per_second(hw, cluster, threads, constants)
+    return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
@@ -282,15 +292,14 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr)
     gemm_s = a * a * per_gemm_s
-    if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: partly hidden behind them
+    if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the share winograd_stream_exposed adds up
         hidden = min(gemm_s, weights_s)
         if weights_s > gemm_s:
             gemm_bound = "DRAM"
-        exposed = constants.winograd_stream_exposed if threads <= 1 else 0.0
-        gemm_s = max(gemm_s, weights_s) + exposed * hidden
+        gemm_s = max(gemm_s, weights_s) + constants.winograd_stream_exposed * hidden
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
                           gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
-                          traffic_exposed=constants.winograd_traffic_exposed)
+                          traffic_exposed=constants.winograd_traffic_exposed, weights_s=weights_s)
 
 
 def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
@@ -598,8 +607,9 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
                         constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
                         only_m: Optional[int] = None, only_vectors: Optional[str] = None) -> list:
-    """The best Winograd program per admissible tile size, fastest first: a list of
-    (m, CpuSynthesis). Empty when no tile size is admissible for the input channels.
+    """The best Winograd program per admissible tile size, best first: a list of (m, CpuSynthesis,
+    choice seconds), the last the predicted time plus DRAM_STREAM_RISK times its filter's DRAM
+    stream, and the order. Empty when no tile size is admissible for the input channels.
     ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
     only_m: consider this tile size only (OperatorError when it is not admissible); only_vectors:
     this vector axis only (VECTOR_AXES)."""
@@ -642,11 +652,13 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             f"isa: {isa}"]
         plan = make_plan(spec, m, isa, lanes, sched, f"xfc_{spec.name}", tuple(lines), hardware_name=hw.name,
                          gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu, vectors=vectors)
+        estimate = winograd_estimate(spec, stages)
         out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
                                     levels=stage_levels(spec, m, stages, best.levels, lanes, vectors, sched),
-                                    estimate=winograd_estimate(spec, stages), gemm_shape=tuple(gemm_view_of(problem)),
-                                    micro_tile_source=best.score.source)))
-    out.sort(key=lambda pair: (pair[1].estimate.predicted_s, pair[0]))
+                                    estimate=estimate, gemm_shape=tuple(gemm_view_of(problem)),
+                                    micro_tile_source=best.score.source),
+                    estimate.predicted_s + DRAM_STREAM_RISK * stages.weights_s))
+    out.sort(key=lambda entry: (entry[2], entry[0]))
     return out
 
 
@@ -665,12 +677,19 @@ def choose(spec: Conv2dSpec, direct, winograds: list, lowering: str):
         line = describe_choice(direct.plan.lowering, None, direct.estimate.predicted_s, None, direct_summary,
                                excluded_text)
         return replace(direct, decision=line)
-    m, wbest = winograds[0]
-    take_winograd = lowering == LOWERING or wbest.estimate.predicted_s < direct.estimate.predicted_s
+    m, wbest, wkey = winograds[0]
+    take_winograd = lowering == LOWERING or wkey < direct.estimate.predicted_s
     chosen = LOWERING if take_winograd else direct.plan.lowering
     line = describe_choice(chosen, wbest.estimate.predicted_s, direct.estimate.predicted_s, m, direct_summary,
                            excluded_text if take_winograd is False else "")
-    others = tuple((f"winograd m={om}", s.estimate.predicted_s) for om, s in winograds[1:])
+    # a tile size predicted faster than the one chosen, passed over for its filter's DRAM stream
+    passed = [(om, s) for om, s, key in winograds
+              if s.estimate.predicted_s < (wbest.estimate.predicted_s if take_winograd else direct.estimate.predicted_s)]
+    if passed:
+        om, s = passed[0]
+        line += (f"; m={om} (predicted {s.estimate.predicted_s * 1e3:.3f} ms) passed over: it streams its "
+                 f"transformed filter from DRAM on every call, counted at half the fitted rate for the choice")
+    others = tuple((f"winograd m={om}", s.estimate.predicted_s) for om, s, _ in winograds[1:])
     if take_winograd:
         if excluded_text:
             line += f"; {excluded_text}"

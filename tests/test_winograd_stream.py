@@ -1,0 +1,80 @@
+"""The DRAM stream of a Winograd filter (cost-model form 8): a GEMM stage whose transformed filter
+U lives in DRAM streams it at one chip-wide rate whatever the threads (the chip's static figure
+unless `xfc tiledb calibrate` fits winograd_stream_bytes_per_cycle), and the share
+winograd_stream_exposed of the shorter of (FMAs, stream) adds to the longer, on every thread count.
+The fit recovers a known rate. Unit: nothing is built or timed."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from xfc.cpu.cost_model import DEFAULT_CONSTANTS, dram_bytes_per_second, winograd_stream_bytes_per_second
+from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.winograd import stages_of_plan
+from xfc.ops.spec import make_spec
+from xfc.tiledb.calibrate import GRIDS, Measured, fit, predicted_s, training_cases
+
+from test_calibrate import CLUSTER, HW
+
+pytestmark = pytest.mark.unit
+
+# 512 channels at 14x14: U of F(4,3) is 36 x 512 x 512 floats = 38 MB, past the 32 MB L3.
+BIG = make_spec("conv2d", dict(c=512, h=14, w=14, k=512, r=3, s=3), pad=1)
+
+
+def _stages(constants, m, threads):
+    plan = synthesize_cpu(BIG, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m,
+                          constants=constants).plan
+    return stages_of_plan(plan, HW, CLUSTER, constants)
+
+
+def test_the_stream_rate_is_the_chips_static_rate_unless_one_is_fitted():
+    chip = dram_bytes_per_second(HW)
+    assert winograd_stream_bytes_per_second(HW, CLUSTER) == chip
+    # the fitted dram_efficiency of the direct plans does not move it
+    assert winograd_stream_bytes_per_second(HW, CLUSTER, replace(DEFAULT_CONSTANTS, dram_efficiency=0.3)) == chip
+    fitted = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=12.0)
+    assert winograd_stream_bytes_per_second(HW, CLUSTER, fitted) == pytest.approx(12.0 * CLUSTER.clock_ghz * 1e9)
+
+
+def test_a_filter_in_dram_is_charged_at_the_stream_rate_and_a_filter_on_chip_is_not():
+    slow = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=2.0)
+    fast = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=24.0)
+    one_slow, one_fast = _stages(slow, 4, 1), _stages(fast, 4, 1)
+    assert one_slow.weights_level == one_fast.weights_level == "DRAM"
+    assert one_slow.gemm_bound == "DRAM" and one_slow.gemm_s > 1.5 * one_fast.gemm_s
+    # the stream is the chip's: a second thread divides the FMAs, not the stream
+    two_slow = _stages(slow, 4, 2)
+    assert two_slow.gemm_s > 0.85 * one_slow.gemm_s
+    small = make_spec("conv2d", dict(c=128, h=28, w=28, k=128, r=3, s=3), pad=1)   # U 2.4 MB: on chip
+    plans = [synthesize_cpu(small, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4, constants=c)
+             for c in (slow, fast)]
+    assert plans[0].estimate.predicted_s == plans[1].estimate.predicted_s
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_exposed_share_of_the_stream_adds_to_the_fmas_on_every_thread_count(threads):
+    hidden = replace(DEFAULT_CONSTANTS, winograd_stream_exposed=0.0)
+    shown = replace(DEFAULT_CONSTANTS, winograd_stream_exposed=1.0)
+    overlap, added = _stages(hidden, 4, threads), _stages(shown, 4, threads)
+    assert overlap.weights_level == "DRAM"
+    assert added.gemm_s > 1.2 * overlap.gemm_s
+    assert DEFAULT_CONSTANTS.winograd_stream_exposed == 1.0     # the static guess: they add up
+
+
+def test_the_fit_recovers_a_known_stream_rate():
+    truth = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=10.0)
+    assert truth.winograd_stream_bytes_per_cycle in GRIDS["winograd_stream_bytes_per_cycle"]
+    items = []
+    for case in training_cases():
+        for t in (1, 2):
+            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
+                                  winograd_m=case.winograd_m).plan
+            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
+            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
+    moved = [i for i in items if predicted_s(i, HW, CLUSTER, DEFAULT_CONSTANTS) != i.measured_s]
+    assert moved, "some training plan must stream its filter from DRAM, or the rate cannot be fitted"
+    result = fit(items, HW, CLUSTER)
+    assert result.constants.winograd_stream_bytes_per_cycle == 10.0
+    assert result.worst_after < 1e-9
