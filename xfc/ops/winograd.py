@@ -135,10 +135,13 @@ class WinogradTransforms:
 # names the transforms (hashing their Fraction matrices would cost more than computing them).
 @functools.lru_cache(maxsize=None)
 def _growth(m: int, r: int) -> float:
+    # in exact rationals, rounded once: the matrices are at most 8x8, and this is 5x faster than
+    # converting them to float64 arrays first (the first Winograd synthesis of a process pays it)
     t = transforms(m, r)
-    s_g = np.abs(t.g).sum(axis=1)
-    s_b = np.abs(t.bt).sum(axis=1)
-    return float((np.abs(t.at) @ (s_g * s_b)).max() ** 2 / (t.r * t.r))
+    s_g = [sum(abs(x) for x in row) for row in t.g_exact]
+    s_b = [sum(abs(x) for x in row) for row in t.bt_exact]
+    worst = max(sum(abs(row[j]) * s_g[j] * s_b[j] for j in range(t.alpha)) for row in t.at_exact)
+    return float(worst * worst / (t.r * t.r))
 
 
 @functools.lru_cache(maxsize=None)
