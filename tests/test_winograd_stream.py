@@ -78,3 +78,38 @@ def test_the_fit_recovers_a_known_stream_rate():
     result = fit(items, HW, CLUSTER)
     assert result.constants.winograd_stream_bytes_per_cycle == 10.0
     assert result.worst_after < 1e-9
+
+
+def _choice(constants, threads=1):
+    from xfc.cpu.winograd import DRAM_STREAM_RISK
+    auto = synthesize_cpu(BIG, HW, CLUSTER.role, threads, constants=constants)
+    keys, predicted = {}, {}
+    for m in (2, 4):
+        stages = _stages(constants, m, threads)
+        predicted[m] = synthesize_cpu(BIG, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m,
+                                      constants=constants).estimate.predicted_s
+        keys[m] = predicted[m] + DRAM_STREAM_RISK * stages.streamed_s
+    return auto, keys, predicted
+
+
+def test_a_filter_streamed_whole_from_dram_counts_twice_in_the_choice_and_explain_says_so():
+    passed_over = 0
+    for rate in GRIDS["winograd_stream_bytes_per_cycle"][1:]:
+        constants = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=rate)
+        auto, keys, predicted = _choice(constants)
+        assert _stages(constants, 4, 1).streamed_s > 0           # U 38 MB: past the whole 32 MB L3
+        assert auto.plan.lowering == "winograd"
+        assert auto.plan.winograd_m == min(keys, key=lambda m: (keys[m], m))
+        assert auto.estimate.predicted_s == pytest.approx(predicted[auto.plan.winograd_m])   # estimate unchanged
+        if min(predicted, key=predicted.get) != auto.plan.winograd_m:
+            passed_over += 1
+            assert "passed over" in auto.decision and "from DRAM" in auto.decision
+    assert passed_over, "some rate must put F(4,3) ahead on its estimate but behind on the choice"
+
+
+def test_a_filter_only_partly_past_the_cache_share_is_not_counted_twice():
+    # 256 -> 512 channels at 14x14, F(4,3): U 19 MB in the 32 MB L3, past its 16 MB share
+    spec = make_spec("conv2d", dict(c=256, h=14, w=14, k=512, r=3, s=3), pad=1)
+    plan = synthesize_cpu(spec, HW, CLUSTER.role, 2, lowering="winograd", winograd_m=4).plan
+    stages = stages_of_plan(plan, HW, CLUSTER)
+    assert stages.weights_level == "DRAM" and stages.streamed_s == 0.0

@@ -62,13 +62,15 @@ STAGE_CANDIDATES = 6
 # channels, same tiles, interleaved: 0.206 vs 0.198 ms (K split vs tile split), then 0.387 vs
 # 0.259 ms a minute earlier.
 K_SPLIT_MARGIN = 0.10
-# Choosing among plans, the seconds of a transformed filter U streamed from DRAM on every call
-# count this many times more than predicted: the choice must survive a stream at half the rate.
-# That rate is shared with other processes (other tenants of a cloud host; the GPU and display on a
-# phone): on the AVX-512 host the 38 MB stream of F(4,3) on 512 channels at 14x14 ran at about 12,
-# 22 and 46+ GB/s in three sessions. With the model 0.3% apart, F(2,3) there (U 17 MB, about 1 MB
-# past the L3 share) ran 8% faster than F(4,3) on one thread (1.74 vs 1.88 ms). The reported
-# estimate is not changed.
+# Choosing among plans, the seconds of a transformed filter U larger than the shared cache,
+# streamed whole from DRAM on every call, count this many times more than predicted: the choice
+# must survive a stream at half the rate. That rate is shared with other processes (other tenants of
+# a cloud host; the GPU and display on a phone): on the AVX-512 host the 38 MB stream of F(4,3) on
+# 512 channels at 14x14 ran at about 12, 22 and 46+ GB/s in three sessions. With the model 0.3%
+# apart, F(2,3) there (U 17 MB) ran 8% faster than F(4,3) on one thread (1.74 vs 1.88 ms). A U
+# only partly past the cache share is not counted: whether it spills rests on the share itself, and
+# vgg_7's F(4,3) (U 19 MB, 4 MB past the share) ran 5% faster than F(2,3) on two threads where
+# counting it chose F(2,3). The reported estimate is not changed.
 DRAM_STREAM_RISK = 1.0
 # The transforms' per-store, per-scalar-element and per-group cycles and their arithmetic's sustained
 # share of the FMA rate are CostConstants fields (winograd_*): static guesses in cost_model.py until
@@ -137,7 +139,8 @@ class WinogradStages:
     traffic_level: str = "L2"        # where the transformed tiles live (L2, L3 or DRAM)
     weights_level: str = "L2"        # where the transformed filter U lives between calls (L2, L3 or DRAM)
     traffic_exposed: float = 0.0     # CostConstants.winograd_traffic_exposed
-    weights_s: float = 0.0           # of it, seconds streaming U from DRAM (in gemm_s; DRAM_STREAM_RISK)
+    streamed_s: float = 0.0          # seconds streaming all of U from DRAM on every call (U past the whole
+                                     # shared cache; in gemm_s): DRAM_STREAM_RISK
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         return (("input transform", self.input_s), ("GEMMs", self.gemm_s), ("output transform", self.output_s),
@@ -292,6 +295,9 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr)
     gemm_s = a * a * per_gemm_s
+    # all of U from DRAM on every call, as weights_memory charges it past the whole shared cache
+    whole = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr) + tile_bytes > (hw.l3_bytes or hw.slc_bytes or 0)
+    streamed_s = weights_s if whole else 0.0
     if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the share winograd_stream_exposed adds up
         hidden = min(gemm_s, weights_s)
         if weights_s > gemm_s:
@@ -299,7 +305,7 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
         gemm_s = max(gemm_s, weights_s) + constants.winograd_stream_exposed * hidden
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
                           gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
-                          traffic_exposed=constants.winograd_traffic_exposed, weights_s=weights_s)
+                          traffic_exposed=constants.winograd_traffic_exposed, streamed_s=streamed_s)
 
 
 def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
@@ -657,7 +663,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
                                     levels=stage_levels(spec, m, stages, best.levels, lanes, vectors, sched),
                                     estimate=estimate, gemm_shape=tuple(gemm_view_of(problem)),
                                     micro_tile_source=best.score.source),
-                    estimate.predicted_s + DRAM_STREAM_RISK * stages.weights_s))
+                    estimate.predicted_s + DRAM_STREAM_RISK * stages.streamed_s))
     out.sort(key=lambda entry: (entry[2], entry[0]))
     return out
 
