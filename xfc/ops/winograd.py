@@ -85,11 +85,20 @@ EXTRA_ROUNDINGS = 3                 # filter transform rounding, bias add, final
 Matrix = tuple[tuple[Fraction, ...], ...]
 
 
-def _poly_mul(p: list[Fraction], q: list[Fraction]) -> list[Fraction]:
-    out = [Fraction(0)] * (len(p) + len(q) - 1)
-    for i, x in enumerate(p):
-        for j, y in enumerate(q):
-            out[i + j] += x * y
+def _times_linear(c: list[Fraction], q: Fraction) -> list[Fraction]:
+    """The coefficients (ascending powers) of c(x) (x - q)."""
+    out = [Fraction(0)] + c
+    for i, x in enumerate(c):
+        out[i] -= q * x
+    return out
+
+
+def _divided_by_linear(c: list[Fraction], p: Fraction) -> list[Fraction]:
+    """The quotient of c(x) / (x - p) (ascending powers) for a root p of c (synthetic division)."""
+    out = [Fraction(0)] * (len(c) - 1)
+    out[-1] = c[-1]
+    for k in range(len(c) - 2, 0, -1):
+        out[k - 1] = c[k] + p * out[k]
     return out
 
 
@@ -164,23 +173,25 @@ def transforms(m: int, r: int = FILTER_TAPS) -> WinogradTransforms:
     a = m + r - 1
     if len(points) != a - 1:
         raise ValueError(f"F({m},{r}) needs {a - 1} finite points, got {len(points)}")
+    # full(x) = prod over the points of (x - q); row j of BT holds the coefficients of
+    # full(x) / (x - p_j) = prod over q != p_j of (x - q), and G's row j is divided by that
+    # product's value at p_j (Lagrange); the last rows are the point at infinity
+    full = [Fraction(1)]
+    for q in points:
+        full = _times_linear(full, q)
     g_rows, a_rows = [], []
     bt = [[Fraction(0)] * a for _ in range(a)]
     for j, p in enumerate(points):
-        denominator, numerator = Fraction(1), [Fraction(1)]
+        numerator = _divided_by_linear(full, p)
+        denominator = Fraction(1)
         for q_index, q in enumerate(points):
             if q_index != j:
                 denominator *= p - q
-                numerator = _poly_mul(numerator, [-q, Fraction(1)])
         g_rows.append(tuple(p ** k / denominator for k in range(r)))
         a_rows.append(tuple(p ** i for i in range(m)))
-        for i, coefficient in enumerate(numerator):
-            bt[j][i] = coefficient
+        bt[j][:len(numerator)] = numerator
     g_rows.append(tuple(Fraction(int(k == r - 1)) for k in range(r)))     # the point at infinity
     a_rows.append(tuple(Fraction(int(i == m - 1)) for i in range(m)))
-    full = [Fraction(1)]
-    for q in points:
-        full = _poly_mul(full, [-q, Fraction(1)])
     bt[a - 1] = list(full)
     at = tuple(tuple(a_rows[j][i] for j in range(a)) for i in range(m))
     return WinogradTransforms(m=m, r=r, points=points, at_exact=at, g_exact=tuple(g_rows),
