@@ -340,6 +340,7 @@ class TileDbEvaluator:
         self._warn = warn or (lambda message: None)
         self._static = StaticEvaluator()
         self._rows: dict[str, dict] = {}
+        self._scores: dict = {}          # (tile, isa) -> MicroTileScore (evaluate)
         self.plan_cache = None          # a plancache.PlanCache: warm synthesis (synthesis_evaluator sets it)
         self._say_emulated()
 
@@ -434,6 +435,15 @@ class TileDbEvaluator:
     def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
         if core != self.cluster.core:
             return self._static.evaluate(tile, core, isa)
+        # one synthesis asks for the same tiles hundreds of times (every GEMM of a Winograd plan,
+        # both vector axes); the rows behind an answer do not change while the evaluator lives
+        key = (tile, isa)
+        score = self._scores.get(key)
+        if score is None:
+            score = self._scores[key] = self._evaluate(tile, core, isa)
+        return score
+
+    def _evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
         row = self._rows_for(isa).get(tile_params(tile))
         if row is None or row.source == "static":
             return self._static.evaluate(tile, core, isa)
