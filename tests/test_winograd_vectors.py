@@ -90,3 +90,26 @@ def test_bad_vector_axis_plans_are_refused_in_one_line():
     with pytest.raises(OperatorError, match="vectors 'rows'"):
         synthesize_cpu(SMALL, HW, CLUSTER.role, 1, lowering="winograd", winograd_vectors="rows")
     assert wmath.tile_counts(SMALL, 2) == (4, 4)
+
+
+@pytest.mark.parametrize("floats", [1, 16, 17, 256, 4096, 16 * 256, 49 * 256, 100 * 128, 12345])
+def test_planes_are_an_odd_number_of_cache_lines_apart(floats):
+    from xfc.cpu.winograd import CACHE_LINE_FLOATS, plane_floats
+    stride = plane_floats(floats)
+    lines = stride // CACHE_LINE_FLOATS
+    assert stride % CACHE_LINE_FLOATS == 0 and lines % 2 == 1
+    assert floats <= stride < floats + 2 * CACHE_LINE_FLOATS
+    # the planes' lines at one offset fall in distinct sets of a 64-set L1 (up to 64 planes)
+    assert len({(xi * lines) % 64 for xi in range(64)}) == 64
+
+
+@pytest.mark.parametrize("vectors", ["tiles", "channels"])
+def test_rendered_plane_strides_are_padded(vectors):
+    import re
+    # 256 channels at 14x14, m = 4: 16 tiles, so the unpadded planes of V are 16 KiB apart
+    spec = make_spec("conv2d", dict(c=256, h=14, w=14, k=256, r=3, s=3), pad=1)
+    source = render_cpu_kernel(hand_winograd_plan(spec, 4, "avx512", vectors=vectors)).source
+    for name in ("XFC_V_STRIDE", "XFC_M_STRIDE"):
+        floats = int(re.search(rf"#define {name} (\d+)L", source).group(1))
+        assert floats % 16 == 0 and (floats // 16) % 2 == 1, (name, floats)
+        assert floats >= 16 * 256

@@ -613,9 +613,9 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
                         constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
                         only_m: Optional[int] = None, only_vectors: Optional[str] = None) -> list:
-    """The best Winograd program per admissible tile size, best first: a list of (m, CpuSynthesis,
-    choice seconds), the last the predicted time plus DRAM_STREAM_RISK times its filter's DRAM
-    stream, and the order. Empty when no tile size is admissible for the input channels.
+    """The best Winograd program per admissible tile size: a list of (m, CpuSynthesis, choice
+    seconds) sorted by the last, the predicted time plus DRAM_STREAM_RISK times the seconds of a
+    filter streamed whole from DRAM. Empty when no tile size is admissible for the input channels.
     ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
     only_m: consider this tile size only (OperatorError when it is not admissible); only_vectors:
     this vector axis only (VECTOR_AXES)."""
