@@ -68,16 +68,17 @@ def _winograd_items(truth, threads=(1, 2)) -> list[Measured]:
     return synthetic_items(training_cases(), truth, threads)
 
 
-def synthetic_items(cases, truth, threads=(1, 2)) -> list[Measured]:
+def synthetic_items(cases, truth, threads=(1, 2), winograd_vectors="tiles") -> list[Measured]:
     """'Measurements' of `cases` (TrainingCases) at each thread count: the plan each synthesizes,
-    timed as the model predicts it under the constants `truth`."""
+    timed as the model predicts it under the constants `truth`. winograd_vectors: the Winograd
+    plans' vector axis (default over tiles: the plans these objective tests were designed around;
+    None: the synthesizer's choice)."""
     items = []
     for case in cases:
         for t in threads:
-            # vectors over tiles: the plans these objective tests were designed around
             plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
                                   winograd_m=case.winograd_m,
-                                  winograd_vectors="tiles" if case.lowering == "winograd" else None).plan
+                                  winograd_vectors=winograd_vectors if case.lowering == "winograd" else None).plan
             item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
             items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
     return items

@@ -13,9 +13,10 @@ from xfc.cpu.cost_model import DEFAULT_CONSTANTS, dram_bytes_per_second, winogra
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.winograd import stages_of_plan
 from xfc.ops.spec import make_spec
-from xfc.tiledb.calibrate import GRIDS, Measured, fit, predicted_s, training_cases
+from xfc.tiledb.calibrate import GRIDS, fit, predicted_s, training_cases
 
 from test_calibrate import CLUSTER, HW
+from test_winograd_calibrate import synthetic_items
 
 pytestmark = pytest.mark.unit
 
@@ -66,13 +67,7 @@ def test_the_exposed_share_of_the_stream_adds_to_the_fmas_on_every_thread_count(
 def test_the_fit_recovers_a_known_stream_rate():
     truth = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=10.0)
     assert truth.winograd_stream_bytes_per_cycle in GRIDS["winograd_stream_bytes_per_cycle"]
-    items = []
-    for case in training_cases():
-        for t in (1, 2):
-            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
-                                  winograd_m=case.winograd_m).plan
-            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
-            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
+    items = synthetic_items(training_cases(), truth, winograd_vectors=None)
     moved = [i for i in items if predicted_s(i, HW, CLUSTER, DEFAULT_CONSTANTS) != i.measured_s]
     assert moved, "some training plan must stream its filter from DRAM, or the rate cannot be fitted"
     result = fit(items, HW, CLUSTER)
