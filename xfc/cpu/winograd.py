@@ -532,6 +532,19 @@ def _point_text(p: Fraction) -> str:
     return str(p.numerator) if p.denominator == 1 else f"{p.numerator}/{p.denominator}"
 
 
+# The stages a Winograd kernel runs (the XFC_WINO_STAGES bits of templates/cpu/winograd*.c.j2):
+# all of them, unless a timing build asks for fewer (benchmarks/winograd_stages.py).
+STAGE_BITS = {"whole": 7, "input": 1, "gemms": 2, "output": 4}
+
+
+def stage_only_source(source: str, stage: str) -> str:
+    """A rendered Winograd kernel's source running only `stage` (a STAGE_BITS key). Its output is
+    not the convolution unless the stage is 'whole': for timing one stage, never for use."""
+    if stage not in STAGE_BITS:
+        raise ValueError(f"unknown Winograd stage '{stage}' (one of {', '.join(STAGE_BITS)})")
+    return source if stage == "whole" else f"#define XFC_WINO_STAGES {STAGE_BITS[stage]}\n" + source
+
+
 def plane_floats(floats: int) -> int:
     """The stride between two of the a^2 planes (one per xi) of V or of the GEMM output: floats
     rounded up to whole cache lines, an odd number of them. A tile's input transform stores one
