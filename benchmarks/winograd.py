@@ -118,6 +118,16 @@ def run_peer_child(peer, names, threads, timeout=1800):
 # Ours
 # ---------------------------------------------------------------------------------------------
 
+def layer_names(ap, only: str) -> list[str]:
+    """The layers --only names, comma-separated (default: every one of LAYERS); an unknown name
+    is the parser's error (exit 2)."""
+    names = [n for n in only.split(",") if n] or list(LAYERS)
+    for n in names:
+        if n not in ALL:
+            ap.error(f"unknown layer '{n}' (choose from {', '.join(ALL)})")
+    return names
+
+
 def our_variants(spec, vectors: Optional[str] = None) -> list[tuple[str, dict]]:
     """(label, synthesize_cpu options): direct, each admissible Winograd m (forced), chosen;
     vectors: the Winograd plans' vector axis forced (None: the synthesizer's choice)."""
@@ -197,10 +207,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-child", choices=tuple(PEERS), help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "winograd_host.json"))
     args = ap.parse_args(argv)
-    names = [n for n in args.only.split(",") if n] or list(LAYERS)
-    for n in names:
-        if n not in ALL:
-            ap.error(f"unknown layer '{n}' (choose from {', '.join(ALL)})")
+    names = layer_names(ap, args.only)
     thread_counts = [int(t) for t in args.threads.split(",")]
     if args.peer_child:
         results, info = PEERS[args.peer_child](names, thread_counts[0])

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_cpu  # noqa: E402
 from machine import machine_facts  # noqa: E402
-from winograd import ALL, LAYERS, OPTS  # noqa: E402
+from winograd import ALL, OPTS, layer_names  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
 from xfc.ops.reference import check_output, make_inputs  # noqa: E402
 from xfc.ops.spec import make_spec  # noqa: E402
@@ -83,10 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tile-db", default="auto", help="as `xfc synth --tile-db` (default auto)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "winograd_stages.json"))
     args = ap.parse_args(argv)
-    names = [n for n in args.only.split(",") if n] or list(LAYERS)
-    for n in names:
-        if n not in ALL:
-            ap.error(f"unknown layer '{n}' (choose from {', '.join(ALL)})")
+    names = layer_names(ap, args.only)
     try:
         thread_counts = [int(t) for t in args.threads.split(",")]
         sizes = [int(m) for m in args.m.split(",") if m]
