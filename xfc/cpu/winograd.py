@@ -199,6 +199,12 @@ def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
     return input_cycles, output_cycles
 
 
+def streamed_whole(u_bytes: int, tile_bytes: int, hw) -> bool:
+    """U and the transformed tiles do not fit the whole shared cache (L3, else the SLC): all of U
+    comes from DRAM on every call (weights_memory), the stream DRAM_STREAM_RISK counts."""
+    return u_bytes + tile_bytes > (hw.l3_bytes or hw.slc_bytes or 0)
+
+
 def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int, tile_bytes: int,
                    constants: CostConstants = DEFAULT_CONSTANTS, vectors: str = "tiles",
                    nr: int = 1) -> tuple[str, float]:
@@ -225,7 +231,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # U is streamed in the same order every call and none of it is still there the next time:
     # all of it is charged (vgg_8, 512 channels at 14x14, F(4,3): U 38 MB in a 32 MB L3 was
     # predicted 1.26 ms with 22 MB from DRAM and ran 2.89 ms, where F(2,3) ran 1.77 ms).
-    dram_bytes = u_bytes if u_bytes + tile_bytes > capacity else u_bytes + tile_bytes - shared
+    dram_bytes = u_bytes if streamed_whole(u_bytes, tile_bytes, hw) else u_bytes + tile_bytes - shared
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
 
@@ -295,9 +301,8 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr)
     gemm_s = a * a * per_gemm_s
-    # all of U from DRAM on every call, as weights_memory charges it past the whole shared cache
-    whole = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr) + tile_bytes > (hw.l3_bytes or hw.slc_bytes or 0)
-    streamed_s = weights_s if whole else 0.0
+    streamed_s = weights_s if streamed_whole(FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr), tile_bytes,
+                                             hw) else 0.0
     if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the share winograd_stream_exposed adds up
         hidden = min(gemm_s, weights_s)
         if weights_s > gemm_s:
