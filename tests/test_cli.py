@@ -314,10 +314,33 @@ def test_synth_default_output_directory(tmp_path, capfd, monkeypatch):
     assert code == 0, err
     report = json.loads(out)
     spec = make_spec("matmul", dict(m=9, n=10, k=11))
-    expected = Path("xfc-out") / f"{xfc.load_hardware('host').name}-cpu" / spec.key()
+    hw = xfc.load_hardware("host")
+    cores = hw.cluster().count
+    expected = Path("xfc-out") / f"{hw.name}-cpu" / f"{spec.key()}-fp32-{hw.cluster().role}-t{cores}"
     assert report["output_dir"] == str(expected)
     assert (tmp_path / expected / "report.json").is_file() and (tmp_path / expected / "build.sh").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["xfc-out"]
+
+
+@pytest.mark.host
+def test_default_output_directories_of_different_kernels_do_not_collide(tmp_path, capfd, monkeypatch):
+    """Issue 35 item 1: an int8 run, a one-thread run and a forced lowering of the same shape each get
+    their own default folder; none replaces the fp32 kernel written first."""
+    monkeypatch.chdir(tmp_path)
+    base = ["synth", "conv2d", "--hw", "host", "--shape", "c=16,h=14,w=14,k=16,r=3,s=3", "--pad", "1", "--json"]
+    variants = ([], ["--dtype", "int8"], ["--threads", "1"], ["--lowering", "direct"],
+                ["--dtype", "int8", "--quant", "act=int8"])
+    dirs = []
+    for extra in variants:
+        code, out, err = run(base + extra, capfd)
+        assert code == 0, (extra, err)
+        dirs.append(json.loads(out)["output_dir"])
+    assert len(set(dirs)) == len(variants), dirs
+    assert "-int8-" in dirs[1] and "-t1" in dirs[2] and dirs[3].endswith("-direct")
+    for d in dirs:   # every output is still there, whole
+        assert (tmp_path / d / "report.json").is_file(), d
+    first = json.loads((tmp_path / dirs[0] / "report.json").read_text())
+    assert first.get("dtype", "fp32") == "fp32" and "int8" not in json.dumps(first.get("tiles"))
 
 
 @pytest.mark.host

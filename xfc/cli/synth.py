@@ -8,6 +8,7 @@ files, never replacing them).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -32,8 +33,19 @@ def spec_from_args(args):
                      bias=args.bias, activation=args.activation)
 
 
-def default_out_dir(hw, spec, target: str) -> Path:
-    return DEFAULT_OUT_ROOT / f"{hw.name}-{target}" / spec.key()
+def default_out_dir(hw, spec, args) -> Path:
+    """xfc-out/<hw>-<target>/<op key>-<what else makes the kernel differ>: dtype, the CPU cluster and
+    thread count, a forced lowering and int8 quantization parameters, so that two requests for
+    different kernels never share (and silently replace) one folder."""
+    parts = [spec.key(), args.dtype]
+    if args.target == "cpu" and hw.clusters:
+        cluster = hw.cluster(args.cluster)
+        parts += [cluster.role, f"t{args.threads if args.threads is not None else cluster.count}"]
+    if args.target == "cpu" and args.lowering != "auto":
+        parts.append(args.lowering)
+    if args.dtype == "int8" and args.quant:
+        parts.append("q" + hashlib.sha256(args.quant.encode()).hexdigest()[:8])
+    return DEFAULT_OUT_ROOT / f"{hw.name}-{args.target}" / "-".join(parts)
 
 
 def print_summary(report: dict) -> None:
@@ -93,7 +105,7 @@ def cmd_synth(args) -> int:
     from .hardware import load_for_command_line
     hw = load_for_command_line(args.hw)
     spec = spec_from_args(args)
-    out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args.target)
+    out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args)
     quiet = args.json
     if args.mca:
         if args.target != "cpu" or hw.target_arch != "aarch64":
@@ -265,7 +277,8 @@ def register(sub) -> None:
                    help="int8 quantization: act=uint8|int8, a_scale=, a_zp=, w_scale=, per_channel=0|1, "
                         "out_scale=|auto, out_zp= (defaults: uint8, 0.02, middle of the type, 0.01, 0, auto, middle)")
     p.add_argument("-o", "--output", metavar="DIR",
-                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>); see 'Outputs' below")
+                   help=f"output directory (default: {DEFAULT_OUT_ROOT}/<hw>-<target>/<op key>-<dtype>[-<cluster>-t<threads>]"
+                        "[-<lowering>][-q<quant digest>]); see 'Outputs' below")
     p.add_argument("--force", action="store_true",
                    help="write into an existing directory that holds files xfc did not write; xfc's files go beside "
                         "them, and a file xfc did not write is never deleted or replaced (a same-named one is refused)")
