@@ -393,3 +393,58 @@ def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     with pytest.raises(ToolchainError, match="gcc not found"):
         run_gpu_synth(make_spec("matmul", dict(m=3, n=3, k=3)), hw, dest, verify=True)
     assert snapshot(dest) == before and sorted(os.listdir(tmp_path)) == ["g"]
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("mask, file_mode, exec_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_atomic_writer_honours_the_umask(tmp_path, mask, file_mode, exec_mode):
+    """Issue 35 item 2: the one atomic writer gives files the mode a new file gets under the umask
+    (mkstemp alone made every deliverable 0600, unreadable to another user's build)."""
+    old = os.umask(mask)
+    try:
+        plain = outputs.write_atomic(tmp_path / "a" / "x.h", "int x;\n")
+        script = outputs.write_atomic(tmp_path / "build.sh", "#!/bin/sh\n", executable=True)
+        owned = outputs.write_json_result(tmp_path / "r.json", {"a": 1}, kind="test")
+    finally:
+        os.umask(old)
+    assert owned["a"] == 1
+    assert (plain.stat().st_mode & 0o777, script.stat().st_mode & 0o777) == (file_mode, exec_mode)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == file_mode
+    assert not hidden(tmp_path) and not hidden(tmp_path / "a")
+
+
+def _modes(directory: Path) -> dict:
+    return {str(p.relative_to(directory)): p.stat().st_mode & 0o777 for p in directory.rglob("*") if p.is_file()}
+
+
+@pytest.mark.host
+def test_synth_and_emitted_library_are_readable_by_other_users(tmp_path, capsys, umask_022):
+    """Issue 35 item 2: under umask 022 every file xfc synth and xfc model --emit lib write is 0644
+    (scripts 0755), so an app's build running as another user can read the header, CMakeLists.txt,
+    manifest, weights and sources."""
+    import onnx
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import model_nets as nets
+    from xfc.cli import main
+    synth_dir, lib_dir = tmp_path / "k", tmp_path / "lib"
+    assert main(["synth", "matmul", "--hw", "host", "--shape", "m=5,n=6,k=7", "--json", "-o", str(synth_dir)]) == 0
+    model = tmp_path / "net.onnx"
+    onnx.save(nets.mobilenet_net(blocks=1), str(model))
+    assert main(["model", str(model), "--hw", "host", "--emit", "lib", "--json", "-o", str(lib_dir)]) == 0
+    capsys.readouterr()
+    for directory in (synth_dir, lib_dir):
+        modes = _modes(directory)
+        assert modes, directory
+        wrong = {name: oct(mode) for name, mode in modes.items()   # programs (build.sh, .so) 0755
+                 if mode != (0o755 if name.endswith((".sh", ".so")) else 0o644)}
+        assert not wrong, wrong
+    assert any(name.endswith(".h") for name in _modes(lib_dir)) and "manifest.json" in _modes(lib_dir)

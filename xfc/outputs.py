@@ -414,23 +414,26 @@ def claim_file(path, is_ours: Callable[[Path], bool], *, option: str = "--out") 
                           f"file: choose another {option}, or move it away yourself")
 
 
-def write_owned_file(path, data: bytes | str, is_ours: Callable[[Path], bool], *, option: str = "--out") -> Path:
-    """Write `data` to `path` atomically (temporary sibling + rename), refusing to replace a
-    file `is_ours` does not recognise. Missing parent directories are created."""
+def write_atomic(path, data: bytes | str, *, executable: bool = False, durable: bool = False,
+                 before_replace: Optional[Callable[[], None]] = None) -> Path:
+    """The one atomic file writer: a temporary sibling, renamed over path, so a reader sees the old
+    file or the new one, never half of it. The file gets the mode a new file gets under the umask
+    (0644 under umask 022; 0755 with executable), because users ship these files and another user's
+    build must read them. durable: fsync before the rename (result files); before_replace: a last
+    check run just before the rename (it raises to refuse). Missing parents are created.
+    Ownership rules (which paths xfc may replace) are the callers' (OutputDir, write_owned_file)."""
     path = Path(path)
-    claim_file(path, is_ours, option=option)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xfc-tmp", dir=str(path.parent))
-    except OSError as exc:
-        raise OutputError(f"{option} {path}: cannot write there: {_reason(exc)}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xfc-tmp", dir=str(path.parent))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _umask_mode(0o666))
-        claim_file(path, is_ours, option=option)   # it may have appeared meanwhile
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, _umask_mode(0o777 if executable else 0o666))   # mkstemp made it 0600
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -439,6 +442,22 @@ def write_owned_file(path, data: bytes | str, is_ours: Callable[[Path], bool], *
             pass
         raise
     return path
+
+
+def write_owned_file(path, data: bytes | str, is_ours: Callable[[Path], bool], *, option: str = "--out") -> Path:
+    """Write `data` to `path` atomically (write_atomic, durable), refusing to replace a file `is_ours`
+    does not recognise. Missing parent directories are created."""
+    path = Path(path)
+    claim_file(path, is_ours, option=option)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{option} {path}: cannot write there: {_reason(exc)}") from None
+    try:
+        # the file may have appeared meanwhile: claim it again just before the rename
+        return write_atomic(path, data, durable=True, before_replace=lambda: claim_file(path, is_ours, option=option))
+    except OSError as exc:
+        raise OutputError(f"{option} {path}: cannot write there: {_reason(exc)}") from None
 
 
 def json_is_ours(legacy_keys: tuple[str, ...] = ()) -> Callable[[Path], bool]:

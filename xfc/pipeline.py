@@ -18,7 +18,6 @@ variant (vload_half / vstore_half) runs everywhere and is what `dtype='fp16'` ve
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
@@ -32,7 +31,7 @@ from . import settings
 from ._version import __version__
 from .build import opencl
 from .build.cpu import build_arm, build_host
-from .build.toolchain import RUN_TIMEOUT_S, write_atomic
+from .build.toolchain import RUN_TIMEOUT_S
 from .cpu.codegen import render_cpu_kernel
 from .cpu.synth import synthesize_cpu
 from .errors import OperatorError, VerificationError, XfcError
@@ -41,7 +40,7 @@ from .gpu.ir import PREDICTION_LABEL, GpuKernelPlan
 from .gpu.synth import synthesize_gpu
 from .ops.accuracy import merge
 from .ops.reference import check_output, check_variant_output, make_inputs
-from .outputs import OutputDir
+from .outputs import OutputDir, write_atomic
 from .runners import Measurement, RunSpec, get_runner
 from .runners.host import HostKernel, HostRunner
 from .runners.pocl import HARNESS_RUN_TIMEOUT_S, POCL_LABEL, PoclRunner, compile_check, device_info
@@ -425,8 +424,8 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
         write_atomic(path, gpu_codegen.render_kernel(p))
         files[variant] = path
     write_atomic(out / "harness.c", gpu_codegen.render_harness())
-    write_atomic(out / "build.sh", gpu_codegen.build_script([files[v].name for v in kernels if v != "fp16"]))
-    os.chmod(out / "build.sh", 0o755)
+    write_atomic(out / "build.sh", gpu_codegen.build_script([files[v].name for v in kernels if v != "fp16"]),
+                 executable=True)
     explain_text = synthesis.explain()
     if explain:
         write_atomic(out / "explain.txt", explain_text + "\n")

@@ -15,7 +15,8 @@ import shlex
 from pathlib import Path
 
 from ..cpu.codegen import RenderedKernel
-from .toolchain import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool, run, write_atomic
+from ..outputs import write_atomic
+from .toolchain import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool, run
 
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Wno-unused-function")
 
@@ -35,8 +36,7 @@ def _write_build_script(out_dir: Path, name: str, commands: list[list[str]]) -> 
              'cd "$(dirname "$0")"']
     lines += [shlex.join(cmd) for cmd in commands]
     script = out_dir / name
-    write_atomic(script, "\n".join(lines) + "\n")
-    script.chmod(0o755)
+    write_atomic(script, "\n".join(lines) + "\n", executable=True)
     return script
 
 

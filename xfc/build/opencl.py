@@ -16,7 +16,8 @@ from .. import settings
 from ..errors import ToolchainError
 from ..gpu.codegen import render_harness
 from . import procs
-from .toolchain import APT_PACKAGES as TOOL_PACKAGES, write_atomic
+from ..outputs import write_atomic
+from .toolchain import APT_PACKAGES as TOOL_PACKAGES
 
 APT_PACKAGES = TOOL_PACKAGES["opencl"]
 HARNESS_COMPILE_TIMEOUT_S = 180

@@ -5,7 +5,6 @@
                           returning its CompletedProcess; failures become one ToolchainError line
   failure(proc, what)     that one line for a process that exited non-zero
   digest(*texts)          a short content hash (cache keys, file names of build products)
-  write_atomic(path, data)  temporary sibling + os.replace
 
 Every subprocess xfc starts goes through `run` (or procs.run for callers that read the exit
 status themselves): an argument list, never a shell string, and a timeout.
@@ -13,7 +12,6 @@ status themselves): an argument list, never a shell string, and a timeout.
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import shutil
 import subprocess
@@ -49,23 +47,6 @@ def require_tool(tool: str) -> str:
     if path is None:
         raise ToolchainError(f"'{tool}' was not found on PATH; install it with: {install_hint(tool)}")
     return path
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write path through a temporary sibling and os.replace (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def run(argv: list[str], what: str, timeout: float, cwd: Optional[Path] = None, check: bool = True,

@@ -261,7 +261,7 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
 
 def _build_gpu(synthesis: LayerSynthesis, name: str, layer_dir: Path, runnable: bool) -> LayerKernel:
     from ..build import opencl
-    from ..build.toolchain import write_atomic
+    from ..outputs import write_atomic
     from ..gpu import codegen
     plan = synthesis.result.plan
     layer_dir.mkdir(parents=True, exist_ok=True)

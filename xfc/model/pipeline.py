@@ -140,7 +140,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
 
 def _write_gpu_harness(directory: Path, kernel_files) -> None:
     """The shape-free OpenCL harness source beside the GPU kernels (each .cl file carries its launch line)."""
-    from ..build.toolchain import write_atomic
+    from ..outputs import write_atomic
     from ..gpu import codegen
     write_atomic(directory / "harness.c", codegen.render_harness())
 
