@@ -162,7 +162,7 @@ def _onnx_model(spec):
         node = helper.make_node("Conv", ["A", "B"], ["Y"], group=groups, kernel_shape=[spec.r, spec.s],
                                 strides=[spec.stride_h, spec.stride_w], dilations=[spec.dilation_h, spec.dilation_w],
                                 pads=[spec.pad_top, spec.pad_left, spec.pad_bottom, spec.pad_right])
-        x_shape, y_shape, feed = list(spec.input_shapes[0]), list(spec.output_shape), a
+        x_shape, y_shape, feed = list(spec.operand_shapes[0]), list(spec.output_shape), a
         init = numpy_helper.from_array(b, "B")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, x_shape)],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, y_shape)], initializer=[init])

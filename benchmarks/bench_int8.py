@@ -105,7 +105,7 @@ def onnx_model(spec, q: QuantParams, w, bias):
                                 ["Y"], group=group, kernel_shape=[spec.r, spec.s], strides=[spec.stride_h, spec.stride_w],
                                 dilations=[spec.dilation_h, spec.dilation_w],
                                 pads=[spec.pad_top, spec.pad_left, spec.pad_bottom, spec.pad_right])
-        x_shape, y_shape = list(spec.input_shapes[0]), list(spec.output_shape)
+        x_shape, y_shape = list(spec.operand_shapes[0]), list(spec.output_shape)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.UINT8, x_shape)],
                               [helper.make_tensor_value_info("Y", TensorProto.UINT8, y_shape)], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

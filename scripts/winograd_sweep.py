@@ -83,7 +83,7 @@ def run_case(case: dict, target: str, work: Path, vectors: str) -> dict:
         outs = [runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=1, warmup=0,
                                        timeout_s=RUN_TIMEOUT_S, output_shape=tuple(spec.output_shape),
                                        protocol="times-file", prepacked=prepacked, march=plan.gcc_march,
-                                       input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+                                       input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
                 for prepacked in (False, True)]
     verdicts = [check_winograd_output(spec, case["m"], out, a, b, bias) for out in outs]
     return {"spec": spec.describe(), "threads": threads, "vectors": plan.winograd_vectors,

@@ -167,7 +167,7 @@ def qemu_run(binary, spec, a, b, bias, *, qemu_cpu: str = "max", prepacked: bool
     return QemuRunner(cpu=qemu_cpu).execute(RunSpec(
         harness=Path(binary), inputs=(a, b, bias), repeat=repeats, warmup=warmup, timeout_s=600,
         output_shape=tuple(spec.output_shape), protocol="times-file", prepacked=prepacked, march=march,
-        input_shapes=tuple(tuple(s) for s in spec.input_shapes), flops=spec.flops))
+        input_shapes=tuple(tuple(s) for s in spec.operand_shapes), flops=spec.flops))
 
 
 def compile_only(rendered, out_dir: Path) -> Path:

@@ -151,7 +151,7 @@ def test_sigill_under_the_qemu_runner(sve_binary):
     assert SIGILL_LINE + "armv9-a, emulated CPU: qemu-aarch64 -cpu cortex-a76)" in str(exc.value)
     assert "uncaught" not in str(exc.value)
     spec = make_op_spec("matmul", {"m": 2, "n": 2, "k": 2})
-    a, b, bias = (np.zeros(s, np.float32) for s in spec.input_shapes)
+    a, b, bias = (np.zeros(s, np.float32) for s in spec.operand_shapes)
     with pytest.raises(DeviceError) as exc:   # with the operator's shapes, as the pipeline runs it
         qemu_run(sve_binary, spec, a, b, bias, qemu_cpu="cortex-a76", march="armv9-a")
     assert SIGILL_LINE + "armv9-a, emulated CPU: qemu-aarch64 -cpu cortex-a76)" in str(exc.value)

@@ -138,7 +138,7 @@ def test_batchnorm_folds_into_the_conv(tmp_path):
         np.testing.assert_array_equal(layer.bias, (shift - mean * s).astype(np.float32))
     # Folded conv (fp32 weights) equals conv followed by BatchNormalization, to fp32 rounding.
     layer = steps["rb0_conv2"]
-    x = np.random.default_rng(0).uniform(-1, 1, layer.spec.input_shapes[0]).astype(np.float32)
+    x = np.random.default_rng(0).uniform(-1, 1, layer.spec.operand_shapes[0]).astype(np.float32)
     conv, bn = layer.onnx_nodes
     plain = make_spec("conv2d", dict(c=8, h=6, w=6, k=8, r=3, s=3), pad=1)
     raw = reference(plain, x, consts[conv.input[1]], np.zeros(8))
@@ -274,9 +274,9 @@ def test_layer_bound_covers_input_errors_and_rounding():
     """Any input within e of x: the fp32 result of the layer stays within layer_bound of the exact one."""
     rng = np.random.default_rng(3)
     spec = make_spec("conv2d", dict(c=5, h=7, w=6, k=3, r=3, s=3), pad=1, bias=True, activation="relu")
-    x = rng.uniform(-1, 1, spec.input_shapes[0]).astype(np.float32)
-    w = rng.uniform(-1, 1, spec.input_shapes[1]).astype(np.float32)
-    bias = rng.uniform(-1, 1, spec.input_shapes[2]).astype(np.float32)
+    x = rng.uniform(-1, 1, spec.operand_shapes[0]).astype(np.float32)
+    w = rng.uniform(-1, 1, spec.operand_shapes[1]).astype(np.float32)
+    bias = rng.uniform(-1, 1, spec.operand_shapes[2]).astype(np.float32)
     e = np.full(x.shape, 1e-3)
     bound = bounds.layer_bound(spec, x, e, w, bounds.ZERO, np.abs(bias.astype(np.float64)), 0)
     exact = reference(spec, x, w, bias)

@@ -108,7 +108,7 @@ def build_app(tmp_path, lib_dir: Path, manifest: dict, layer: dict, cross: bool)
 
 def run_layer(tmp_path, app: Path, lib_dir: Path, layer: dict, spec, cross: bool):
     rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, size=spec.input_shapes[0]).astype(np.float32)
+    x = rng.uniform(-1, 1, size=spec.operand_shapes[0]).astype(np.float32)
     w = np.fromfile(lib_dir / layer["weights"]["file"], "<f4").reshape(layer["weights"]["shape"])
     b = np.fromfile(lib_dir / layer["bias"]["file"], "<f4").reshape(layer["bias"]["shape"])
     files = [tmp_path / n for n in ("in.f32", "packed.f32", "plain.f32")]
@@ -147,7 +147,7 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
         entry = by_node[layer.name]
         blob = np.fromfile(lib_dir / entry["weights"]["file"], "<f4").reshape(entry["weights"]["shape"])
         assert np.array_equal(blob, layer.weight) and entry["output"]["tensor"] == layer.output
-        assert entry["input"]["shape"] == list(layer.spec.input_shapes[0])
+        assert entry["input"]["shape"] == list(layer.spec.operand_shapes[0])
     # One layer (a Conv with BatchNormalization folded and Relu fused) through a CMake-built program.
     layer = by_node["rb0_conv1"]
     assert "BatchNormalization" in layer["op"]

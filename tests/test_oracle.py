@@ -304,7 +304,7 @@ def test_error_bound_is_linear_in_the_data_and_counts_the_bias():
 
 def test_depthwise_bound_uses_r_times_s():
     spec = make_spec("depthwise", dict(c=2, h=5, w=5, r=3, s=3))
-    ones = [np.ones(s, np.float32) for s in spec.input_shapes]
+    ones = [np.ones(s, np.float32) for s in spec.operand_shapes]
     bound = error_bound(spec, *ones)
     u = 2.0 ** -24
     np.testing.assert_allclose(bound, 11 * u / (1 - 11 * u) * 9 + TINY, rtol=1e-12)

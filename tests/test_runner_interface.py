@@ -60,7 +60,7 @@ def test_measurement_medians_in_one_place():
 def test_run_spec_checks_shapes_and_entry_points():
     spec = mm(5, 7, 3)
     a, b, bias = make_inputs(spec)
-    shapes = tuple(tuple(s) for s in spec.input_shapes)
+    shapes = tuple(tuple(s) for s in spec.operand_shapes)
     RunSpec(harness=Path("h"), inputs=(a, b, bias), input_shapes=shapes).check_input_shapes("k")
     with pytest.raises(VerificationError, match=r"k: in1 has shape \(2, 2\)"):
         RunSpec(harness=Path("h"), inputs=(a, np.zeros((2, 2), np.float32), bias),
@@ -80,7 +80,7 @@ CASES = [mm(29, 37, 19, bias=True, act="relu"), conv(3, 9, 7, 10, 3, 3, pad=1, b
 
 def _run_spec(harness, spec, a, b, bias, prepacked, **kw):
     return RunSpec(harness=harness, inputs=(a, b, bias), repeat=2, warmup=1, output_shape=tuple(spec.output_shape),
-                   protocol="times-file", prepacked=prepacked, input_shapes=tuple(tuple(s) for s in spec.input_shapes),
+                   protocol="times-file", prepacked=prepacked, input_shapes=tuple(tuple(s) for s in spec.operand_shapes),
                    flops=spec.flops, **kw)
 
 

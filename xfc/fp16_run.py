@@ -70,7 +70,7 @@ def run_fp16_case(spec, hw, work: Path, *, cluster: Optional[str] = None, thread
     outs = tuple(runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=1, warmup=0,
                                         timeout_s=RUN_TIMEOUT_S, output_shape=tuple(spec.output_shape),
                                         protocol="times-file", prepacked=prepacked, march=plan.gcc_march,
-                                        input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+                                        input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
                  for prepacked in (False, True))
     kc = plan.gemm.kc if plan.gemm is not None else None
     checked = [check_fp16_output(spec, out, a, b, bias, kc) for out in outs]

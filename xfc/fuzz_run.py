@@ -172,7 +172,7 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
             harness=artifact, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
             output_shape=tuple(spec.output_shape), label=artifact.name, protocol="times-file",
             march=plan.gcc_march, prepacked=prepacked,
-            input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+            input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
     per_call = _phase("crash", "per-call entry", entry, False)
     pre_packed = _phase("crash", "pre-packed entry", entry, True)
     ratio = _check(spec, {"per-call entry": per_call, "pre-packed entry": pre_packed}, a, b, bias,

@@ -134,7 +134,7 @@ class Kernel:
     """A synthesized, rendered and built CPU kernel.
 
     Built for this machine (an x86-64 description such as 'host'), it is callable on numpy arrays:
-    `kernel(in0, in1, bias=None) -> out`, shaped as spec.input_shapes / spec.output_shape.
+    `kernel(in0, in1, bias=None) -> out`, shaped as spec.operand_shapes / spec.output_shape.
     Built for an ARM description, it is the static aarch64 harness at `files['binary']` (run it
     with `xfc bench`, or under qemu-aarch64); calling it raises XfcError.
     """
@@ -276,7 +276,7 @@ def run_cpu(spec, hw, out_dir: Path, *, cluster=None, threads=None, verify=False
                     harness=artifact, inputs=(a, b, bias), repeat=repeat if bench else 1, warmup=warmup,
                     timeout_s=RUN_TIMEOUT_S, output_shape=spec.output_shape, label=rendered.function_name,
                     protocol="times-file", march=result.plan.gcc_march, prepacked=prepacked,
-                    input_shapes=tuple(tuple(s) for s in spec.input_shapes), flops=spec.flops))
+                    input_shapes=tuple(tuple(s) for s in spec.operand_shapes), flops=spec.flops))
             try:
                 per_call, timing = measure(prepacked=False), measure(prepacked=True)
                 wm = result.plan.winograd_m

@@ -172,7 +172,7 @@ def run_sanitized(binary: Path, spec, inputs, *, prepacked: bool) -> str:
             harness=binary, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
             output_shape=tuple(spec.output_shape), env=tuple(SANITIZER_ENV.items()), label=binary.name,
             protocol="times-file", prepacked=prepacked,
-            input_shapes=tuple(tuple(s) for s in spec.input_shapes))).output
+            input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
     except (VerificationError, ToolchainError, DeviceError) as exc:
         # '==123==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x...' -> the kind only
         return re.sub(r"==\d+==ERROR: (\w+Sanitizer: [\w-]+).*", r"\1", str(exc))

@@ -10,7 +10,7 @@ C entry point of every kernel (dimensions are compile-time constants):
 
     int <function_name>(const float *in0, const float *in1, const float *bias, float *out);
 
-with in0/in1/bias/out laid out as OperatorSpec.input_shapes / output_shape (C order). Returns 0,
+with in0/in1/bias/out laid out as OperatorSpec.operand_shapes / output_shape (C order). Returns 0,
 or 1 when scratch memory cannot be allocated. The harness adds
 
     int <function_name>_bench(in0, in1, bias, out, int warmup, int repeats, double *samples);
@@ -434,7 +434,7 @@ def render_cpu_kernel(plan: CpuKernelPlan) -> RenderedKernel:
         harness_ctx = {
             "header_lines": ctx["header_lines"], "template_name": "cpu/harness.c.j2",
             "function_name": plan.function_name, "bench_name": f"{plan.function_name}_bench",
-            "in_elems": [math.prod(shape) for shape in spec.input_shapes],
+            "in_elems": [math.prod(shape) for shape in spec.operand_shapes],
             "out_elems": math.prod(spec.output_shape), "elem": ctx["elem"],
         }
         harness = env.get_template("cpu/harness.c.j2").render(**harness_ctx)

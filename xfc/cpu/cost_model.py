@@ -307,7 +307,7 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     shared_bytes_moved = batch * tile.elem_bytes * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
     shared_s = shared_bytes_moved / k_.shared_cache_bytes_per_s(clock_hz, threads)
     # DRAM: every tensor once (inputs, weights, output).
-    dram_bytes = tile.elem_bytes * (sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape))
+    dram_bytes = tile.elem_bytes * (sum(math.prod(s) for s in spec.operand_shapes) + math.prod(spec.output_shape))
     dram_s = dram_bytes / dram_bytes_per_second(hw, k_)
     # Packing is extra work on the cores (rates in elements per cycle per core, see the constants).
     # Weights (matmul B, transposed filters) are assumed pre-packed and not charged.

@@ -60,10 +60,10 @@ def _wrap_entry_points(r: RenderedKernel, body: str, helpers: str = "") -> str:
         "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>",
         f"static int {fn}__exact{proto};", f"static int {fn}_packed__exact{proto};",
         f"int {fn}{proto};", f"int {fn}_packed{proto};", f"long {fn}_packed_floats(void);", helpers, ""])
-    in0_floats = math.prod(spec.input_shapes[0])
+    in0_floats = math.prod(spec.operand_shapes[0])
     out_floats, row = math.prod(spec.output_shape), spec.output_shape[-1]
     wrappers = []
-    for name, weights, weight_floats in ((fn, "in1", str(math.prod(spec.input_shapes[1]))),
+    for name, weights, weight_floats in ((fn, "in1", str(math.prod(spec.operand_shapes[1]))),
                                          (f"{fn}_packed", "packed", f"{fn}_packed_floats()")):
         text = (body.replace("CALL", f"{name}__exact").replace("WEIGHT_FLOATS", f"(long)({weight_floats})")
                 .replace("WEIGHTS", weights).replace("IN0_FLOATS", f"{in0_floats}L")

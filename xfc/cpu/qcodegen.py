@@ -9,7 +9,7 @@ C entry points (dimensions and quantization constants are compile-time; scales a
     int  <fn>(const void *x, const int8_t *w, const int32_t *bias, const float *mult, void *out);
     int  <fn>_bench / <fn>_bench_packed(..., int warmup, int repeats, double *samples);
 
-x: uint8 or int8 activations (spec.input_shapes[0]); w: int8 (input_shapes[1]); bias: int32 per
+x: uint8 or int8 activations (spec.operand_shapes[0]); w: int8 (input_shapes[1]); bias: int32 per
 output channel (NULL: none); mult: fp32 per output channel (xfc.ops.quant.multipliers); out: the
 activation type, spec.output_shape. Return 0, or 1 when scratch memory cannot be allocated.
 """
@@ -132,8 +132,8 @@ def render_int8_kernel(plan: QPlan) -> QRenderedKernel:
         if plan.target_arch == "aarch64":   # a program run under qemu-aarch64 (xfc/runners/qqemu.py)
             spec = plan.spec
             harness = _env().get_template("cpu/qharness_main.c.j2").render(
-                fn=plan.function_name, x_bytes=int(np.prod(spec.input_shapes[0])),
-                w_bytes=int(np.prod(spec.input_shapes[1])), channels=channels(spec),
+                fn=plan.function_name, x_bytes=int(np.prod(spec.operand_shapes[0])),
+                w_bytes=int(np.prod(spec.operand_shapes[1])), channels=channels(spec),
                 out_bytes=int(np.prod(spec.output_shape)))
         else:
             harness = _env().get_template("cpu/qharness.c.j2").render(fn=plan.function_name)

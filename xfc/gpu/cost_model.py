@@ -146,7 +146,7 @@ def evaluate(cand: Candidate, spec, gpu, half: bool, eb: int, line: int, dram_gb
     l2_bytes += staged_lines * line
     t_l2 = l2_bytes / (cu * L2_BYTES_PER_CLOCK_PER_CU * clock)
 
-    unique = sum(math.prod(s) for s in spec.input_shapes) * eb + math.prod(spec.output_shape) * eb
+    unique = sum(math.prod(s) for s in spec.operand_shapes) * eb + math.prod(spec.output_shape) * eb
     t_dram = unique / (dram_gbps * 1e9)
 
     # latency: dependent round trips of one work-item, times the rounds of resident groups

@@ -171,7 +171,7 @@ class GpuKernelPlan:
 
     def buffer_elements(self) -> tuple[int, int, int, int]:
         import numpy as np
-        shapes = (*self.spec.input_shapes, self.spec.output_shape)
+        shapes = (*self.spec.operand_shapes, self.spec.output_shape)
         return tuple(int(np.prod(s, dtype=np.int64)) for s in shapes)
 
     def launch_line(self) -> str:

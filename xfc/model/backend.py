@@ -139,7 +139,7 @@ class _PerCallKernel:
 
     def run(self, x, weight, bias, repeat: int = 1, warmup: int = 0):
         from ..runners import RunSpec
-        shapes = self.spec.input_shapes
+        shapes = self.spec.operand_shapes
         zeros = np.zeros(shapes[2], np.float32) if bias is None else bias
         self.last = self.runner.execute(RunSpec(
             harness=self.artifact, inputs=(_fp32(x, shapes[0]), _fp32(weight, shapes[1]), _fp32(zeros, shapes[2])),

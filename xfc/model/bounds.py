@@ -87,7 +87,7 @@ def layer_bound(spec, x: np.ndarray, e_x, weight: np.ndarray, e_w, bias_magnitud
     g = gamma(spec.reduction_size + 2 + fold_units)
     ax = np.abs(x.astype(np.float64))
     aw = np.abs(weight.astype(np.float64))
-    zero_bias = np.zeros(spec.input_shapes[2])
+    zero_bias = np.zeros(spec.operand_shapes[2])
     e_x = np.broadcast_to(np.asarray(e_x, np.float64), ax.shape)
     if is_zero(e_w):
         out = reference(plain, (1 + g) * e_x + g * ax, aw, zero_bias)
@@ -114,7 +114,7 @@ def winograd_layer_bound(plain, x: np.ndarray, e_x, weight: np.ndarray, e_w, bia
     from ..ops.winograd import channel_roundings, winograd_magnitude
     ax = np.abs(x.astype(np.float64))
     aw = np.abs(weight.astype(np.float64))
-    zero_bias = np.zeros(plain.input_shapes[2])
+    zero_bias = np.zeros(plain.operand_shapes[2])
     e_x = np.broadcast_to(np.asarray(e_x, np.float64), ax.shape)
     e_w = np.broadcast_to(np.asarray(0.0 if e_w is None else e_w, np.float64), aw.shape)
     if is_zero(e_x) and is_zero(e_w):

@@ -3,7 +3,7 @@
 A Layer is one xfc kernel call. It may run several ONNX nodes: its main node (Conv, Gemm,
 MatMul) plus what was absorbed into it: a BatchNormalization folded into a conv's weights and
 bias, a bias Add after a MatMul, and a Relu or Clip(0, 6) fused into the epilogue. Weights and
-bias are stored in the layout the xfc kernel takes (ops.py: OperatorSpec.input_shapes), fp32.
+bias are stored in the layout the xfc kernel takes (ops.py: OperatorSpec.operand_shapes), fp32.
 """
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ class Layer:
     feed: Union[ConvFeed, MatmulFeed]
     output: str                      # the tensor the layer writes (the last absorbed node's output)
     out_shape: tuple[int, ...]       # its ONNX shape
-    weight: Optional[np.ndarray]     # fp32, spec.input_shapes[1]; None when B is not a constant
-    bias: np.ndarray                 # fp32, spec.input_shapes[2] (zeros when there is no bias)
+    weight: Optional[np.ndarray]     # fp32, spec.operand_shapes[1]; None when B is not a constant
+    bias: np.ndarray                 # fp32, spec.operand_shapes[2] (zeros when there is no bias)
     bias_magnitude: np.ndarray       # float64 magnitude of the bias before the fold's roundings (bounds)
     fold_units: int                  # rounding units that folding may add, in xfc or another runtime
     flops: int                       # FLOPs of every ONNX node the layer runs (coverage.py)

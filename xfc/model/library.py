@@ -101,7 +101,7 @@ def packed_floats(rendered) -> int:
     spec = plan.spec
     if getattr(plan, "lowering", "") == "winograd":   # U: (m+2)^2 x C x K rounded up to the register tile
         return winograd_packed_floats(spec, plan.winograd_m, plan.winograd_vectors, plan.gemm.mr, plan.gemm.nr)
-    return int(np.prod(spec.input_shapes[1]))
+    return int(np.prod(spec.operand_shapes[1]))
 
 
 def _templates() -> jinja2.Environment:
@@ -152,9 +152,9 @@ def emit_library(net: MappedNetwork, syntheses: Mapping, names: Mapping, hw, lib
         objects.append(obj)
         kernels.append({"function": function, "macro": function.upper(), "spec": spec.describe(),
                         "nodes": nodes_of.get(spec, []), "march": march,
-                        "in_floats": int(np.prod(spec.input_shapes[0])),
-                        "weight_floats": int(np.prod(spec.input_shapes[1])),
-                        "bias_floats": int(np.prod(spec.input_shapes[2])),
+                        "in_floats": int(np.prod(spec.operand_shapes[0])),
+                        "weight_floats": int(np.prod(spec.operand_shapes[1])),
+                        "bias_floats": int(np.prod(spec.operand_shapes[2])),
                         "out_floats": int(np.prod(spec.output_shape)), "packed_floats": packed_floats(rendered)})
     archive_name = f"lib{prefix}-{abi}.a"
     tmp = Path(scratch) / archive_name
@@ -177,18 +177,18 @@ def emit_library(net: MappedNetwork, syntheses: Mapping, names: Mapping, hw, lib
                  "kernel": names[layer.spec], "function": function, "prepack_function": f"{function}_prepack",
                  "packed_function": f"{function}_packed", "packed_floats": by_spec[function]["packed_floats"],
                  "spec": layer.spec.describe(),
-                 "input": {"shape": list(layer.spec.input_shapes[0]), "feed": _feed(layer)},
+                 "input": {"shape": list(layer.spec.operand_shapes[0]), "feed": _feed(layer)},
                  "output": {"tensor": layer.output, "shape": list(layer.spec.output_shape),
                             "onnx_shape": list(layer.out_shape)}}
         if layer.weight is not None:
             write_atomic(lib_dir / f"{stem}.weight.f32", np.ascontiguousarray(layer.weight, "<f4").tobytes())
-            entry["weights"] = {"file": f"{stem}.weight.f32", "shape": list(layer.spec.input_shapes[1]),
+            entry["weights"] = {"file": f"{stem}.weight.f32", "shape": list(layer.spec.operand_shapes[1]),
                                 "dtype": "float32 little-endian"}
         else:
-            entry["weights"] = {"tensor": layer.feed.b_name, "shape": list(layer.spec.input_shapes[1]),
+            entry["weights"] = {"tensor": layer.feed.b_name, "shape": list(layer.spec.operand_shapes[1]),
                                 "note": "not a constant: computed by the network; call the unpacked function"}
         write_atomic(lib_dir / f"{stem}.bias.f32", np.ascontiguousarray(layer.bias, "<f4").tobytes())
-        entry["bias"] = {"file": f"{stem}.bias.f32", "shape": list(layer.spec.input_shapes[2]),
+        entry["bias"] = {"file": f"{stem}.bias.f32", "shape": list(layer.spec.operand_shapes[2]),
                          "dtype": "float32 little-endian"}
         layers.append(entry)
     manifest = {"xfc_library": 1, "xfc_version": __version__, "model": model_name, "hardware": hw.name,

@@ -388,9 +388,9 @@ class _Mapper:
             self.absorbed.update(taken)
             run = [i, *taken]
             weight = None if core.weight is None else np.ascontiguousarray(core.weight, dtype=np.float32)
-            bias = np.zeros(spec.input_shapes[2], np.float32) if core.bias is None else core.bias.astype(np.float32)
+            bias = np.zeros(spec.operand_shapes[2], np.float32) if core.bias is None else core.bias.astype(np.float32)
             magnitude = (core.bias_magnitude if core.bias_magnitude is not None
-                         else np.abs(core.bias) if core.bias is not None else np.zeros(spec.input_shapes[2]))
+                         else np.abs(core.bias) if core.bias is not None else np.zeros(spec.operand_shapes[2]))
             out_shape = self.loaded.shape(core.output) or tuple(spec.output_shape)
             steps.append(Layer(
                 name=self.names[i], op_type=node.op_type, fused_ops=tuple(fused),

@@ -121,20 +121,20 @@ def _layer_inputs(layer: Layer, values, errors):
     if isinstance(feed, ConvFeed):
         x = values[feed.input_name]
         e = errors[feed.input_name]
-        return x.reshape(spec.input_shapes[0]), e if e is None else np.broadcast_to(e, x.shape).reshape(
-            spec.input_shapes[0]), None, B.ZERO
+        return x.reshape(spec.operand_shapes[0]), e if e is None else np.broadcast_to(e, x.shape).reshape(
+            spec.operand_shapes[0]), None, B.ZERO
     a = values[feed.a_name]
     ea = errors[feed.a_name]
-    a_k = _to_kernel(a, feed.a_transpose, feed.a_view, feed.a_broadcast, spec.input_shapes[0])
+    a_k = _to_kernel(a, feed.a_transpose, feed.a_view, feed.a_broadcast, spec.operand_shapes[0])
     ea_k = None if ea is None else _to_kernel(np.broadcast_to(ea, a.shape), feed.a_transpose, feed.a_view,
-                                              feed.a_broadcast, spec.input_shapes[0])
+                                              feed.a_broadcast, spec.operand_shapes[0])
     if feed.b_name is None:
         return a_k, ea_k, None, B.ZERO
     b = values[feed.b_name]
     eb = errors[feed.b_name]
-    b_k = _to_kernel(b, feed.b_transpose, feed.b_view, feed.b_broadcast, spec.input_shapes[1])
+    b_k = _to_kernel(b, feed.b_transpose, feed.b_view, feed.b_broadcast, spec.operand_shapes[1])
     eb_k = None if eb is None else _to_kernel(np.broadcast_to(eb, b.shape), feed.b_transpose, feed.b_view,
-                                              feed.b_broadcast, spec.input_shapes[1])
+                                              feed.b_broadcast, spec.operand_shapes[1])
     return a_k, ea_k, b_k, eb_k
 
 

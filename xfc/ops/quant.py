@@ -244,7 +244,7 @@ def make_qinputs(spec: OperatorSpec, q: QuantParams, seed: int = 0, mode: str = 
     w = -128 everywhere (the largest |accumulator|: K x 255 x 128 with zero points at the ends)."""
     rng = np.random.default_rng(seed)
     lo, hi = TYPE_RANGE[q.act_type]
-    x_shape, w_shape, b_shape = spec.input_shapes
+    x_shape, w_shape, b_shape = spec.operand_shapes
     if mode == "extreme":
         far = lo if abs(lo - q.a_zero_point) >= abs(hi - q.a_zero_point) else hi
         x = np.full(x_shape, far, np_type(q.act_type))

@@ -4,6 +4,8 @@ accuracy.py), for fp32 kernels and for kernels with fp16 storage and fp32 arithm
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from .accuracy import Verdict, judge, variance_bound  # noqa: F401  (Verdict: re-exported)
@@ -28,13 +30,15 @@ def input_scale(spec: OperatorSpec) -> float:
     return max(1.0, float(np.sqrt(3.0 * RELU6_SPREAD / np.sqrt(spec.reduction_size))))
 
 
-def make_inputs(spec: OperatorSpec, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Deterministic fp32 inputs: (first operand, second operand, bias), uniform in [-1, 1); for a
-    ReLU6 epilogue both operands are scaled by input_scale(spec) (same seed, same arrays)."""
+def make_inputs(spec: OperatorSpec, seed: int = 0) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """Deterministic fp32 inputs: (first operand, second operand, bias), uniform in [-1, 1); bias is
+    None when the spec adds none (spec.input_shapes). For a ReLU6 epilogue both operands are scaled
+    by input_scale(spec) (same seed, same arrays)."""
     rng = np.random.default_rng(seed)
-    a, b, bias = (rng.uniform(-1.0, 1.0, size=shape) for shape in spec.input_shapes)
+    a, b = (rng.uniform(-1.0, 1.0, size=shape) for shape in spec.operand_shapes[:2])
+    bias = rng.uniform(-1.0, 1.0, size=spec.operand_shapes[2]).astype(np.float32) if spec.epilogue.bias else None
     scale = input_scale(spec)
-    return (a * scale).astype(np.float32), (b * scale).astype(np.float32), bias.astype(np.float32)
+    return (a * scale).astype(np.float32), (b * scale).astype(np.float32), bias
 
 
 def _epilogue(out: np.ndarray, bias: np.ndarray, spec: OperatorSpec, bias_axis: int) -> np.ndarray:

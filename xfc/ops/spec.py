@@ -43,7 +43,16 @@ class Epilogue:
 
 
 class _Spec:
-    """What every spec offers beside its fields."""
+    """What every spec offers beside its fields.
+
+    operand_shapes: the three operands of every kernel's C entry point (input, weights, bias); the
+    bias pointer is part of the ABI even when the epilogue adds none (the kernel then never reads it).
+    input_shapes: the inputs a caller passes: (input, weights), plus the bias only when the spec has one.
+    """
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return self.operand_shapes if self.epilogue.bias else self.operand_shapes[:2]
 
     def shape_dict(self) -> dict[str, int]:
         """The size fields (everything but the epilogue), in declaration order."""
@@ -68,7 +77,7 @@ class MatmulSpec(_Spec):
         return self.k
 
     @property
-    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+    def operand_shapes(self) -> tuple[tuple[int, ...], ...]:
         return ((self.batch, self.m, self.k), (self.batch, self.k, self.n), (self.n,))
 
     @property
@@ -148,7 +157,7 @@ class Conv2dSpec(_WindowedSpec):
         return self.c * self.r * self.s
 
     @property
-    def input_shapes(self):
+    def operand_shapes(self):
         return ((self.n, self.c, self.h, self.w), (self.k, self.c, self.r, self.s), (self.k,))
 
     @property
@@ -176,7 +185,7 @@ class DepthwiseSpec(_WindowedSpec):
         return self.r * self.s
 
     @property
-    def input_shapes(self):
+    def operand_shapes(self):
         return ((self.n, self.c, self.h, self.w), (self.c, 1, self.r, self.s), (self.c,))
 
     @property
@@ -217,7 +226,7 @@ def _validate(spec: OperatorSpec) -> OperatorSpec:
             raise OperatorError(
                 f"{spec.name}: padding ({spec.pad_top},{spec.pad_left},{spec.pad_bottom},{spec.pad_right}) "
                 f"must be smaller than the {spec.r}x{spec.s} window extent")
-    for shape in (*spec.input_shapes, spec.output_shape):
+    for shape in (*spec.operand_shapes, spec.output_shape):
         if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
             raise OperatorError(f"{spec.name}: a tensor of shape {shape} exceeds {MAX_ELEMENTS} elements")
     return spec

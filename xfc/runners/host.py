@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import DeviceError, ToolchainError, VerificationError
+from ..errors import DeviceError, OperatorError, ToolchainError, VerificationError
 from ..guards import GuardedBuffer
 from ..ops.reference import check_output
 from .base import Measurement, Runner, RunSpec
@@ -59,8 +59,17 @@ class HostKernel:
     _INPUT_NAMES = ("in0", "in1", "bias")
 
     def _input(self, index: int, arr) -> np.ndarray:
-        """Input `index` (0: in0, 1: in1, 2: bias; bias None means zeros) as contiguous fp32 of its shape."""
-        shape = tuple(self.spec.input_shapes[index])
+        """Input `index` (0: in0, 1: in1, 2: bias) as contiguous fp32 of its shape. A kernel built
+        without a bias takes none (its C entry point gets zeros it never reads); one built with a
+        bias needs it: either mistake is an OperatorError, never a silently wrong result."""
+        shape = tuple(self.spec.operand_shapes[index])
+        if index == 2 and (arr is None) == self.spec.epilogue.bias:
+            name = self.rendered.function_name
+            if arr is None:
+                raise OperatorError(f"{name}: the kernel adds a bias (spec built with bias=True): pass bias, "
+                                    f"shape {shape}")
+            raise OperatorError(f"{name}: the kernel has no bias (spec built without bias=True), so a bias "
+                                f"would be ignored: call it with two inputs, or build the spec with bias=True")
         if arr is None and index == 2:
             return np.zeros(shape, np.float32)
         arr = np.ascontiguousarray(arr, dtype=np.float32)

@@ -80,7 +80,7 @@ class QHostKernel:
         self.in_dtype = np.uint8 if self.plan.quant.act_type == "uint8" else np.int8
 
     def _inputs(self, x, w, bias, mult):
-        shapes = self.spec.input_shapes
+        shapes = self.spec.operand_shapes
         x = np.asarray(x)
         if x.shape != tuple(shapes[0]) or x.dtype != self.in_dtype:
             raise VerificationError(f"{self.rendered.function_name}: x is {x.dtype}{x.shape}, "

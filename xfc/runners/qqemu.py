@@ -44,7 +44,7 @@ class QQemuKernel:
         return where_qemu(self.cpu)
 
     def _inputs(self, x, w, bias, mult) -> list[bytes]:
-        shapes, fn = self.spec.input_shapes, self.rendered.function_name
+        shapes, fn = self.spec.operand_shapes, self.rendered.function_name
         x, w = np.asarray(x), np.asarray(w)
         if x.shape != tuple(shapes[0]) or x.dtype != self.in_dtype:
             raise VerificationError(f"{fn}: x is {x.dtype}{x.shape}, expected {np.dtype(self.in_dtype)}{tuple(shapes[0])}")
