@@ -195,7 +195,7 @@ EXTRA_SHAPES = {
 }
 
 RECORDED_CPUINFO = ("processor\t: 0\nmodel name\t: recorded x86-64 snapshot host\ncpu MHz\t\t: 3000.000\n"
-                    "flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw avx512dq avx512vl\n")
+                    "flags\t\t: fpu sse sse2 pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm movbe xsave avx f16c fma abm bmi1 avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl\n")
 RECORDED_CACHES = {"L1d": {"size_kib": 48, "line_bytes": 64, "ways": 12, "shared_by_cores": 1},
                    "L2": {"size_kib": 1280, "line_bytes": 64, "ways": 20, "shared_by_cores": 1},
                    "L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 8}}

@@ -139,7 +139,8 @@ def host_description(isa: str):
     if isa in RUNNABLE_ISAS:
         return xfc.load_hardware(f"host:{isa}")
     info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
-    info["flags"] = set(info["flags"]) | {"avx512f", "avx2", "fma"}
+    from xfc.hardware.host import X86_64_V4_FLAGS
+    info["flags"] = set(info["flags"]) | set(X86_64_V4_FLAGS)
     from xfc.hardware.host import read_caches
     return describe_host(info, read_caches(), host_cpus(), "x86_64", isa=isa)
 
@@ -341,7 +342,7 @@ def stack_vector_accesses(loop: list[str], arm: bool) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 RECORDED_CPUINFO = ("processor\t: 0\nmodel name\t: recorded x86-64 test host\ncpu MHz\t\t: 3000.000\n"
-                    "flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw avx512dq avx512vl\n")
+                    "flags\t\t: fpu sse sse2 pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm movbe xsave avx f16c fma abm bmi1 avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl\n")
 RECORDED_CACHES = {"L1d": {"size_kib": 48, "line_bytes": 64, "ways": 12, "shared_by_cores": 1},
                    "L2": {"size_kib": 1024, "line_bytes": 64, "ways": 16, "shared_by_cores": 1},
                    "L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 8}}

@@ -173,7 +173,7 @@ def test_broken_hw_file_for_synth_exits_2_one_line(tmp_path, content, capfd):
 TOO_MANY_THREADS = support.host_cpus() + 1
 
 BAD_REQUESTS = [
-    (["synth", "softmax", "--hw", "host", "--shape", "m=1"], "invalid choice: 'softmax'"),
+    (["synth", "softmax", "--hw", "host", "--shape", "m=1"], "invalid choice 'softmax'"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=4"], "missing k"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=0,k=4"], "'n' must be >= 1"),
     (["synth", "matmul", "--hw", "host", "--shape", "m=4,n=x,k=4"], "not an integer"),
@@ -420,3 +420,58 @@ def test_synth_gpu_fp16_runs_the_fp16_storage_variant(tmp_path, capfd):
     half = list((tmp_path / "h").glob("*.fp16.cl"))
     assert len(half) == 1 and "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in half[0].read_text()
     support.record("opencl (PoCL)", "ran")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 35: argument errors as one line with the closest name; one host description everywhere;
+# effective GFLOP/s labelled next to the peak
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv, contains", [
+    (["synth", "matmu", "--hw", "x", "--shape", "m=1"], "did you mean 'matmul'?"),
+    (["synth", "matmul", "--hw", "x", "--shape", "m=1", "--dtype", "fp61"], "did you mean 'fp16'?"),
+    (["synth", "matmul", "--hw", "x", "--shape", "m=1", "--activation", "relu7"], "did you mean 'relu6'?"),
+    (["sinth", "matmul"], "did you mean 'synth'?"),
+    (["synth", "matmul", "--hw", "snapdragon-856", "--shape", "m=4,n=4,k=4"], "did you mean 'snapdragon-865'?"),
+    (["synth", "matmul", "--shape", "m=4,n=4,k=4"], "the following arguments are required: --hw"),
+    (["synth", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4", "--threds", "1"], "unrecognized arguments"),
+])
+def test_argument_errors_are_one_line_with_the_closest_name(argv, contains, capfd):
+    """Issue 35 item 9: no usage block before the error, and a mistyped name gets the closest valid one."""
+    code, out, err = run(argv, capfd)
+    assert code == 2 and "Traceback" not in err and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("xfc: error: ") and contains in err, err
+
+
+@pytest.mark.host
+def test_hw_list_and_hw_show_describe_the_host_alike(capfd):
+    """Issue 35 item 6: 'xfc hw list' used the assumed host (two full-width FMAs per cycle) where
+    'xfc hw show host' used the probed one: 166 vs 118 GFLOP/s per core on one machine."""
+    code, out, err = run(["hw", "list", "--json"], capfd)
+    assert code == 0, err
+    row = next(r for r in json.loads(out) if r["name"] == "host")
+    code, out, err = run(["hw", "show", "host", "--json"], capfd)
+    assert code == 0, err
+    shown = json.loads(out)["derived"]["clusters"][0]["peak_gflops_per_core"]
+    assert row["clusters"][0]["peak_gflops_per_core"] == shown
+
+
+@pytest.mark.host
+def test_winograd_gflops_are_labelled_effective_next_to_the_peak(tmp_path, capfd):
+    """Issue 35 item 8: a Winograd plan's GFLOP/s count the direct convolution's FLOPs and may exceed
+    the cores' peak; the report says which basis it uses and gives the peak beside it."""
+    argv = ["synth", "conv2d", "--hw", "host", "--shape", "c=64,h=28,w=28,k=64,r=3,s=3", "--pad", "1",
+            "--threads", "1", "--bench", "--repeat", "3"]
+    code, out, err = run(argv + ["--lowering", "winograd", "-o", str(tmp_path / "w")], capfd)
+    assert code == 0, err
+    assert "effective GFLOP/s (" in out and "measured:" in out and "effective GFLOP/s, median" in out
+    assert "may exceed the peak of" in out
+    report = json.loads((tmp_path / "w" / "report.json").read_text())
+    hw = xfc.load_hardware("host")
+    assert report["gflops_basis"] == "effective" and report["peak_gflops"] > 0
+    code, out, err = run(argv + ["--lowering", "direct", "--json", "-o", str(tmp_path / "d")], capfd)
+    direct = json.loads(out)
+    assert code == 0 and direct["gflops_basis"] == "executed" and direct["peak_gflops"] == report["peak_gflops"]
+    assert hw.cluster().count >= 1

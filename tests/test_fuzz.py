@@ -58,7 +58,8 @@ NEEDS = {"host": (needs_host, pytest.mark.host), "qemu": (needs_arm, pytest.mark
 
 
 def _fixed_host():
-    info = parse_cpuinfo("processor: 0\nmodel name: test x86\ncpu MHz: 2000\nflags: avx512f avx2 fma sse2\n")
+    from xfc.hardware.host import X86_64_V4_FLAGS
+    info = parse_cpuinfo("processor: 0\nmodel name: test x86\ncpu MHz: 2000\nflags: " + " ".join(X86_64_V4_FLAGS) + "\n")
     return describe_host(info, {}, 4, "x86_64")
 
 

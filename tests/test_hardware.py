@@ -6,7 +6,8 @@ import pytest
 from xfc.errors import HardwareError
 from xfc.hardware.figures import derived_figures
 from xfc.hardware.load import load, shipped_files, validate_file
-from xfc.hardware.host import describe_host, parse_cpuinfo
+from xfc.hardware.host import (X86_64_V3_FLAGS, X86_64_V4_FLAGS, describe_host, parse_cpuinfo, read_max_clock_ghz,
+                               supported_isas)
 from xfc.cpu.isa import isa_for
 
 pytestmark = pytest.mark.unit
@@ -83,7 +84,7 @@ def test_default_cluster_is_big_and_roles_are_checked():
 
 def test_host_description_from_recorded_facts():
     info = parse_cpuinfo("processor\t: 0\nmodel name\t: Test CPU\ncpu MHz\t\t: 3000.000\n"
-                         "flags\t\t: fpu sse avx2 fma avx512f\n\nprocessor\t: 1\n")
+                         f"flags\t\t: fpu sse {' '.join(X86_64_V4_FLAGS)}\n\nprocessor\t: 1\n")
     caches = {"L1d": {"size_kib": 48, "line_bytes": 64, "ways": 12, "shared_by_cores": 1},
               "L2": {"size_kib": 2048, "line_bytes": 64, "ways": 16, "shared_by_cores": 1},
               "L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 8}}
@@ -92,7 +93,7 @@ def test_host_description_from_recorded_facts():
     assert core.vector_bits == 512 and core.vector_registers == 32 and isa_for(core) == "avx512"
     assert core.l1d.size_bytes == 48 * 1024 and hw.l3_bytes == 32 * 1024 * 1024
     assert hw.cluster().count == 8
-    avx2 = describe_host(parse_cpuinfo("cpu MHz : 2000\nflags : avx2 fma\n"), {}, 2, "x86_64")
+    avx2 = describe_host(parse_cpuinfo(f"cpu MHz : 2000\nflags : {' '.join(X86_64_V3_FLAGS)}\n"), {}, 2, "x86_64")
     assert isa_for(avx2.cluster().core) == "avx2" and avx2.cluster().core.vector_registers == 16
     with pytest.raises(HardwareError, match="x86-64 only"):
         describe_host(info, caches, 1, "aarch64")
@@ -239,3 +240,42 @@ def test_unknown_hardware_name():
         load("snapdragon-9999")
     with pytest.raises(HardwareError, match="no such file"):
         load("missing/file.yaml")
+
+
+# Issue 35 item 7: each -march level is chosen only when the CPU has every feature that level lets
+# gcc use (a CPU with AVX512F but not AVX512BW/VL got -march=x86-64-v4 code: SIGILL).
+KNIGHTS_LANDING = X86_64_V3_FLAGS + ("avx512f", "avx512cd", "avx512er", "avx512pf")   # no BW, DQ, VL
+AVX2_WITHOUT_BMI = tuple(f for f in X86_64_V3_FLAGS if f not in ("bmi1", "bmi2"))     # e.g. a VM that hides BMI
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flags, widest, march", [
+    (X86_64_V4_FLAGS, "avx512", "x86-64-v4"),
+    (KNIGHTS_LANDING, "avx2", "x86-64-v3"),
+    (X86_64_V3_FLAGS, "avx2", "x86-64-v3"),
+    (AVX2_WITHOUT_BMI, "generic", "x86-64"),
+    (tuple(f for f in X86_64_V3_FLAGS if f != "movbe"), "generic", "x86-64"),
+    (("fpu", "sse", "sse2"), "generic", "x86-64"),
+], ids=["v4", "avx512f-without-bw-vl", "v3", "avx2-without-bmi", "avx2-without-movbe", "baseline"])
+def test_host_isa_needs_every_feature_of_its_march_level(flags, widest, march):
+    text = f"processor\t: 0\nmodel name\t: synthetic\ncpu MHz\t\t: 2000.000\nflags\t\t: {' '.join(flags)}\n"
+    info = parse_cpuinfo(text)
+    assert supported_isas(info["flags"])[0] == widest
+    core = describe_host(info, {}, 2, "x86_64").cluster().core
+    assert (isa_for(core), core.gcc_march) == (widest, march)
+    if widest != "avx512":
+        with pytest.raises(HardwareError, match="cannot run avx512 code"):
+            describe_host(info, {}, 2, "x86_64", isa="avx512")
+
+
+@pytest.mark.unit
+def test_host_clock_is_the_cpufreq_maximum_not_the_momentary_reading(tmp_path):
+    """Issue 35 item 7: 'cpu MHz' is the clock of the moment (2.6 GHz read where 3.7 was measured);
+    cpufreq's maximum is used where the kernel has one, else the reading is kept and marked uncertain."""
+    (tmp_path / "cpuinfo_max_freq").write_text("3700000\n")
+    assert read_max_clock_ghz(tmp_path) == 3.7 and read_max_clock_ghz(tmp_path / "absent") is None
+    info = parse_cpuinfo(f"cpu MHz : 2600.000\nflags : {' '.join(X86_64_V3_FLAGS)}\n")
+    with_max = describe_host(info, {}, 2, "x86_64", max_clock_ghz=3.7)
+    momentary = describe_host(info, {}, 2, "x86_64")
+    assert with_max.cluster().clock_ghz == 3.7 and "host:clock_ghz" not in with_max.uncertain
+    assert momentary.cluster().clock_ghz == 2.6 and "host:clock_ghz" in momentary.uncertain

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from xfc.hardware.host import X86_64_V4_FLAGS
 from xfc.hardware.host import HostMeasurement, describe_host
 from xfc.ops.spec import make_spec
 from xfc.cpu.synth import synthesize_cpu
 
 X86 = platform.machine() in ("x86_64", "AMD64")
-FACTS = {"flags": {"fma", "avx", "avx2", "avx512f"}, "model name": "Recorded CPU", "cpu MHz": "2100.000"}
+FACTS = {"flags": set(X86_64_V4_FLAGS), "model name": "Recorded CPU", "cpu MHz": "2100.000"}
 
 
 def _measurement(clock_ghz, rate512, rate256, latency, cached=True):

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pytest
 
+from xfc.hardware.host import X86_64_V4_FLAGS
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS
 from xfc.cpu.synth import synthesize_cpu
 from xfc.hardware import load
@@ -24,7 +25,7 @@ from xfc.tiledb import plancache
 from xfc.tiledb.fingerprint import fingerprint
 from xfc.tiledb.plancache import PlanCache, cached_synthesis, payload_digest
 
-FACTS = {"flags": {"fma", "avx", "avx2", "avx512f"}, "model name": "Recorded CPU", "cpu MHz": "3000.000"}
+FACTS = {"flags": set(X86_64_V4_FLAGS), "model name": "Recorded CPU", "cpu MHz": "3000.000"}
 RECORDED_HOST = describe_host(FACTS, {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}},
                               2, "x86_64", measured=HostMeasurement(3.0, ((256, 2.0), (512, 1.0)), 4.0,
                                                                     "2026-01-01T00:00:00Z", True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from xfc.hardware.host import X86_64_V3_FLAGS
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS, StaticEvaluator
 from xfc.cpu.synth import RANK_BUCKET, ranked_gemm_candidates
 from xfc.hardware.host import HostMeasurement, describe_host
@@ -13,7 +14,7 @@ from xfc.ops.spec import MatmulSpec
 
 pytestmark = pytest.mark.unit
 
-FACTS = {"flags": {"fma", "avx", "avx2"}, "model name": "Recorded AVX2 CPU", "cpu MHz": "3700.000"}
+FACTS = {"flags": set(X86_64_V3_FLAGS), "model name": "Recorded AVX2 CPU", "cpu MHz": "3700.000"}
 
 
 def _host(dram_gbps: float):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from xfc.hardware.host import X86_64_V4_FLAGS
 from xfc.errors import XfcError
 from xfc.hardware.load import load, validate_file
 from xfc.ops.spec import make_spec
@@ -553,7 +554,7 @@ def test_probe_analysis_of_recorded_output():
     probe = HostProbe(cpu_key="0" * 32, cpu_model="x", clock_ghz=3.0, fma_per_cycle=((256, 1.93), (512, 0.97)),
                       fma_latency_cycles=4.2, method="m", repeats=2, spread=0.1, measured_at=FIXED)
     # The description takes the figures quantized: rate to half an FMA, latency to a cycle, clock to 0.05 GHz.
-    facts = dict(flags={"fma", "avx", "avx2", "avx512f"}, **{"model name": "x", "cpu MHz": "2100.0"})
+    facts = dict(flags=set(X86_64_V4_FLAGS), **{"model name": "x", "cpu MHz": "2100.0"})
     for isa, want_rate in (("avx512", 1.0), ("avx2", 2.0)):
         core = describe_host(facts, {}, 2, "x86_64", isa=isa, measured=probe.measurement()).cluster().core
         assert (core.fma_per_cycle, core.fma_latency_cycles) == (want_rate, 4)

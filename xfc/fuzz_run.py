@@ -45,7 +45,6 @@ CASES_PER_WORKER = 150        # a worker loads one shared object per host case: 
 # how long a terminated worker gets to stop what it started (procs.run's own SIGTERM grace) before
 # its group is killed
 WORKER_STOP_GRACE_S = procs.GRACE_S + 1.0
-HOST_ISA_FLAGS = {"avx512": ("avx512f",), "avx2": ("avx2", "fma"), "generic": ()}
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,8 @@ def host_isas(cpuinfo: Optional[dict] = None) -> tuple[str, ...]:
     """ISAs this machine runs, native first (empty when the host is not x86-64)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return ()
-    flags = (cpuinfo or host_cpuinfo())["flags"]
-    return tuple(isa for isa in ("avx512", "avx2", "generic") if all(f in flags for f in HOST_ISA_FLAGS[isa]))
+    from .hardware.host import supported_isas
+    return supported_isas((cpuinfo or host_cpuinfo())["flags"])
 
 
 _HOST_CACHE: dict[str, object] = {}
@@ -96,11 +95,12 @@ def host_description(isa: str):
     """The host description as a machine whose widest ISA is `isa` (the flags above it removed),
     so the synthesizer picks that ISA's lanes, registers and -march."""
     if isa not in _HOST_CACHE:
-        from .hardware.host import describe_host, read_caches
+        from .hardware.host import X86_64_V3_FLAGS, X86_64_V4_FLAGS, describe_host, read_caches
         info = host_cpuinfo()
         if isa not in host_isas(info):
-            raise ToolchainError(f"this host cannot run isa {isa} (CPU flags lack {' '.join(HOST_ISA_FLAGS[isa])})")
-        drop = {"avx512": set(), "avx2": {"avx512f"}, "generic": {"avx512f", "avx2", "fma"}}[isa]
+            raise ToolchainError(f"this host cannot run isa {isa} (its CPU flags lack part of what {isa} code needs)")
+        drop = {"avx512": set(), "avx2": set(X86_64_V4_FLAGS) - set(X86_64_V3_FLAGS),
+                "generic": set(X86_64_V4_FLAGS)}[isa]
         info = {**info, "flags": set(info["flags"]) - drop}
         try:
             n_cpus = len(os.sched_getaffinity(0))

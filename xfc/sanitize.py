@@ -57,12 +57,8 @@ def host_isas(cpu_flags: Optional[set[str]] = None) -> list[str]:
                     break
         except OSError:
             pass
-    isas = []
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags:
-        isas.append("avx512")
-    if {"avx2", "fma"} <= cpu_flags:
-        isas.append("avx2")
-    return isas + ["generic"]
+    from .hardware.host import supported_isas
+    return list(supported_isas(cpu_flags))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ xfc/procs.py).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import signal
 import sys
@@ -37,13 +38,14 @@ def _fmt(value, digits=1) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_hw_list(args) -> int:
-    from ..hardware.load import load_path, shipped_files, load
+    from ..hardware.load import load_path, shipped_files
+    from .hardware import load_for_command_line
     from ..hardware.figures import derived_figures
     rows, payload = [], []
     entries = [(p.parent.name if p.parent.name in ("cpu", "gpu", "soc") else "alias", p) for p in shipped_files()]
     entries.append(("host", None))
     for layer, path in entries:
-        hw = load("host") if path is None else load_path(path)
+        hw = load_for_command_line("host") if path is None else load_path(path)   # as 'xfc hw show host' sees it
         figs = derived_figures(hw)
         name = "host" if path is None else path.stem
         if layer == "alias":
@@ -164,11 +166,18 @@ def cmd_hw_validate(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits 2 with one line (it already does) and never prints a traceback."""
+    """argparse whose errors are one line (exit 2): the command, what was wrong, the closest valid
+    name for a mistyped choice (difflib), and where the usage is; never the usage block itself."""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise argparse.ArgumentError(action, f"invalid choice '{value}' (choose from {', '.join(choices)}){hint}")
 
     def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"xfc: error: {message}\n")
+        self.exit(2, f"xfc: error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,6 +48,10 @@ def default_out_dir(hw, spec, args) -> Path:
     return DEFAULT_OUT_ROOT / f"{hw.name}-{args.target}" / "-".join(parts)
 
 
+def _gflops_label(report: dict) -> str:
+    return "effective GFLOP/s" if report.get("gflops_basis") == "effective" else "GFLOP/s"
+
+
 def print_summary(report: dict) -> None:
     """A few lines for people, from the keys every report shares (pipeline.REPORT_CORE_KEYS)."""
     op = report["operator"]
@@ -68,8 +72,12 @@ def print_summary(report: dict) -> None:
         model = ("cost model calibrated on this machine" if tdb.get("constants") == "calibrated" else "static cost model")
         if source != "static":
             model += f", micro-tiles from {source}"
-        print(f"  predicted: {report['predicted_gflops']:.1f} GFLOP/s ({report.get('predicted_bound', '?')}-bound; "
-              f"{model}; not a measurement)")
+        print(f"  predicted: {report['predicted_gflops']:.1f} {_gflops_label(report)} "
+              f"({report.get('predicted_bound', '?')}-bound; {model}; not a measurement)")
+        if report.get("gflops_basis") == "effective":
+            print(f"             effective GFLOP/s: the direct convolution's FLOPs over the time; Winograd "
+                  f"multiplies less, so this may exceed the peak of {report['peak_gflops']:.1f} GFLOP/s "
+                  f"({report['threads']} core(s))")
     if report.get("verified") is not None:
         ratio = report.get("error_to_bound_ratio")
         where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
@@ -89,12 +97,12 @@ def print_summary(report: dict) -> None:
               f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
     elif report.get("measurement"):
         m = report["measurement"]
-        print(f"  measured: {m['gflops']:.2f} GFLOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
-              f"[{m['where']}]")
+        print(f"  measured: {m['gflops']:.2f} {_gflops_label(report)}, median {m['median_s'] * 1e3:.3f} ms over "
+              f"{m['repeats']} runs [{m['where']}]")
         if report.get("measurement_packing_per_call"):
             p = report["measurement_packing_per_call"]
-            print(f"            {p['gflops']:.2f} GFLOP/s, median {p['median_s'] * 1e3:.3f} ms with the weights "
-                  f"packed inside every call")
+            print(f"            {p['gflops']:.2f} {_gflops_label(report)}, median {p['median_s'] * 1e3:.3f} ms with "
+                  f"the weights packed inside every call")
     for line in (report.get("mca") or {}).get("summary", []):
         print(f"  {line}")
     print(f"  output: {report['output_dir']}")

@@ -109,6 +109,10 @@ class CpuSynthesis:
             "predicted_bound": self.estimate.bound, "prediction_note": PREDICTION_NOTE,
             "flops": self.spec.flops, "micro_tile_source": self.micro_tile_source,
         }
+        # GFLOP/s are always the operator's FLOPs over the time; a Winograd plan multiplies less, so its
+        # "effective" figure can exceed the cores' peak, which is reported beside it
+        out["gflops_basis"] = "effective" if plan.lowering == "winograd" else "executed"
+        out["peak_gflops"] = round(self.cluster.peak_gflops_per_core * plan.threads, 3)
         if plan.lowering == "winograd":
             out["winograd_m"] = plan.winograd_m
             out["predicted_stages"] = dict(self.estimate.seconds_by_bound)

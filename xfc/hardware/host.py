@@ -28,6 +28,7 @@ from ..settings import FROM_ENVIRONMENT, HOST_ISA_ENV
 from .model import CacheLevel, CpuCluster, CpuCore, HardwareDescription, LoadRules, MemoryDescription
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
+MAX_CLOCK_SOURCE = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
 
 # Vector FMA instructions per cycle assumed for x86 cores: two FMA pipes is the common case for
 # AVX2 and AVX-512 server cores of the last decade. It only scales predictions; marked uncertain.
@@ -37,11 +38,17 @@ ASSUMED_DRAM_GBPS = 25.0
 
 # The x86-64 code paths xfc generates, widest first, with what each needs from the CPU and the
 # core it describes: (cpuinfo flags, vector bits, vector registers, gcc -march).
+# The flags are everything the -march level lets gcc emit (the x86-64 psABI micro-architecture
+# levels, as /proc/cpuinfo spells them: 'pni' is SSE3, 'abm' LZCNT, 'lahf_lm' LAHF/SAHF), so a CPU
+# with AVX512F but not AVX512BW/VL is never given -march=x86-64-v4 code (SIGILL).
+X86_64_V2_FLAGS = ("cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3")
+X86_64_V3_FLAGS = X86_64_V2_FLAGS + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
+X86_64_V4_FLAGS = X86_64_V3_FLAGS + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 HOST_ISAS = ("avx512", "avx2", "generic")
 _ISA_FACTS = {
-    "avx512": (("avx512f", "avx2", "fma"), 512, 32, "x86-64-v4"),
-    "avx2": (("avx2", "fma"), 256, 16, "x86-64-v3"),
-    "generic": ((), 128, 16, "x86-64"),
+    "avx512": (X86_64_V4_FLAGS, 512, 32, "x86-64-v4"),
+    "avx2": (X86_64_V3_FLAGS, 256, 16, "x86-64-v3"),
+    "generic": ((), 128, 16, "x86-64"),       # the x86-64 baseline every 64-bit x86 CPU has
 }
 _LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "generic": "generic 128-bit x86-64 code"}
 
@@ -157,6 +164,16 @@ def read_caches(cpu_dir: Path = SYSFS_CPU / "cpu0" / "cache") -> dict[str, dict]
     return caches
 
 
+def read_max_clock_ghz(cpu_dir: Path = SYSFS_CPU / "cpu0" / "cpufreq") -> Optional[float]:
+    """cpufreq's maximum clock of cpu0 in GHz (cpuinfo_max_freq, kHz); None where the kernel has no
+    cpufreq (common in virtual machines)."""
+    try:
+        khz = int((cpu_dir / "cpuinfo_max_freq").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return round(khz / 1e6, 3) if khz > 0 else None
+
+
 def _count_cpus(cpu_list: str) -> int:
     count = 0
     for part in filter(None, cpu_list.split(",")):
@@ -166,14 +183,16 @@ def _count_cpus(cpu_list: str) -> int:
 
 
 def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: Optional[str] = None,
-                  cap: Optional[str] = None, measured: Optional[HostMeasurement] = None) -> HardwareDescription:
+                  cap: Optional[str] = None, measured: Optional[HostMeasurement] = None,
+                  max_clock_ghz: Optional[float] = None) -> HardwareDescription:
     """Build the host description from parsed facts. Pure: same facts, same description.
 
     isa: the code path asked for ('--hw host:avx2'); None means the widest one available.
     cap: the XFC_HOST_ISA value (the widest ISA the host may claim); None means no cap.
     measured: the host probe's figures; they replace the assumed FMA rate of the chosen width, the
-    FMA latency and the /proc/cpuinfo clock (quantized, see CLOCK_QUANTUM_GHZ). None: assumptions,
-    listed as uncertain.
+    FMA latency and the clock (quantized, see CLOCK_QUANTUM_GHZ). None: assumptions, listed as
+    uncertain. max_clock_ghz: cpufreq's maximum (read_max_clock_ghz); without it or the probe the
+    clock is /proc/cpuinfo's momentary 'cpu MHz', listed as uncertain.
     """
     if machine not in ("x86_64", "AMD64"):
         raise HardwareError(f"--hw host: this machine is {machine}; host synthesis supports x86-64 only")
@@ -191,14 +210,18 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     # Only the features of the chosen code path: xfc.cpu.isa.isa_for then picks that dialect.
     features = [f for f in ("avx2", "fma", "avx512f") if f in needed]
     forced = isa is not None or cap is not None
-    try:
-        clock_ghz = round(float(cpuinfo.get("cpu MHz", "0")) / 1000.0, 3)
-    except ValueError:
-        clock_ghz = 0.0
     uncertain = ["fma_per_cycle", "fma_latency_cycles", "memory.peak_bandwidth_gbps"]
+    clock_ghz = max_clock_ghz or 0.0
+    if clock_ghz <= 0:
+        # 'cpu MHz' is the clock of the moment (an idle core reads low), hence uncertain; the
+        # probe's measured clock replaces it below
+        try:
+            clock_ghz = round(float(cpuinfo.get("cpu MHz", "0")) / 1000.0, 3)
+        except ValueError:
+            clock_ghz = 0.0
+        uncertain.append("clock_ghz")
     if clock_ghz <= 0:
         clock_ghz = 2.0
-        uncertain.append("clock_ghz")
     fma_per_cycle: float = ASSUMED_FMA_PER_CYCLE
     fma_latency_cycles = 4
     dram_gbps = ASSUMED_DRAM_GBPS
@@ -257,6 +280,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         memory=MemoryDescription(type="host DRAM", peak_bandwidth_gbps=dram_gbps, channels=1),
         target_arch="x86_64",
         sources=("/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cache",
+                 *((MAX_CLOCK_SOURCE,) if max_clock_ghz else ()),
                  *(("host FMA probe (xfc.tiledb.probe)",) if measured_fields else ())),
         uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
         notes=notes)
@@ -291,4 +315,4 @@ def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT,
     except (AttributeError, OSError):
         n_cpus = os.cpu_count() or 1
     return describe_host(parse_cpuinfo(cpuinfo_text), read_caches(), n_cpus, platform.machine(),
-                         isa=isa, cap=_cap(cap), measured=measured)
+                         isa=isa, cap=_cap(cap), measured=measured, max_clock_ghz=read_max_clock_ghz())

@@ -12,6 +12,7 @@ naming the file (and, through schema.py, the field).
 """
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Optional
@@ -318,11 +319,20 @@ def load(name_or_path: str, *, host_isa_cap=FROM_ENVIRONMENT, host_measurement=N
         found = _find(path.stem, None, None) if os.sep not in text else None
         if found is not None:
             return load_path(found)
-        raise HardwareError(f"--hw {text}: no such file (and no shipped description of that name; see 'xfc hw list')")
+        raise HardwareError(f"--hw {text}: no such file (and no shipped description of that name{_closest(path.stem)}; "
+                            f"see 'xfc hw list')")
     found = _find(text.lower(), None, None)
     if found is None:
-        raise HardwareError(f"--hw {text}: unknown hardware (not a file and not a shipped description; see 'xfc hw list')")
+        raise HardwareError(f"--hw {text}: unknown hardware (not a file and not a shipped description"
+                            f"{_closest(text)}; see 'xfc hw list')")
     return load_path(found)
+
+
+def _closest(name: str) -> str:
+    """'; did you mean X?' for the shipped name closest to a mistyped one ('' when none is close)."""
+    names = sorted({p.stem for p in shipped_files()} | {"host"})
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def shipped_files() -> list[Path]:

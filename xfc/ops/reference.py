@@ -82,7 +82,7 @@ def reference(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray
 def magnitude(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """Per-element M_e = sum_i |a_i b_i| (+ |bias| when fused), in float64: what rounding errors scale with."""
     plain = type(spec)(**spec.shape_dict())
-    mag = reference(plain, np.abs(a), np.abs(b), np.abs(bias))
+    mag = reference(plain, np.abs(a), np.abs(b), None)
     if spec.epilogue.bias:
         bias_axis = 2 if isinstance(spec, MatmulSpec) else 1
         shape = [-1 if axis == bias_axis else 1 for axis in range(mag.ndim)]
@@ -160,7 +160,8 @@ HALF_SUBNORMAL_HALF_ULP = 2.0 ** -25
 
 
 def round_to_half(*arrays):
-    return tuple(np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32) for x in arrays)
+    return tuple(None if x is None else np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+                 for x in arrays)
 
 
 def check_fp16_storage_output(spec, got, a, b, bias):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from ..hardware.host import MAX_CLOCK_SOURCE
 from ..hardware.load import is_host_name, load
 from ..hardware.model import HardwareDescription
 from ..settings import FROM_ENVIRONMENT
@@ -49,8 +50,9 @@ def measured_or_assumed(hw: HardwareDescription) -> dict[str, str]:
     probed = any(source.startswith("host FMA probe") for source in hw.sources)
     out = {field: ("assumed" if field in uncertain or not probed else "measured")
            for field in ("fma_per_cycle", "fma_latency_cycles")}
-    out["clock_ghz"] = ("assumed" if "clock_ghz" in uncertain
-                        else "measured" if probed else "read from /proc/cpuinfo (not measured)")
+    out["clock_ghz"] = ("measured" if probed and "clock_ghz" not in uncertain
+                        else "cpufreq maximum (not measured)" if MAX_CLOCK_SOURCE in hw.sources
+                        else "/proc/cpuinfo 'cpu MHz' at that moment (not measured; uncertain)")
     out["memory.peak_bandwidth_gbps"] = ("assumed" if "memory.peak_bandwidth_gbps" in uncertain or not probed
                                          else "measured (sustained read)")
     return out
