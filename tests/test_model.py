@@ -1,6 +1,7 @@
 """`xfc model` without a compiler: loading, mapping, folding, coverage, bounds and bad models."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -383,6 +384,36 @@ def test_bad_models_exit_2_with_one_line(tmp_path, capsys, case):
     code, out, err = run_cli(["model", str(path), "--hw", "host", "-o", str(out_dir)], capsys)
     assert_one_line_error(code, err, str(path), *needles)
     assert not out_dir.exists() and out == ""
+
+
+def unpadded_dynamic_model():
+    """Two dynamic inputs; a 3x3 convolution without padding, so a height of 1 has no valid output."""
+    b = nets.Builder(7)
+    y = b.node("Relu", [b.conv("x", 3, 4, pad=0, name="conv")], name="relu")
+    z = b.node("Relu", ["z"], name="relu_z")
+    model = b.model({"x": [1, 3, 6, 6], "z": [1, 5]}, [y, z])
+    for vi in model.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "height"
+    for out in model.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.dim_param = "o"
+    return model
+
+
+@pytest.mark.host
+@pytest.mark.parametrize("build", [dynamic_model, unpadded_dynamic_model])
+def test_dynamic_input_hint_works_when_pasted(tmp_path, capsys, build):
+    """The --input-shape flags the error suggests, pasted back into the command, run it."""
+    path = save(build(), tmp_path)
+    code, _, err = run_cli(["model", str(path), "--hw", "host", "-o", str(tmp_path / "a")], capsys)
+    assert_one_line_error(code, err, "dynamic shape", "batch=1")
+    flags = re.findall(r"--input-shape \S+", err)
+    assert flags, err
+    pasted = [word for flag in flags for word in flag.split()]
+    code, out, err = run_cli(["model", str(path), "--hw", "host", "-o", str(tmp_path / "b")] + pasted, capsys)
+    assert code == 0, err
+    assert "covered: " in out and (tmp_path / "b" / "report.json").is_file()
 
 
 @pytest.mark.host

@@ -137,7 +137,7 @@ def _fix_inputs(path: Path, model, requested: dict) -> list:
     for name in requested:
         if name not in names:
             raise OperatorError(f"--input-shape: {path} has no input '{name}' (inputs: {', '.join(names) or 'none'})")
-    fixed = []
+    fixed, unfixed = [], []
     for vi in real:
         if vi.type.WhichOneof("value") != "tensor_type":
             raise OperatorError(f"{path}: input '{vi.name}' is not a tensor")
@@ -157,12 +157,68 @@ def _fix_inputs(path: Path, model, requested: dict) -> list:
                 shape.dim.add().dim_value = d
             dims = list(want)
         elif dims is None or any(not isinstance(d, int) for d in dims):
-            shown = "unknown rank" if dims is None else "x".join(str(d) if d else "?" for d in dims)
-            example = "x".join(str(d) if isinstance(d, int) else "N" for d in (dims or ["N"]))
-            raise OperatorError(f"{path}: input '{vi.name}' has a dynamic shape ({shown}); fix it with "
-                                f"--input-shape {vi.name}={example}")
+            unfixed.append((vi.name, dims))
+            continue
         fixed.append((vi.name, tuple(dims), int(vi.type.tensor_type.elem_type)))
+    if unfixed:
+        raise OperatorError(_dynamic_input_message(path, model, unfixed))
     return fixed
+
+
+def _dynamic_input_message(path: Path, model, unfixed: list) -> str:
+    """One line for inputs --input-shape left dynamic, with an --input-shape hint that works when
+    pasted: every dynamic dimension gets a concrete size (SUGGESTED_SIZES, the first with which
+    every inferred tensor shape is positive), and the dimensions so filled are named."""
+    name, dims = unfixed[0]
+    shown = "unknown rank" if dims is None else "x".join(str(d) if d else "?" for d in dims)
+    head = f"{path}: input '{name}' has a dynamic shape ({shown})"
+    if len(unfixed) > 1:
+        head += f" (and {len(unfixed) - 1} more: {', '.join(repr(n) for n, _ in unfixed[1:])})"
+    unknown = [n for n, d in unfixed if d is None]
+    if unknown:
+        return (f"{head}; give the full shape of {', '.join(repr(n) for n in unknown)} with --input-shape "
+                f"NAME=DIMS (e.g. {unknown[0]}=1x3x224x224 for an image batch)")
+    suggestion = _suggest_sizes(model, unfixed)
+    flags = " ".join(f"--input-shape {n}={'x'.join(map(str, shape))}" for n, shape in suggestion.items())
+    named = "; ".join(("" if len(unfixed) == 1 else f"{n}: ") + ", ".join(f"{d or f'dimension {i}'}={shape[i]}"
+                                           for i, d in enumerate(dims) if not isinstance(d, int))
+                      for (n, dims), shape in zip(unfixed, suggestion.values()))
+    return f"{head}; fix it with {flags} (suggested {named}; use the sizes you run)"
+
+
+SUGGESTED_SIZES = (1, 16, 64, 224)   # for dynamic dimensions after the first (the batch, always 1)
+
+
+def _suggest_sizes(model, unfixed: list) -> dict[str, tuple[int, ...]]:
+    """Concrete shapes for the dynamic inputs: the batch (dimension 0) 1, the other dynamic
+    dimensions the first of SUGGESTED_SIZES with which shape inference gives every tensor a
+    positive size (the smallest otherwise)."""
+    import onnx
+    from onnx import shape_inference
+
+    def fill(size: int) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(d if isinstance(d, int) else (1 if i == 0 else size) for i, d in enumerate(dims))
+                for n, dims in unfixed}
+
+    for size in SUGGESTED_SIZES:
+        shapes = fill(size)
+        trial = onnx.ModelProto()
+        trial.CopyFrom(model)
+        for vi in trial.graph.input:
+            if vi.name in shapes:
+                dim = vi.type.tensor_type.shape.dim
+                del dim[:]
+                for d in shapes[vi.name]:
+                    dim.add().dim_value = d
+        try:
+            inferred = shape_inference.infer_shapes(trial, check_type=True, strict_mode=True, data_prop=True)
+        except Exception:
+            continue
+        infos = (*inferred.graph.value_info, *inferred.graph.output)
+        if all(d.dim_value > 0 for vi in infos if vi.type.WhichOneof("value") == "tensor_type"
+               for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")):
+            return shapes
+    return fill(SUGGESTED_SIZES[0])
 
 
 def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
