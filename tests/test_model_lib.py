@@ -5,6 +5,7 @@ ANDROID_NDK_HOME is set)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -200,3 +201,30 @@ def test_emit_lib_with_gpu_target_is_exit_2(tmp_path, capsys):
                  "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("xfc: error:") == 1 and "--emit lib" in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.host
+def test_emit_lib_log_and_help_name_what_is_written(tmp_path, capsys):
+    """The progress log names the archive that exists, and --emit's help names where the files go
+    (the -o directory itself, not a lib/ below it)."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(nets.mlp_net(), str(path))
+    out_dir = tmp_path / "o"
+    code = main(["model", str(path), "--hw", "host", "--emit", "lib", "-o", str(out_dir)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    logged = re.findall(r"--emit lib: (\S+\.a) ", err)
+    assert logged, err
+    for name in logged:
+        assert (out_dir / name).is_file(), (name, sorted(p.name for p in out_dir.iterdir()))
+    assert not (out_dir / "lib").exists()
+    from xfc.cli import build_parser
+    model_parser = next(a for a in build_parser()._subparsers._group_actions[0].choices.values()
+                        if a.prog.endswith(" model"))
+    emit_help = next(a.help for a in model_parser._actions if "--emit" in a.option_strings)
+    assert "DIR/lib" not in emit_help and "into DIR itself" in emit_help, emit_help
+    named = re.search(r"lib<[^>]+>-<[^>]+>\.a", emit_help)
+    assert named, emit_help
+    pattern = re.sub(r"<[^>]+>", r"[A-Za-z0-9_-]+", re.escape(named.group(0)).replace(r"\<", "<").replace(r"\>", ">"))
+    archives = [p.name for p in out_dir.glob("*.a")]
+    assert archives and all(re.fullmatch(pattern, a) for a in archives), (pattern, archives)

@@ -104,8 +104,9 @@ def register(sub) -> None:
     p.add_argument("--adb-host", default=None, help="adb server host (default: 127.0.0.1)")
     p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
     p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
-                   help="kernels (one per distinct layer, with its harness; default) or lib (a static library for "
-                        "the description's ABI with a C header, CMakeLists.txt and manifest.json, in DIR/lib)")
+                   help="kernels (one per distinct layer, with its harness; default) or lib (a static library "
+                        "lib<xfc_model>-<abi>.a for the description's ABI with a C header, CMakeLists.txt, "
+                        "manifest.json and weight blobs, written into DIR itself, beside report.json)")
     p.add_argument("--explain", action="store_true",
                    help="print each distinct layer's tile program and the constraint behind each level")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

@@ -198,7 +198,7 @@ def emit_library(net: MappedNetwork, syntheses: Mapping, names: Mapping, hw, lib
                 "layers": layers,
                 "not_covered": [{"node": u.name, "op": u.op_type, "reason": u.reason} for u in net.uncovered]}
     write_atomic(lib_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-    say(f"--emit lib: lib{prefix}.a ({abi}, {len(kernels)} layer functions) with header, CMakeLists.txt and "
-        f"manifest.json")
+    say(f"--emit lib: {archive_name} ({abi}, {len(kernels)} layer functions) with {prefix}.h, CMakeLists.txt and "
+        f"manifest.json, into the output directory")
     return {"abi": abi, "compiler": tools.label, "library": archive_name, "header": f"{prefix}.h",
             "cmake": "CMakeLists.txt", "manifest": "manifest.json", "cmake_target": prefix, "functions": len(kernels)}
