@@ -416,6 +416,31 @@ def test_dynamic_input_hint_works_when_pasted(tmp_path, capsys, build):
     assert "covered: " in out and (tmp_path / "b" / "report.json").is_file()
 
 
+def uncoverable_model():
+    """A depthwise convolution with channel multiplier 2 and a Relu: nothing xfc covers."""
+    b = nets.Builder(3)
+    y = b.node("Relu", [b.conv("x", 3, 6, group=3, name="dw_mult2")], name="relu")
+    return b.model({"x": [1, 3, 6, 6]}, [y])
+
+
+def test_nothing_covered_is_said_and_verify_emit_bench_refuse(tmp_path, capsys):
+    """0% coverage: the report says so in one note line naming the op types (exit 0); --verify,
+    --emit lib and --bench with nothing to work on are exit 2, one line, nothing written."""
+    path = save(uncoverable_model(), tmp_path)
+    code, out, err = run_cli(["model", str(path), "--hw", "snapdragon-865", "-o", str(tmp_path / "report")], capsys)
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "nothing covered" in notes[0], out
+    for needle in ("Conv", "Relu", "channel multiplier 2"):
+        assert needle in notes[0], notes[0]
+    for extra, needle in ((["--verify"], "nothing to verify"), (["--emit", "lib"], "nothing to build"),
+                          (["--device", "qemu"], "nothing to verify"), (["--bench", "--device", "qemu"], "time")):
+        out_dir = tmp_path / "o"
+        code, out, err = run_cli(["model", str(path), "--hw", "snapdragon-865", "-o", str(out_dir)] + extra, capsys)
+        assert_one_line_error(code, err, str(path), needle, "Conv, Relu")
+        assert out == "" and "verified: yes" not in out and not out_dir.exists()
+
+
 @pytest.mark.host
 def test_files_that_are_not_models(tmp_path, capsys):
     text = tmp_path / "notes.onnx"

@@ -111,3 +111,15 @@ def coverage(net) -> Coverage:
                     nodes=sum(len(layer.nodes) for layer in layers) + len(uncovered),
                     covered_nodes=sum(len(layer.nodes) for layer in layers), uncovered=grouped,
                     not_counted_ops=tuple(sorted({u.op_type for u in uncovered if u.flops is None})))
+
+
+MAPPED_OPS = ("Conv", "Gemm", "MatMul")   # the ONNX ops mapping.py can turn into xfc kernels
+
+
+def nothing_covered(cov: Coverage) -> str:
+    """Why a network with no covered layer has none, in one phrase: its op types, and why its
+    Conv / Gemm / MatMul nodes (if any) were not mapped."""
+    ops = ", ".join(g.op_type for g in cov.uncovered) or "none"
+    why = "; ".join(f"{g.op_type}: {g.reasons[0]}" for g in cov.uncovered if g.op_type in MAPPED_OPS and g.reasons)
+    return (f"none of the model's {cov.nodes} node{'s' if cov.nodes != 1 else ''} maps to an xfc kernel: op types "
+            f"{ops}" + (f" ({why})" if why else "") + f"; xfc maps {', '.join(MAPPED_OPS[:-1])} and {MAPPED_OPS[-1]}")

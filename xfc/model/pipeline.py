@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from ..errors import OperatorError, VerificationError
 from ..outputs import OutputDir
 from . import backend
-from .coverage import coverage
+from .coverage import coverage, nothing_covered
 from .load import load_model
 from .mapping import map_network
 from .report import build_report
@@ -101,6 +101,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
             tempfile.TemporaryDirectory(prefix="xfc-model-") as scratch:
         net, cov, syntheses, names = analyse(path, hw, input_shapes=input_shapes, cluster=cluster, threads=threads,
                                              progress=progress, target=target)
+        _refuse_nothing_covered(path, net, cov, verify=verify, emit=emit, bench=bench)
         kernels = {}
         # --emit lib without --verify: the library replaces the per-layer harness builds.
         per_layer = syntheses if (emit == "kernels" or verify or bench) else {}
@@ -136,6 +137,20 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
         staging.commit()
     report["output_dir"] = str(out_dir)
     return report
+
+
+def _refuse_nothing_covered(path, net, cov, *, verify: bool, emit: str, bench: bool) -> None:
+    """--verify, --emit lib and --bench need a covered layer: with none, exit 2 in one line rather
+    than a report claiming success over nothing (the coverage report alone stays exit 0)."""
+    if net.layers:
+        return
+    asked = [(flag, verb) for flag, verb, on in (("--verify", "verify", verify), ("--emit lib", "build into a library",
+                                                 emit == "lib"), ("--bench", "time", bench)) if on]
+    if not asked:
+        return
+    flags = ", ".join(flag for flag, _ in asked)
+    raise OperatorError(f"{path}: {flags}: nothing to {', '.join(verb for _, verb in asked)}: {nothing_covered(cov)} "
+                        f"(run without {flags} for the coverage report)")
 
 
 def _write_gpu_harness(directory: Path, kernel_files) -> None:

@@ -6,7 +6,7 @@ from typing import Mapping, Optional
 
 from .._version import __version__
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec
-from .coverage import Coverage
+from .coverage import Coverage, nothing_covered
 
 PREDICTION_NOTE = ("predicted by xfc's cost model (static: register/cache model only; calibrated: micro-tiles "
                    "scored from a measured tile database), not a measurement")
@@ -93,6 +93,7 @@ def build_report(net, cov: Coverage, syntheses: Mapping, names: Mapping, *, hw, 
         "measured": "timed: see bench" if bench else "not timed (add --bench: --hw host, or an ARM description with --device)",
         "bench": bench.to_dict() if bench else None,
         "verification": None,
+        "nothing_covered": None if net.layers else nothing_covered(cov),
     }
     if verification is not None:
         report["verification"] = {
@@ -163,6 +164,8 @@ def format_report(report: dict, explain: bool = False) -> str:
     for g in report["uncovered_by_op"]:
         out.append(f"  not covered: {g['op_type']} x{g['count']} ({_mflop(g['flops'])} MFLOP): "
                    + "; ".join(g["reasons"]))
+    if not report["layers"]:
+        out.append(f"note: nothing covered: {report['nothing_covered']}")
     out.append(f"predicted time of the covered part: {report['predicted_covered_seconds'] * 1e3:.4g} ms "
                f"({'/'.join(report['prediction_sources']) or 'static'} cost model, not a measurement)")
     line = (f"synthesis: {n['distinct_layers']} distinct layers in {report['synthesis_seconds'] * 1e3:.1f} ms "
