@@ -457,8 +457,9 @@ def synthesis_evaluator(choice: str, hw: HardwareDescription, cluster_role: Opti
                         environ: Mapping[str, str], warn: Callable[[str], None]) -> Optional[TileDbEvaluator]:
     """What `xfc synth --tile-db PATH|auto|off` plugs into synthesize_cpu(evaluator=...): None for
     'off'; otherwise a TileDbEvaluator over the resolved database (see locations.resolve), which
-    answers with the static model when the database is missing, locked, corrupt or stale. Close
-    it with .close() when synthesis is done."""
+    answers with the static model when the database is missing, locked, corrupt or stale. An
+    explicit PATH that does not exist is an OperatorError (locations.resolve). Close it with
+    .close() when synthesis is done."""
     from .locations import resolve, user_db_path
     path = resolve(choice, hw, environ)
     if path is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ..errors import OperatorError
 from ..hardware.load import SHIPPED_ROOT
 from ..hardware.model import HardwareDescription
 from ..paths import TILE_DB_DIR
@@ -58,11 +59,15 @@ def resolve(choice: str, hw: HardwareDescription, environ: Mapping[str, str]) ->
 
     auto: the shipped database of this description when it is shipped and its file exists,
     else the per-user database. A shipped description that was edited keeps its name but gets a
-    new fingerprint, so its shipped rows stop matching (the evaluator says so).
+    new fingerprint, so its shipped rows stop matching (the evaluator says so). An explicit PATH
+    that does not exist is an OperatorError (exit 2); an unreadable or foreign file is the
+    evaluator's warning.
     """
     if choice == "off":
         return None
     if choice != "auto":
+        if not Path(choice).exists():   # an explicit path is a request: missing is bad input, not a warning
+            raise OperatorError(f"--tile-db {choice}: no such file (give an existing tile database, or auto / off)")
         return Path(choice)
     if is_shipped_hardware(hw):
         shipped = shipped_db_path(Path(hw.source_path).stem)
