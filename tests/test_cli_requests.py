@@ -51,3 +51,14 @@ def test_tile_db_auto_off_and_existing_paths_still_resolve(tmp_path):
     assert resolve(str(present), hw, env) == Path(present)
     with pytest.raises(OperatorError, match="no such file"):
         resolve(str(tmp_path / "nope.sqlite"), hw, env)
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+@pytest.mark.parametrize("command", [MATMUL, ["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4",
+                                              "--device", "qemu"]], ids=["synth", "bench"])
+def test_repeat_below_one_is_exit_2_like_bench(tmp_path, capsys, command, value):
+    out_dir = tmp_path / "out"
+    code, out, err = run(command + ["--bench", "--repeat", value, "-o", str(out_dir)] if command[0] == "synth"
+                         else command + ["--repeat", value], capsys)
+    assert_one_line_error(code, out, err, f"--repeat must be >= 1, got {value}")
+    assert not out_dir.exists()

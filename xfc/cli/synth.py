@@ -111,6 +111,8 @@ def print_summary(report: dict) -> None:
 def cmd_synth(args) -> int:
     import sys
     from .hardware import load_for_command_line
+    if args.repeat < 1:   # as 'xfc bench' and 'xfc model' say it
+        raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     hw = load_for_command_line(args.hw)
     spec = spec_from_args(args)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, spec, args)
