@@ -168,6 +168,41 @@ def test_weights_behind_identity_nodes_are_constants(tmp_path):
                                   loaded.constants[weight].astype(np.float32).reshape(-1)[:4])
 
 
+def cast_weight_model():
+    """A Conv whose weight is Cast(fp16 initializer) to fp32, then Relu (exporters of fp16 models)."""
+    b = nets.Builder(4)
+    w16 = b.const(b.rand(4, 3, 3, 3, scale=0.3).astype(np.float16), "w16")
+    weight = b.node("Cast", [w16], name="cast_w", to=TensorProto.FLOAT)
+    y = b.node("Conv", ["x", weight, b.const(b.rand(4, scale=0.1), "b")], name="conv_cast", kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1])
+    return b.model({"x": [1, 3, 6, 6]}, [b.node("Relu", [y], name="relu")]), w16
+
+
+def test_cast_of_an_fp16_initializer_is_folded_at_load(tmp_path):
+    """Cast of a constant is a constant: the Conv behind it is covered with the cast weights, and
+    the Cast is no step of the network (nothing left for onnx.reference)."""
+    model, w16 = cast_weight_model()
+    loaded = load_model(save(model, tmp_path))
+    cast = next(n for n in model.graph.node if n.op_type == "Cast")
+    folded = loaded.constants[cast.output[0]]
+    assert folded.dtype == np.float32
+    np.testing.assert_array_equal(folded, constants(model)[w16].astype(np.float32))
+    net = map_network(loaded)
+    (layer,) = net.layers
+    assert layer.nodes == ("conv_cast", "relu") and net.uncovered == ()
+    np.testing.assert_array_equal(layer.weight.reshape(folded.shape), folded)
+    assert coverage(net).covered_share == 1.0
+
+
+@pytest.mark.host
+def test_cast_weight_model_verifies_on_the_host(tmp_path, capsys):
+    model, _ = cast_weight_model()
+    path = save(model, tmp_path)
+    code, out, err = run_cli(["model", str(path), "--hw", "host", "--verify", "-o", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    assert "verified: yes" in out and "layers: 1 of 1 match" in out, out
+
+
 def test_gemm_transposes_alpha_beta_and_matmul_bias(tmp_path):
     model = nets.mlp_net()
     consts = constants(model)

@@ -84,7 +84,7 @@ class Coverage:
     covered_flops: int
     layers: int                      # covered layers (kernel calls)
     distinct_layers: int             # distinct layer shapes (kernels synthesized)
-    nodes: int                       # ONNX nodes mapped (Constant nodes are folded at load)
+    nodes: int                       # ONNX nodes mapped (Constant nodes, Casts of constants are folded at load)
     covered_nodes: int
     uncovered: tuple[UncoveredGroup, ...]
     not_counted_ops: tuple[str, ...]   # op types whose FLOPs are undefined here

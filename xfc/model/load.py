@@ -43,7 +43,7 @@ class LoadedModel:
     opset: int                                      # default-domain opset
     inputs: tuple[tuple[str, tuple[int, ...], int], ...]   # real inputs: (name, shape, elem_type)
     outputs: tuple[str, ...]
-    constants: Mapping[str, np.ndarray]             # initializers, Constant node outputs, Identity of those
+    constants: Mapping[str, np.ndarray]             # initializers, Constant node outputs, Identity / Cast of those
     shapes: Mapping[str, Optional[tuple[int, ...]]] = field(default_factory=dict)  # None: not inferred
     types: Mapping[str, int] = field(default_factory=dict)                         # onnx elem_type
 
@@ -221,6 +221,13 @@ def _suggest_sizes(model, unfixed: list) -> dict[str, tuple[int, ...]]:
     return fill(SUGGESTED_SIZES[0])
 
 
+def is_folded_cast(node, constants: Mapping[str, np.ndarray]) -> bool:
+    """A default-domain Cast of a constant: its output is a constant, computed when the model is
+    loaded (so the node is not a step of the network; mapping.py leaves it out like Constant)."""
+    return (node.op_type == "Cast" and node.domain in ("", "ai.onnx") and len(node.input) == 1
+            and len(node.output) == 1 and node.input[0] in constants)
+
+
 def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
     consts = {}
@@ -229,13 +236,22 @@ def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
             consts[t.name] = numpy_helper.to_array(t)
         except Exception as exc:
             raise OperatorError(f"{path}: initializer '{t.name}' cannot be read: {_one_line(exc)}") from None
-    # Constant nodes, and Identity nodes of constants (exporters write one Identity per duplicate
-    # initializer, e.g. torch for the equal BatchNorm biases of a fresh network), in graph order.
+    # Constant nodes, Identity nodes of constants (exporters write one Identity per duplicate
+    # initializer, e.g. torch for the equal BatchNorm biases of a fresh network) and Cast nodes of
+    # constants (fp16 weights cast to fp32: folded here, as onnx.reference casts them), in graph order.
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
         if node.op_type == "Identity" and node.input and node.input[0] in consts:
             consts[node.output[0]] = consts[node.input[0]]
+        elif is_folded_cast(node, consts):
+            from .nodes import run_node
+            try:
+                (value,) = run_node(node, {node.input[0]: consts[node.input[0]]}, opset)
+            except Exception as exc:
+                raise OperatorError(f"{path}: Cast node '{node.name or node.output[0]}' of constant "
+                                    f"'{node.input[0]}' cannot be evaluated: {_one_line(exc)}") from None
+            consts[node.output[0]] = np.asarray(value)
         elif node.op_type == "Constant":
             from .nodes import run_node
             try:

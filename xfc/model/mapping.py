@@ -29,7 +29,7 @@ from ..errors import OperatorError
 from ..ops.spec import make_spec
 from .coverage import node_flops
 from .graph import ConvFeed, Layer, MappedNetwork, MatmulFeed, Uncovered
-from .load import FLOAT_TYPES, LoadedModel
+from .load import FLOAT_TYPES, LoadedModel, is_folded_cast
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 BN_FOLD_UNITS = 6      # roundings a runtime may spend folding BatchNormalization (see bounds.py)
@@ -70,7 +70,9 @@ class _Mapper:
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
         self.path = loaded.path
-        self.nodes = [n for n in loaded.model.graph.node if not (n.op_type == "Constant" and _is_default_domain(n))]
+        self.nodes = [n for n in loaded.model.graph.node
+                      if not ((n.op_type == "Constant" and _is_default_domain(n))
+                              or is_folded_cast(n, loaded.constants))]
         self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
         self.consumers: dict[str, list[int]] = {}
         for i, n in enumerate(self.nodes):
