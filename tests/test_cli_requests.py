@@ -62,3 +62,48 @@ def test_repeat_below_one_is_exit_2_like_bench(tmp_path, capsys, command, value)
                          else command + ["--repeat", value], capsys)
     assert_one_line_error(code, out, err, f"--repeat must be >= 1, got {value}")
     assert not out_dir.exists()
+
+
+def test_format_ratio_keeps_two_significant_digits():
+    from xfc.ops.accuracy import format_ratio
+    for ratio in (0.0022, 0.000317, 0.31, 4.7, 12.0):
+        text = format_ratio(ratio)
+        assert float(text) != 0.0 and abs(float(text) - ratio) <= 0.05 * ratio, (ratio, text)
+        assert len(text.replace("0.", "").lstrip("0").replace(".", "")) <= 2, text
+    assert format_ratio(1.004) != "1" and float(format_ratio(1.004)) > 1     # a failure never prints as 1
+    assert float(format_ratio(0.996)) < 1
+    assert "e" not in format_ratio(99.96) and "e" not in format_ratio(12345.6)
+    assert format_ratio(0.0) == "0" and format_ratio(float("inf")) == "inf"
+
+
+def test_synth_summary_prints_small_ratios_with_significant_digits(capsys):
+    from xfc.cli.synth import print_summary
+    print_summary({"operator": "matmul", "target": "cpu", "hardware": "h", "shape": "m=4", "synthesis_seconds": 0.001,
+                   "verified": True, "verified_on": "host", "max_abs_error": 1e-9, "error_to_bound_ratio": 0.0022,
+                   "output_dir": "o"})
+    out = capsys.readouterr().out
+    assert "0.0022x of the bound" in out and "0.00x" not in out, out
+
+
+def test_model_report_prints_small_ratios_with_significant_digits(tmp_path):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import model_nets as nets
+    import onnx
+    from xfc.model.pipeline import analyse
+    from xfc.model.report import build_report, format_report
+    path = tmp_path / "mlp.onnx"
+    onnx.save(nets.mlp_net(), str(path))
+    hw = load_hw("snapdragon-865")
+    net, cov, syntheses, names = analyse(path, hw)
+    report = build_report(net, cov, syntheses, names, hw=hw, cluster=None, threads=None)
+    for layer in report["layers"]:
+        layer["error_to_bound_ratio"] = 0.0022
+    report["verification"] = {"verified": True, "verified_on": "host", "reference": "onnxruntime", "layers_checked": 2,
+                              "layers_failed": [], "worst_layer_ratio": 0.0022, "ops_without_error_rule": [],
+                              "outputs": [{"name": "y", "max_abs_error": 1e-9, "max_bound": 1e-6, "max_abs_output": 1.0,
+                                           "error_to_bound_ratio": 0.0022, "bound_kind": "derived"}]}
+    text = format_report(report)
+    assert "0.00x" not in text, text
+    assert "worst 0.0022x" in text and "(0.0022x of it" in text, text
+    assert any(line.split()[-1] == "0.0022" for line in text.splitlines() if line.startswith(report["layers"][0]["node"]))

@@ -38,6 +38,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from .build import procs
 from .errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
+from .ops.accuracy import format_ratio
 from .paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -137,7 +138,7 @@ def _check(spec, outputs: dict, a, b, bias, winograd_m: int = 0) -> float:
         ok, max_err, ratio = check_output(spec, out, a, b, bias, winograd_m=winograd_m)
         worst = max(worst, ratio)
         if not ok:
-            raise _Failure("wrong", f"{entry}: max abs error {max_err:.3g} is {ratio:.3g}x the K-derived bound")
+            raise _Failure("wrong", f"{entry}: max abs error {max_err:.3g} is {format_ratio(ratio)}x the K-derived bound")
     return worst
 
 

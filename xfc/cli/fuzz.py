@@ -26,6 +26,7 @@ from typing import Optional
 
 from .._version import __version__
 from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
+from ..ops.accuracy import format_ratio
 from ..outputs import claim_file, json_is_ours, write_json_result, write_owned_file
 from ..fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
@@ -233,7 +234,7 @@ def print_summary(doc: dict, out=sys.stdout) -> None:
     line = "  ".join(f"{k} {v['cases']}" + (f"({v['failed']}!)" if v["failed"] else "") for k, v in hw.items())
     print(f"  {'hardware:':<10}{len(hw)} descriptions: {line}", file=out)
     if doc["worst_error_ratio"] is not None:
-        print(f"  worst error among passing cases: {doc['worst_error_ratio']:.3g}x the K-derived bound", file=out)
+        print(f"  worst error among passing cases: {format_ratio(doc['worst_error_ratio'])}x the K-derived bound", file=out)
     if doc["by_status"]:
         print(f"  {'status:':<10}" + "  ".join(f"{k} {v}" for k, v in doc["by_status"].items()), file=out)
     for f in doc["failed_cases"]:
@@ -426,7 +427,7 @@ def cmd_replay(args) -> int:
         raise VerificationError(f"--replay {args.replay}: still fails ({result.status}): {result.detail} "
                                 f"[{case.describe()}]")
     if not args.json:
-        ratio = f", worst error {result.error_ratio:.3g}x the bound" if result.error_ratio is not None else ""
+        ratio = f", worst error {format_ratio(result.error_ratio)}x the bound" if result.error_ratio is not None else ""
         print(f"xfc fuzz --replay {args.replay}: pass ({case.describe()}{ratio})")
     return 0
 

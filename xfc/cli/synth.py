@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from ..errors import OperatorError, XfcError
+from ..ops.accuracy import format_ratio
 from ..ops.spec import DTYPES, OPERATORS, make_spec, parse_shape
 from ..pipeline import run_cpu, run_gpu_synth
 
@@ -84,7 +85,7 @@ def print_summary(report: dict) -> None:
                                               if target == "gpu" else "?")
         print(f"  verified: {'yes' if report['verified'] else 'NO'} on {where} "
               f"(max abs error {report['max_abs_error']:.3g}"
-              + (f", {ratio:.2f}x of the bound)" if ratio is not None else ")"))
+              + (f", {format_ratio(ratio)}x of the bound)" if ratio is not None else ")"))
     if report.get("dtype") == "fp16" and report.get("bound") and target == "cpu":
         b = report["bound"]
         classical = "vacuous" if b["classical_vacuous"] else f"{b['classical_gamma']:.3g}"

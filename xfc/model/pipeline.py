@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import OperatorError, VerificationError
+from ..ops.accuracy import format_ratio
 from ..outputs import OutputDir
 from . import backend
 from .coverage import coverage, nothing_covered
@@ -167,7 +168,7 @@ def raise_if_unverified(report: dict) -> None:
         return
     bad = [c for c in v["outputs"] if not c["ok"]]
     parts = [f"output '{c['name']}' differs from onnxruntime by {c['max_abs_error']:.3g} "
-             f"({c['error_to_bound_ratio']:.3g}x the {c['bound_kind']} bound)" for c in bad[:2]]
+             f"({format_ratio(c['error_to_bound_ratio'])}x the {c['bound_kind']} bound)" for c in bad[:2]]
     if v["layers_failed"]:
         parts.append(f"layer{'s' if len(v['layers_failed']) > 1 else ''} {', '.join(v['layers_failed'][:3])} "
                      f"outside the K-derived bound")

@@ -5,6 +5,7 @@ from dataclasses import asdict
 from typing import Mapping, Optional
 
 from .._version import __version__
+from ..ops.accuracy import format_ratio
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec
 from .coverage import Coverage, nothing_covered
 
@@ -143,7 +144,7 @@ def format_report(report: dict, explain: bool = False) -> str:
                f"{layer['predicted_seconds'] * 1e3:.4g}", layer["prediction_source"]]
         if verified:
             ratio = layer["error_to_bound_ratio"]
-            row.append("-" if ratio is None else f"{ratio:.2f}")
+            row.append("-" if ratio is None else format_ratio(ratio))
         if bench:
             ort = layer["onnxruntime_seconds"]
             row.append(f"{layer['measured_seconds'] * 1e3:.4g}")
@@ -199,12 +200,12 @@ def format_report(report: dict, explain: bool = False) -> str:
     if v is not None:
         parts = [f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}"]
         parts.append(f"  layers: {v['layers_checked'] - len(v['layers_failed'])} of {v['layers_checked']} match "
-                     f"their ONNX nodes (float64) within the local bound (worst {v['worst_layer_ratio']:.2f}x)"
+                     f"their ONNX nodes (float64) within the local bound (worst {format_ratio(v['worst_layer_ratio'])}x)"
                      + (f"; failed: {', '.join(v['layers_failed'])}" if v["layers_failed"] else ""))
         for c in v["outputs"]:
             share = c["max_bound"] / c["max_abs_output"] if c["max_abs_output"] else float("inf")
             parts.append(f"  output '{c['name']}': max abs error {c['max_abs_error']:.3g} vs onnxruntime, "
-                         f"{c['bound_kind']} bound {c['max_bound']:.3g} ({c['error_to_bound_ratio']:.3g}x of it; the "
+                         f"{c['bound_kind']} bound {c['max_bound']:.3g} ({format_ratio(c['error_to_bound_ratio'])}x of it; the "
                          f"bound is {share * 100:.2g}% of the largest |output|"
                          + (", weak: see the per-layer checks)" if share > WEAK_BOUND_SHARE else ")"))
         if v["ops_without_error_rule"]:

@@ -80,6 +80,22 @@ RMS_MIN_K = 64                      # reduction length below which the check is 
 RMS_MIN_OUTPUTS = 256               # effective number of outputs below which it is not applied
 
 
+def format_ratio(ratio: float) -> str:
+    """An error-to-bound (or error-to-limit) ratio for people, without the trailing 'x': two
+    significant digits (0.0022, 0.31, 4.7; 0.00x hid how far below the bound a kernel is), whole
+    numbers from 100 on, and never rounded onto 1 from either side (1.004 is not '1': it failed)."""
+    ratio = float(ratio)
+    if not math.isfinite(ratio) or ratio == 0.0:
+        return f"{ratio:g}"
+    if abs(ratio) >= 99.5:      # whole numbers, where two significant digits would print 1e+02
+        return f"{ratio:.0f}"
+    for digits in range(2, 8):
+        text = f"{ratio:.{digits}g}"
+        if float(text) != 1.0 or ratio == 1.0:
+            break
+    return text
+
+
 def rounding_events(k: int) -> int:
     """Upper bound on the rounding events of one output: K products, K additions, bias, slack."""
     return 2 * int(k) + 2
@@ -142,8 +158,8 @@ class Verdict:
         """One line for people and error messages."""
         if not self.ok:
             return self.reason
-        rms = (f", RMS {self.rms_ratio:.2f}x the sqrt(K) limit" if self.rms_limit is not None else "")
-        return f"max abs error {self.max_abs_error:.3g}, {self.worst_ratio:.3g}x the K-derived bound{rms}"
+        rms = (f", RMS {format_ratio(self.rms_ratio)}x the sqrt(K) limit" if self.rms_limit is not None else "")
+        return f"max abs error {self.max_abs_error:.3g}, {format_ratio(self.worst_ratio)}x the K-derived bound{rms}"
 
     def as_report(self) -> dict:
         """The keys a JSON report carries."""
@@ -193,9 +209,9 @@ def judge(expected: np.ndarray, got, bound: np.ndarray, variance: Optional[np.nd
     limit = rms_limit(k, variance).limit if variance is not None else None
     reason = ""
     if ratio > 1.0:
-        reason = (f"max abs error {max_err:.3g}; at {_index_text(err.shape, worst)} the error is {ratio:.3g}x "
+        reason = (f"max abs error {max_err:.3g}; at {_index_text(err.shape, worst)} the error is {format_ratio(ratio)}x "
                   f"the K-derived bound")
     elif limit is not None and rms > limit:
-        reason = (f"RMS error {rms:.3g} is {rms / limit:.3g}x the sqrt(K) statistical limit {limit:.3g} "
-                  f"(precision loss; max error {ratio:.3g}x the K-derived bound)")
+        reason = (f"RMS error {rms:.3g} is {format_ratio(rms / limit)}x the sqrt(K) statistical limit {limit:.3g} "
+                  f"(precision loss; max error {format_ratio(ratio)}x the K-derived bound)")
     return Verdict(not reason, max_err, ratio, rms, limit, reason)

@@ -71,6 +71,7 @@ from ..cpu.synth import synthesize_cpu
 from ..cpu.tiles import MicroTile
 from ..errors import VerificationError, XfcError
 from ..hardware.model import CpuCluster, HardwareDescription
+from ..ops.accuracy import format_ratio
 from ..ops.spec import OperatorSpec, make_spec
 from . import hostcc
 from .fingerprint import fingerprint
@@ -449,7 +450,7 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
             ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=plan.winograd_m or 0)
             if not ok:
                 raise VerificationError(f"calibrate: {case.describe()}: the kernel differs from the reference "
-                                        f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")
+                                        f"(max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not timed")
             samples = kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
             # The fastest run: another process can only slow a run down (badly so for a
             # multi-threaded kernel that waits at barriers for a descheduled thread), so the

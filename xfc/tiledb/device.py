@@ -32,6 +32,7 @@ from ..build.toolchain import ARM_CC, COMPILE_TIMEOUT_S, require_tool, run
 from ..cpu.tiles import MicroTile, MicroTileScore
 from ..errors import DeviceError, HardwareError, VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
+from ..ops.accuracy import format_ratio
 from ..runners.base import RunSpec, hexmask
 from .evaluators import FLOAT_BYTES, TileResult, l1_resident_kc
 from .operators import OperatorResult, plan_json
@@ -377,7 +378,7 @@ class DeviceEvaluator:
             raise DeviceError(f"{spec.describe()} on {self.source}: the harness reported a zero time; not stored")
         if not ok:
             raise VerificationError(f"{spec.describe()} on {self.source}: the synthesized kernel differs from the "
-                                    f"reference (max abs error {max_err:.3g}, {ratio:.3g}x the bound); not stored")
+                                    f"reference (max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not stored")
         conditions.update(threads=threads, value="median of repeats", weights="packed inside every call")
         return OperatorResult(plan=plan_json(result.plan), predicted_s=result.estimate.predicted_s,
                               measured_s=m.median_s, gflops=spec.flops / m.median_s / 1e9, repeats=len(m.samples_s),

@@ -24,6 +24,7 @@ from typing import Optional
 
 from ..errors import VerificationError
 from ..hardware.model import CpuCluster, HardwareDescription
+from ..ops.accuracy import format_ratio
 from ..cpu.synth import synthesize_cpu
 from . import hostcc
 from .records import OperatorRow, canonical_json
@@ -84,7 +85,7 @@ class HostOperatorEvaluator:
             ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=result.plan.winograd_m)
             if not ok:
                 raise VerificationError(f"{spec.describe()}: the synthesized kernel differs from the reference "
-                                        f"(max abs error {max_err:.3g}, {ratio:.3g}x the bound); not timed")
+                                        f"(max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not timed")
             with self._timing:
                 before = hostcc.snapshot()
                 timing = kernel.time(a, b, bias, repeats=self.repeats)
