@@ -107,3 +107,21 @@ def test_model_report_prints_small_ratios_with_significant_digits(tmp_path):
     assert "0.00x" not in text, text
     assert "worst 0.0022x" in text and "(0.0022x of it" in text, text
     assert any(line.split()[-1] == "0.0022" for line in text.splitlines() if line.startswith(report["layers"][0]["node"]))
+
+
+def test_hw_show_wraps_uncertain_values_text_only(capsys):
+    """Text: the uncertain values in lines of at most 100 columns, each value whole and once;
+    --json: the same list as before, one string per value."""
+    import json
+    hw = load_hw("snapdragon-865")
+    assert len(", ".join(hw.uncertain)) > 200          # long enough to need wrapping
+    code, out, err = run(["hw", "show", "snapdragon-865"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Uncertain values"))
+    body = lines[start + 1:]
+    assert body and all(len(line) <= 100 and line.startswith("  ") for line in body), body
+    shown = [v.strip() for line in body for v in line.split(",") if v.strip()]
+    assert shown == list(hw.uncertain)
+    code, out, _ = run(["hw", "show", "snapdragon-865", "--json"], capsys)
+    assert code == 0 and json.loads(out)["uncertain"] == list(hw.uncertain)

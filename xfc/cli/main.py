@@ -144,8 +144,26 @@ def cmd_hw_show(args) -> int:
             print(f"  {values[field]:<36} {how}")
         print(f"  ({hw.notes})")
     if hw.uncertain:
-        print(f"\nUncertain values (check on a device): {', '.join(hw.uncertain)}")
+        print(f"\nUncertain values (check on a device): {len(hw.uncertain)}")
+        for line in wrap_values(hw.uncertain):
+            print(line)
     return 0
+
+
+def wrap_values(values, width: int = 100, indent: str = "  ") -> list[str]:
+    """Comma-separated values in lines of at most `width` columns (a longer value gets a line of
+    its own); a value is never split."""
+    lines, line = [], ""
+    for i, value in enumerate(values):
+        item = value + ("," if i < len(values) - 1 else "")
+        if line and len(indent) + len(line) + 1 + len(item) > width:
+            lines.append(indent + line)
+            line = item
+        else:
+            line = f"{line} {item}" if line else item
+    if line:
+        lines.append(indent + line)
+    return lines
 
 
 def cmd_hw_validate(args) -> int:
