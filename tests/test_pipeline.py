@@ -1,6 +1,7 @@
 """xfc.compile / xfc.pipeline: the Python API the README documents, without any CLI module."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import xfc
@@ -25,6 +26,30 @@ def test_compile_on_host_is_callable_and_correct(op, shape, kw, tmp_path):
     assert out.shape == spec.output_shape
     verdict = check_output(spec, out, a, b, bias)
     assert verdict.ok, verdict.reason
+
+
+def test_specs_and_kernels_agree_on_the_bias():
+    """Issue 35 item 3: the README's spec without a bias listed a bias input and its kernel took one and
+    ignored it (0.97 off a reference that added it); a kernel with a bias called without one used zeros.
+    Now the inputs a spec lists are the ones its kernel takes, and either mistake is one clear error."""
+    hw = xfc.load_hardware("host")
+    plain = xfc.make_spec("matmul", dict(m=8, n=9, k=10))
+    biased = xfc.make_spec("matmul", dict(m=8, n=9, k=10), bias=True)
+    assert plain.input_shapes == ((1, 8, 10), (1, 10, 9)) and biased.input_shapes[2] == (9,)
+    a, b, none = make_inputs(plain)
+    assert none is None
+    kernel = xfc.compile(plain, hw, threads=1)
+    assert check_output(plain, kernel(a, b), a, b, None).ok
+    with pytest.raises(XfcError, match="has no bias .* would be ignored"):
+        kernel(a, b, np.ones(9, np.float32))
+    with_bias = xfc.compile(biased, hw, threads=1)
+    a, b, bias = make_inputs(biased)
+    assert check_output(biased, with_bias(a, b, bias), a, b, bias).ok
+    with pytest.raises(XfcError, match=r"adds a bias .* pass bias, shape \(9,\)"):
+        with_bias(a, b)
+    packed = with_bias.host.prepack(b)
+    with pytest.raises(XfcError, match="adds a bias"):
+        with_bias.host.run_packed(a, packed)
 
 
 def test_compile_for_arm_needs_out_dir_and_is_not_callable(tmp_path):
