@@ -21,45 +21,69 @@ def _token_path(args):
     return Path(args.token_file) if args.token_file else default_token_path(os.environ)
 
 
+def _node_ip(args, head: bool) -> str:
+    """The node IP: 127.0.0.1, or with --expose the --node-ip the user named (one line otherwise)."""
+    from ..tiledb.raybind import LOOPBACK, check_node_ip, is_loopback_host
+    if args.node_ip is not None and not args.expose:
+        raise XfcError(f"--node-ip {args.node_ip}: only with --expose (without it the node listens on "
+                       f"{LOOPBACK} only)")
+    if not args.expose:
+        host = LOOPBACK if head else (args.address.rpartition(":")[0] or args.address)
+        if not is_loopback_host(host):
+            raise XfcError(f"--address {args.address}: a head on another host cannot reach a node that "
+                           f"listens on {LOOPBACK}; add --expose --node-ip ADDR (this host's address)")
+        return LOOPBACK
+    if args.node_ip is None:
+        raise XfcError("--expose needs --node-ip ADDR: the address of this host that the other nodes reach "
+                       "(Ray advertises it; see `ip -brief address`)")
+    return check_node_ip(args.node_ip)
+
+
 def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
     """(the `ray start` arguments, the cluster token)."""
     from ..tiledb.cluster import EXPOSE_WARNING, node_resources, start_args
     from ..tiledb.ray_executor import require_ray
+    from ..tiledb.raybind import LOOPBACK, dashboard_packages, exposed_ports, exposure_warnings
     from ..tiledb.raytoken import create_token_file, listen_note, read_token
     require_ray()
     if args.num_cpus is not None and args.num_cpus < 0:
         raise XfcError(f"--num-cpus must be >= 0, got {args.num_cpus}")
+    node_ip = _node_ip(args, head)
+    exposed = exposed_ports() if node_ip != LOOPBACK else None
     if head:
         token = create_token_file(token_path)
         print(f"xfc: wrote a new cluster token to {token_path} (mode 0600): joining nodes and drivers need "
               f"a copy of it (--token-file)", file=sys.stderr, flush=True)
     else:
         token = read_token(token_path)
-    print(listen_note(token_path), file=sys.stderr, flush=True)
+    print(listen_note(token_path, node_ip), file=sys.stderr, flush=True)
     resources = node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb,
                                start_server=not args.no_start_server, warn=_warn)
     if args.expose:
         print(EXPOSE_WARNING, file=sys.stderr, flush=True)
+    if exposed is not None:
+        for line in exposure_warnings(node_ip, args.port if head else None, exposed, dashboard_packages()):
+            _warn(line)
     phones = sorted(k.split(":", 1)[1] for k in resources if k.startswith("xfc-phone:"))
     print(f"xfc: {'head' if head else 'worker'} node offering {', '.join(sorted(resources)) or 'CPU only'}"
           + (f" (phones: {', '.join(phones)})" if phones else ""), file=sys.stderr, flush=True)
     return start_args(head=head, address=getattr(args, "address", None), port=getattr(args, "port", 0),
                       resources=resources, num_cpus=args.num_cpus,
                       object_store_bytes=args.object_store_mb * 1024 * 1024 if args.object_store_mb else None,
-                      temp_dir=args.temp_dir, expose=args.expose, node_ip=None), token
+                      temp_dir=args.temp_dir, node_ip=node_ip, exposed=exposed), token
 
 
 def cmd_head(args) -> int:
-    from ..tiledb.cluster import exec_node
+    from ..tiledb.cluster import run_node
     ray_args, token = _node_args(args, True, _token_path(args))
-    exec_node(ray_args, os.environ, args.adb_host, args.adb_port, "head", token)
+    run_node(ray_args, os.environ, args.adb_host, args.adb_port, "head", token)
     return 0
 
 
 def cmd_join(args) -> int:
-    from ..tiledb.cluster import exec_node
+    from ..tiledb.cluster import run_node
     ray_args, token = _node_args(args, False, _token_path(args))
-    exec_node(ray_args, os.environ, args.adb_host, args.adb_port, "worker", token)
+    run_node(ray_args, os.environ, args.adb_host, args.adb_port, "worker", token)
     return 0
 
 
@@ -96,8 +120,13 @@ def _common(p) -> None:
     p.add_argument("--object-store-mb", type=int, default=None, help="Ray object store size in MiB")
     p.add_argument("--temp-dir", default=None, help="Ray's temporary directory (sockets, logs)")
     p.add_argument("--expose", action="store_true",
-                   help="give Ray this host's network address instead of 127.0.0.1 (prints a warning: a Ray "
-                        "node runs code for anyone who can reach it and holds the token)")
+                   help="let other hosts reach this node at --node-ip instead of listening on 127.0.0.1 only "
+                        "(prints a warning: a Ray node runs code for anyone who can reach it and holds the "
+                        "token; Ray's GCS, raylet and core workers then listen on every interface, each "
+                        "named with its ports)")
+    p.add_argument("--node-ip", metavar="ADDR", default=None,
+                   help="with --expose (required there): the IPv4 address of this host that the other nodes "
+                        "reach; Ray advertises it and binds its agents to it")
     p.add_argument("--no-adb", action="store_true", help="do not look for phones")
     add_adb_server_options(p)
 
@@ -105,12 +134,16 @@ def _common(p) -> None:
 def register(sub) -> None:
     c = sub.add_parser("cluster", help="Ray nodes for 'xfc tiledb build --executor ray' (needs xfc[ray])")
     csub = c.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", parser_class=sub._parser_class)
-    p = csub.add_parser("head", help="start the cluster's head node here (blocks; Ctrl-C stops it)")
+    what = "every Ray process of the node listens on 127.0.0.1 only unless --expose --node-ip ADDR"
+    stop = "blocks; Ctrl-C or SIGTERM stops every Ray process it started"
+    p = csub.add_parser("head", help=f"start the cluster's head node here ({stop})",
+                        description=f"Start the cluster's head node here: {what} ({stop}).")
     p.add_argument("--port", type=int, default=DEFAULT_HEAD_PORT, help=f"GCS port (default {DEFAULT_HEAD_PORT})")
     _token_option(p, "write a fresh cluster token here (mode 0600; replaces only a token file xfc wrote)")
     _common(p)
     p.set_defaults(func=cmd_head)
-    p = csub.add_parser("join", help="start a worker node here that registers its phones (blocks)")
+    p = csub.add_parser("join", help=f"start a worker node here that registers its phones ({stop})",
+                        description=f"Start a worker node here that registers its phones: {what} ({stop}).")
     p.add_argument("--address", required=True, metavar="ADDR", help="the head's HOST:PORT")
     _token_option(p, "the cluster token: a copy of the file 'xfc cluster head' wrote")
     _common(p)

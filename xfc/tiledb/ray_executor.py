@@ -26,7 +26,7 @@ from typing import Mapping, Optional
 from ..errors import DeviceError, XfcError
 from ..hardware.model import HardwareDescription
 
-INSTALL_HINT = "--executor ray needs Ray: pip install 'xfc[ray]' (or pip install 'ray>=2.9')"
+INSTALL_HINT = "--executor ray needs Ray: pip install 'xfc[ray]' (or pip install 'ray>=2.52,<2.61')"
 PHONE = "xfc-phone:"
 SOC = "xfc-soc:"
 HOST = "xfc-host:"
@@ -235,11 +235,15 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
 
 
 def connect(ray, address: str) -> None:
-    """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused."""
+    """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused.
+    A 127.0.0.1 address stays 127.0.0.1 (raybind.loopback_kept): the driver then joins the local
+    node as 127.0.0.1 and its own server listens on loopback only."""
+    from .raybind import loopback_kept
     check_reachable(address)
     _probe_token(ray, address)
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        with loopback_kept():
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except ray.exceptions.AuthenticationError as exc:
         raise _refused(address, exc) from None
     except (ConnectionError, RuntimeError, ValueError) as exc:

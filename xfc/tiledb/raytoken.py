@@ -1,15 +1,15 @@
 """The token every Ray node and driver that xfc starts must present (Ray's RAY_AUTH_MODE=token).
 
-Ray 2.60's GCS server and raylet listen on all interfaces whatever the node address is, so xfc
-cannot keep a node on loopback; instead each node requires a token: Ray's servers refuse gRPC
-requests that do not carry it. `xfc cluster head` writes a fresh random token to a file
-(create_token_file: mode 0600, atomically, replacing only a token file xfc wrote); joining nodes
-and drivers (`xfc cluster join`, `xfc cluster resources --address`, `xfc tiledb build --executor
-ray`) read it from --token-file (default_token_path: $XDG_STATE_HOME/xfc/ray-cluster.token).
+A node xfc starts listens on 127.0.0.1 only unless --expose (xfc/tiledb/raybind.py), and even an
+exposed node has servers that listen on every interface; so each node also requires a token:
+Ray's servers refuse requests that do not carry it. `xfc cluster head` writes a fresh random token
+to a file (create_token_file: mode 0600, atomically, replacing only a token file xfc wrote); joining
+nodes and drivers (`xfc cluster join`, `xfc cluster resources --address`, `xfc tiledb build
+--executor ray`) read it from --token-file (default_token_path: $XDG_STATE_HOME/xfc/ray-cluster.token).
 
 The token reaches Ray through the environment only (RAY_AUTH_TOKEN; /proc/PID/environ is private
 to the user), never a command line (ps shows those): node_environ() for the `ray start` process a
-node becomes, driver_token() around ray.init in this process (os.environ is set for Ray's C++
+node runs, driver_token() around ray.init in this process (os.environ is set for Ray's C++
 config and restored afterwards: the one place xfc writes os.environ).
 """
 from __future__ import annotations
@@ -145,7 +145,10 @@ def driver_token(token: str) -> Iterator[None]:
         _refresh_ray_auth()
 
 
-def listen_note(path: Path) -> str:
+def listen_note(path: Path, node_ip: str = "127.0.0.1") -> str:
     """The line printed whenever xfc starts a Ray node."""
-    return (f"xfc: note: Ray's servers listen on all interfaces (Ray has no loopback-only option); "
-            f"requests without this cluster's token ({path}) are refused")
+    refused = f"requests without this cluster's token ({path}) are refused"
+    if node_ip == "127.0.0.1":
+        return (f"xfc: note: this Ray node listens on 127.0.0.1 only (other hosts need --expose --node-ip ADDR); "
+                f"{refused}")
+    return f"xfc: note: this Ray node advertises {node_ip} to the other nodes; {refused}"
