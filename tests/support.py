@@ -1,5 +1,6 @@
 """Helpers shared by the test files: spec builders, tool checks, host ISAs, coverage records,
-epilogue checks and the compiled-code inspection used instead of restating the cost model.
+epilogue checks, the compiled-code inspection used instead of restating the cost model, and
+process trees with their listening sockets read from /proc (the Ray node tests).
 
 Host ISAs: kernels of every x86-64 ISA (avx512, avx2, generic) are compiled on every machine
 (gcc emits AVX-512 code on any x86-64 CPU); they are run only where the host, as xfc sees it,
@@ -16,6 +17,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -359,3 +361,170 @@ def with_cores(hw, cores: int):
     import dataclasses
     first = dataclasses.replace(hw.clusters[0], count=cores, cpu_ids=tuple(range(cores)))
     return dataclasses.replace(hw, clusters=(first, *hw.clusters[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Process trees and their listening sockets (Ray nodes: tests/test_ray_cluster.py), read from
+# /proc: the process list, not Ray's word
+# ---------------------------------------------------------------------------------------------
+
+def _proc_stat(pid: int) -> Optional[list[str]]:
+    """/proc/<pid>/stat fields after the command name (state, ppid, pgrp, session, ...), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_identity(pid: int) -> Optional[tuple[int, int]]:
+    """(pid, start time in clock ticks) of a live (not zombie) process: a reused pid differs."""
+    fields = _proc_stat(pid)
+    if fields is None or fields[0] == "Z":
+        return None
+    return pid, int(fields[19])
+
+
+def still_running(identities) -> list[tuple[int, int]]:
+    """The (pid, start time) pairs whose process is still alive."""
+    return [ident for ident in identities if process_identity(ident[0]) == ident]
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields is not None and fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def process_tree(root: int, children: Optional[dict[int, list[int]]] = None) -> list[int]:
+    """root and every live descendant (by parent pid)."""
+    children = _children() if children is None else children
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes of session sid."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
+                out.append(int(entry.name))
+    return out
+
+
+def session_of(pid: int) -> Optional[int]:
+    fields = _proc_stat(pid)
+    return None if fields is None else int(fields[3])
+
+
+def _address(hex_ip: str) -> str:
+    import ipaddress
+    raw = bytes.fromhex(hex_ip)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    return str(ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+
+
+def listening_sockets() -> dict[str, tuple[str, int]]:
+    """Socket inode -> (address, port) of every TCP socket in LISTEN state (/proc/net/tcp, tcp6)."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":                                   # TCP_LISTEN
+                ip, port = fields[1].split(":")
+                out[fields[9]] = (_address(ip), int(port, 16))
+    return out
+
+
+def listening_ports() -> set[int]:
+    return {port for _, port in listening_sockets().values()}
+
+
+def process_command(pid: int) -> str:
+    """A process's command line, arguments joined by spaces ('' once it is gone). Ray's workers and
+    agents rewrite theirs ('ray::IDLE', 'ray::RuntimeEnvAgent')."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def tree_listeners(root: int) -> list[tuple[int, str, str, int]]:
+    """(pid, command line, address, port) of every listening socket held by root's process tree."""
+    return listeners_by_tree({root: root})[root]
+
+
+def listeners_by_tree(roots: dict) -> dict:
+    """tree_listeners of several roots ({label: root pid} -> {label: [...]}), /proc read once."""
+    sockets, children = listening_sockets(), _children()
+    out = {}
+    for label, root in roots.items():
+        out[label] = []
+        for pid in process_tree(root, children):
+            try:
+                fds = list(Path(f"/proc/{pid}/fd").iterdir())
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:[") and target[8:-1] in sockets:
+                    out[label].append((pid, process_command(pid), *sockets[target[8:-1]]))
+    return out
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4-mapped loopback address (::ffff:127.x.y.z)."""
+    import ipaddress
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def stop_node_processes(procs, grace_s: float = 40.0) -> None:
+    """Test clean-up for `xfc cluster head|join` children (each started with start_new_session): every
+    process of their trees and of the sessions under them (Ray's `ray start` runs in its own) is
+    listed first; each xfc gets SIGTERM and grace_s to stop its node; whatever is still alive of
+    those lists is SIGKILLed."""
+    listed, sessions = set(), set()
+    for proc in procs:
+        for pid in process_tree(proc.pid):
+            ident = process_identity(pid)
+            if ident:
+                listed.add(ident)
+                sessions.add(session_of(pid))
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    left = set(still_running(listed))
+    for sid in sessions - {None, os.getsid(0)}:
+        left |= {i for i in map(process_identity, session_members(sid)) if i}
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait(timeout=30)

@@ -2,13 +2,18 @@
 phones) and a second node (`xfc cluster join`) whose adb server sees the virtual Snapdragon 865.
 Device tasks run only on that node; a Ray worker killed mid-task is retried and the build
 completes (or, with no retries left, reports the task not measured and writes no row for it);
-a static build through Ray exports exactly what the local executor's does. Ray's processes are
-found by a marker in their environment and killed at the end, whatever the outcome. Without Ray,
---executor ray is one line, exit 2. No speed is asserted."""
+a static build through Ray exports exactly what the local executor's does. Where the nodes listen:
+with the defaults every listening socket of a head, a join and a build's driver is on loopback;
+with --expose --node-ip 127.0.0.2 on that address or loopback, except the servers Ray cannot bind
+there, which the warning lines name with their ports. SIGINT / SIGTERM to a node (and the death of
+its `ray start`) leave no process and no listening port. Ray's processes are found in /proc (process
+trees, sessions, a marker in their environment) and killed at the end, whatever the outcome.
+Without Ray, --executor ray is one line, exit 2. No speed is asserted."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +25,12 @@ from pathlib import Path
 import pytest
 
 from android_runner.testbed import free_port
+from support import (is_loopback, listeners_by_tree, listening_ports, process_identity, process_tree,
+                     session_members, session_of, signals_as_default, still_running, stop_node_processes,
+                     tree_listeners)
 from xfc.tiledb.cluster import EXPOSE_WARNING, start_args
+from xfc.tiledb.raybind import (LAUNCHER, ExposedPorts, exposure_warnings, is_loopback_host, keep_loopback,
+                                loopback_kept)
 from xfc.errors import XfcError
 from xfc.tiledb.ray_executor import missing_resources, phone_resources, wrong_phones
 
@@ -90,13 +100,76 @@ def test_resources_of_phones_and_what_no_node_offers():
 @pytest.mark.unit
 def test_nodes_get_127_0_0_1_unless_exposed():
     common = dict(head=True, address=None, port=7000, resources={"xfc-qemu": 1.0}, num_cpus=1,
-                  object_store_bytes=None, temp_dir=None, node_ip=None)
-    local = start_args(expose=False, **common)
+                  object_store_bytes=None, temp_dir=None)
+    local = start_args(**common)
     assert local[local.index("--node-ip-address") + 1] == "127.0.0.1"
     assert local[local.index("--dashboard-host") + 1] == "127.0.0.1" and "--block" in local
     assert json.loads(local[local.index("--resources") + 1]) == {"xfc-qemu": 1.0}
-    assert "--node-ip-address" not in start_args(expose=True, **common)
+    assert "--node-manager-port" not in local and "--min-worker-port" not in local
+    ports = ExposedPorts(node_manager=41001, object_manager=41002, dashboard_agent_grpc=41003, metrics_export=41004)
+    exposed = start_args(node_ip="192.0.2.7", exposed=ports, **common)
+    assert exposed[exposed.index("--node-ip-address") + 1] == "192.0.2.7"
+    assert exposed[exposed.index("--dashboard-host") + 1] == "127.0.0.1"       # the dashboard stays local
+    for option, value in (("--node-manager-port", 41001), ("--object-manager-port", 41002),
+                          ("--dashboard-agent-grpc-port", 41003), ("--metrics-export-port", 41004),
+                          ("--min-worker-port", 10002), ("--max-worker-port", 19999)):
+        assert exposed[exposed.index(option) + 1] == str(value)
     assert "anyone who can reach" in EXPOSE_WARNING and "run any code" in EXPOSE_WARNING
+    # the warning lines name every process that listens on every interface, with the ports passed above
+    head = exposure_warnings("192.0.2.7", 7000, ports, dashboard_agent=True)
+    assert [line.split(": ", 1)[1].split(",")[0] for line in head] == [
+        "gcs_server (GCS)", "raylet", "core workers (every task worker and driver on this node)", "dashboard agent"]
+    assert "port 7000" in head[0] and "41001 (node manager) and 41002 (object manager)" in head[1]
+    assert "10002-19999" in head[2] and "41003 (gRPC) and 41004 (metrics)" in head[3]
+    assert all("192.0.2.7" in line and "every interface" in line for line in head)
+    assert [line.split(": ", 1)[1].split(",")[0] for line in exposure_warnings("192.0.2.7", None, ports, False)] == [
+        "raylet", "core workers (every task worker and driver on this node)"]
+    assert exposure_warnings("127.0.0.1", 7000, ports, True) == []
+
+
+@pytest.mark.unit
+def test_a_loopback_address_stays_loopback_for_ray():
+    """Ray's resolve_ip_for_localhost turns 127.0.0.1 into the host's network address; xfc's
+    replacement (in-process and in the `ray start` launcher) keeps it."""
+    network = lambda host: "192.0.2.9"              # noqa: E731 - what Ray's own function returns here
+    kept = keep_loopback(network)
+    assert kept("127.0.0.1") == "127.0.0.1" and kept("localhost") == "127.0.0.1"
+    assert kept("10.1.2.3") == "192.0.2.9" and kept("::1") == "192.0.2.9"
+    launcher = LAUNCHER.replace("import ray._private.services as services\n", "").replace(
+        "from ray.scripts.scripts import main\n", "").replace("sys.exit(main())\n", "")
+    services = type("services", (), {"resolve_ip_for_localhost": staticmethod(network)})
+    exec(launcher, {"services": services, "sys": type("sys", (), {"argv": ["-c"]})})   # the launcher's patch alone
+    assert services.resolve_ip_for_localhost("127.0.0.1") == "127.0.0.1"
+    assert services.resolve_ip_for_localhost("10.1.2.3") == "192.0.2.9"
+    assert is_loopback_host("127.0.0.2") and is_loopback_host("[::1]") and not is_loopback_host("10.0.0.1")
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_the_ray_function_xfc_replaces_is_there_and_is_restored():
+    import ray._private.services as services
+    original = services.resolve_ip_for_localhost
+    with loopback_kept():
+        assert services.resolve_ip_for_localhost("127.0.0.1") == "127.0.0.1"
+    assert services.resolve_ip_for_localhost is original
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_node_ip_needs_expose_and_expose_needs_an_address_of_this_host(tmp_path, capsys):
+    from xfc.cli import main
+    token = tmp_path / "t.token"
+    for args, words in ((["head", "--node-ip", "127.0.0.2"], "only with --expose"),
+                        (["head", "--expose"], "--expose needs --node-ip ADDR"),
+                        (["head", "--expose", "--node-ip", "0.0.0.0"], "not the address of one interface"),
+                        (["head", "--expose", "--node-ip", "::1"], "IPv4"),
+                        (["head", "--expose", "--node-ip", "no-such-address"], "not an IPv4 address"),
+                        (["head", "--expose", "--node-ip", "192.0.2.254"], "not an address of this host"),
+                        (["join", "--address", "192.0.2.1:6379"], "cannot reach a node that listens on 127.0.0.1")):
+        assert main(["cluster", *args, "--no-adb", "--token-file", str(token)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("xfc: error: ") and len(err.strip().splitlines()) == 1 and words in err, err
+    assert not token.exists()                   # refused before a token is written
 
 
 @pytest.mark.unit
@@ -142,6 +215,12 @@ def test_without_ray_the_ray_executor_is_one_line_exit_2(tmp_path):
 
 # ---- a real cluster ------------------------------------------------------------------------------
 
+def ray_temp_dir(root: Path) -> Path:
+    """Ray's sockets live under its temp dir and an AF_UNIX path holds 107 bytes: under xdist the
+    test's tmp path can be too long, then a short private directory under /tmp (the caller removes it)."""
+    return root if len(str(root)) + len(SOCKET_TAIL) + 8 <= 107 else Path(tempfile.mkdtemp(prefix="xr"))
+
+
 def marked_pids(marker: str) -> list[int]:
     """Processes of this user whose environment carries the marker (Ray renames its workers)."""
     out = []
@@ -155,21 +234,6 @@ def marked_pids(marker: str) -> list[int]:
         except OSError:
             continue
     return out
-
-
-def stop_groups(procs: list[subprocess.Popen], grace_s: float = 4.0) -> None:
-    """SIGTERM every node's process group, SIGKILL what is left after grace_s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        end = time.monotonic() + grace_s
-        while sig == signal.SIGTERM and time.monotonic() < end and any(p.poll() is None for p in procs):
-            time.sleep(0.2)
-    for proc in procs:
-        proc.wait(timeout=10)
 
 
 def wait_for_nodes(address: str, marker: str, count: int, node: subprocess.Popen, log: Path, token: Path,
@@ -212,9 +276,7 @@ def cluster(tmp_path_factory, server, device):
     marker = root.name + str(os.getpid())
     port = free_port()
     address = f"127.0.0.1:{port}"
-    # Ray's sockets live under its temp dir and an AF_UNIX path holds 107 bytes: under xdist the
-    # test's tmp path can be too long, then a short private directory under /tmp is used (removed below)
-    ray_tmp = root if len(str(root)) + len(SOCKET_TAIL) + 8 <= 107 else Path(tempfile.mkdtemp(prefix="xr"))
+    ray_tmp = ray_temp_dir(root)
     token = root / "cluster.token"
     small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp), "--token-file", str(token)]
     procs = []
@@ -232,8 +294,8 @@ def cluster(tmp_path_factory, server, device):
         assert not any(k.startswith("xfc-phone:") for n in nodes if n is not phone_node for k in n["resources"])
         yield address, marker, phone_node["node"], token
     finally:
-        stop_groups(procs)
-        for pid in marked_pids(marker):        # anything Ray started outside the groups
+        stop_node_processes(procs)
+        for pid in marked_pids(marker):        # anything of this run left (none expected)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -360,7 +422,12 @@ def test_no_node_for_the_phone_or_soc_fails_fast(cluster, device, tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM tile").fetchone()[0] == 0
 
 
+# Ray's own client without a token. Plain ray.init would turn 127.0.0.1 into the host's network address,
+# where an xfc node does not listen; a user of this host can keep 127.0.0.1 as xfc does, and reaches the GCS.
 NO_TOKEN_PROBE = ("import sys, ray\n"
+                  "import ray._private.services as services\n"
+                  "resolve = services.resolve_ip_for_localhost\n"
+                  "services.resolve_ip_for_localhost = lambda host: host if host == '127.0.0.1' else resolve(host)\n"
                   "try:\n"
                   "    ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
                   "except Exception as exc:\n"
@@ -371,7 +438,7 @@ NO_TOKEN_PROBE = ("import sys, ray\n"
 
 @pytest.mark.adb
 def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
-    """Ray's servers listen on every interface: the token is what keeps strangers out."""
+    """The node listens on 127.0.0.1: what keeps the other users of this host out is the token."""
     address, marker, _, token = cluster
     wrong = tmp_path / "wrong.token"
     wrong.write_text("xfc1-" + "0" * 64)
@@ -379,7 +446,7 @@ def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
                               "--address", address, "--token-file", str(wrong), "--db", str(tmp_path / "t.sqlite"),
                               marker=marker, timeout=120), 2)
     assert "refused this token" in line, line
-    # Ray's own client, no token and no token mode (a stranger's plain `ray.init(address=...)`)
+    # Ray's own client, no token and no token mode (another user of this host: NO_TOKEN_PROBE)
     bare = {k: v for k, v in env(marker).items() if not k.startswith("RAY_AUTH")}
     bare["HOME"] = str(tmp_path)                        # no ~/.ray/auth_token to fall back on
     proc = subprocess.run([sys.executable, "-c", NO_TOKEN_PROBE, address], capture_output=True, text=True,
@@ -388,3 +455,198 @@ def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
     # the right token still works (the builds above use it too)
     assert xfc("cluster", "resources", "--address", address, "--token-file", str(token), marker=marker,
                timeout=120).returncode == 0
+
+
+# ---- where the nodes listen, and what a signal leaves behind ------------------------------------
+# Every listening socket of every process of a node's tree (xfc, `ray start`, gcs_server, raylet,
+# agents, task workers) and of a build's (the driver), sampled while a build runs through the
+# cluster. Processes and sockets are read from /proc (tests/support.py), not asked of Ray.
+
+# how each process shows itself: Ray 2.60 renames its agents, Ray 2.52 runs them under their script names
+AGENTS = {"runtime-env agent": ("ray::RuntimeEnvAgent", "/runtime_env/agent/main.py"),
+          "dashboard agent": ("ray::DashboardAgent", "/dashboard/agent.py")}
+# Ray 2.60 cannot bind these to the address of an exposed node (xfc/tiledb/raybind.py): they listen
+# on every interface, on the ports `xfc cluster head|join --expose` names in its warning lines.
+# Anything else listening anywhere but the node's address or loopback fails the test.
+EVERY_INTERFACE_WHEN_EXPOSED = ("gcs_server", "raylet", "core worker", "dashboard agent")
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def kind(command: str, pid: int, drivers: set[int]) -> str:
+    """gcs_server, raylet, an agent, or a core worker (a task worker or a driver); else the command."""
+    program = os.path.basename(command.split(" ", 1)[0])
+    if program in ("gcs_server", "raylet"):
+        return program
+    for name, marks in AGENTS.items():
+        if command.startswith(marks[0]) or marks[1] in command:
+            return name
+    if command.startswith("ray::") or "/workers/default_worker.py" in command or pid in drivers:
+        return "core worker"
+    return command[:80]
+
+
+def start_node(args: list[str], log: Path, marker: str) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "xfc", *args], stdout=out, stderr=subprocess.STDOUT,
+                                env=env(marker), start_new_session=True, preexec_fn=signals_as_default)
+
+
+def build_and_sample(address: str, token: Path, db: Path, nodes: dict[str, subprocess.Popen], marker: str,
+                     extra: tuple = ()) -> dict[str, set[tuple[str, str, int]]]:
+    """Run a static build through the cluster; meanwhile collect, every 0.1 s, (kind, address, port) of
+    every listener of each node's tree and of the build's own ("build": the driver)."""
+    build = subprocess.Popen([sys.executable, "-m", "xfc", "tiledb", "build", "--hw", HW, "--evaluators", "static",
+                              "--cluster", CLUSTER, "--tiles", TILES, "--executor", "ray", "--address", address,
+                              "--token-file", str(token),
+                              "--db", str(db), "--quiet", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env(marker))
+    seen: dict[str, set] = {label: set() for label in (*nodes, "build")}
+    try:
+        roots = {**{label: proc.pid for label, proc in nodes.items()}, "build": build.pid}
+        while build.poll() is None:
+            for label, found in listeners_by_tree(roots).items():
+                seen[label] |= {(kind(command, pid, {build.pid}), addr, port) for pid, command, addr, port in found}
+            time.sleep(0.1)
+        out, err = build.communicate(timeout=60)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.communicate()
+    assert build.returncode == 0, out + err
+    return seen
+
+
+def stop_and_check(proc: subprocess.Popen, sig: int, status: int, log: Path, marker: str,
+                   last_line: str, ray_start: bool = False) -> None:
+    """Send sig to a running `xfc cluster head|join` (ray_start: to its `ray start` child instead): it
+    exits with status, its last line is last_line, and no process of its tree, of the sessions in it or
+    carrying its marker is left, and none of its ports listens."""
+    assert proc.poll() is None, log.read_text()[-600:]
+    tree = [i for i in map(process_identity, process_tree(proc.pid)) if i]
+    sessions = {session_of(pid) for pid, _ in tree} - {None, os.getsid(0)}
+    ports = {port for _, _, _, port in tree_listeners(proc.pid)}
+    assert len(tree) >= 5 and len(sessions) >= 2 and ports, (tree, sessions, ports)   # xfc, ray start, gcs/raylet...
+    [leader] = [pid for pid, _ in tree if session_of(pid) == pid and pid != proc.pid]   # `ray start`, in its session
+    os.kill(leader if ray_start else proc.pid, sig)
+    proc.wait(timeout=120)
+    tail = log.read_text()[-800:]
+    assert proc.returncode == status, tail
+    assert tail.strip().splitlines()[-1].startswith(last_line), tail
+    assert still_running(tree) == [], tail
+    assert [pid for sid in sessions for pid in session_members(sid)] == []
+    assert marked_pids(marker) == []
+    assert ports & listening_ports() == set(), ports & listening_ports()
+
+
+def declared_every_interface(log_text: str, node_ip: str) -> dict[str, set[int]]:
+    """Kind -> ports, from the warning lines naming what listens on every interface."""
+    prefix = f"xfc: warning: Ray cannot bind these servers to {node_ip}; they listen on every interface of this host: "
+    kinds = {"gcs_server": "gcs_server", "raylet": "raylet", "core workers": "core worker",
+             "dashboard agent": "dashboard agent"}
+    out: dict[str, set[int]] = {}
+    for line in log_text.splitlines():
+        if line.startswith(prefix):
+            what, _, ports = line[len(prefix):].partition(", port")
+            [name] = [k for k in kinds if what.startswith(k)]
+            ranges = [tuple(map(int, r.split("-"))) for r in re.findall(r"\d+-\d+", ports)]
+            singles = {int(v) for v in re.findall(r"(?<![\d-])\d+(?![\d-])", ports)}
+            out[kinds[name]] = singles | {p for lo, hi in ranges for p in range(lo, hi + 1)}
+    return out
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_without_expose_every_ray_listener_is_on_loopback_and_a_signal_leaves_nothing(tmp_path):
+    """head, join and a build's driver (defaults): every listening socket on 127.0.0.1 / ::ffff:127.0.0.1;
+    then SIGINT to the join (exit 130) and SIGTERM to the head (exit 143) leave no process, no port."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    ray_tmp, token = ray_temp_dir(tmp_path), tmp_path / "cluster.token"
+    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp), "--token-file", str(token),
+             "--no-adb"]
+    marker = f"lo{os.getpid()}{tmp_path.name}"
+    nodes: dict[str, subprocess.Popen] = {}
+    try:
+        nodes["head"] = start_node(["cluster", "head", "--port", str(port), *small], tmp_path / "head.log", marker + "h")
+        wait_for_nodes(address, marker, 1, nodes["head"], tmp_path / "head.log", token)
+        nodes["join"] = start_node(["cluster", "join", "--address", address, *small], tmp_path / "join.log",
+                                   marker + "j")
+        wait_for_nodes(address, marker, 2, nodes["join"], tmp_path / "join.log", token)
+        head_log = (tmp_path / "head.log").read_text()
+        assert "this Ray node listens on 127.0.0.1 only" in head_log and "xfc: warning" not in head_log, head_log[-600:]
+        seen = build_and_sample(address, token, tmp_path / "t.sqlite", nodes, marker)
+        outside = {label: sorted(s for s in found if not is_loopback(s[1])) for label, found in seen.items()}
+        assert outside == {"head": [], "join": [], "build": []}, outside
+        # what was seen: each server of each node, task workers and the driver (else nothing was checked)
+        assert ("gcs_server", port) in {(k, p) for k, _, p in seen["head"]}, seen["head"]
+        for label in ("head", "join"):
+            kinds = [k for k, _, _ in seen[label]]
+            assert kinds.count("raylet") >= 2 and "runtime-env agent" in kinds, seen[label]
+        assert "core worker" in {k for label in ("head", "join") for k, _, _ in seen[label]}, seen
+        assert {k for k, _, _ in seen["build"]} == {"core worker"}, seen["build"]
+        stop_and_check(nodes["join"], signal.SIGINT, 130, tmp_path / "join.log", marker + "j", "xfc: interrupted")
+        stop_and_check(nodes["head"], signal.SIGTERM, 143, tmp_path / "head.log", marker + "h", "xfc: terminated")
+    finally:
+        stop_node_processes(list(nodes.values()))
+        if ray_tmp != tmp_path:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_an_exposed_node_listens_on_its_address_and_names_what_ray_cannot_bind(tmp_path):
+    """head and join with --expose --node-ip 127.0.0.2 (a loopback alias: no network needed), and a
+    build's driver: every listener is on 127.0.0.2 or loopback, except those of the processes Ray
+    cannot bind (EVERY_INTERFACE_WHEN_EXPOSED), which are on every interface on ports the warning
+    lines name; then SIGKILL to the join's `ray start` (exit 3, one line) and SIGINT to the head (130)
+    leave nothing."""
+    alias = "127.0.0.2"
+    import socket as _socket
+    with _socket.socket() as probe:
+        try:
+            probe.bind((alias, 0))
+        except OSError as exc:
+            pytest.skip(f"this host cannot bind the loopback alias {alias} ({exc.strerror})")
+    port = free_port()
+    address = f"{alias}:{port}"
+    ray_tmp, token = ray_temp_dir(tmp_path), tmp_path / "cluster.token"
+    small = ["--num-cpus", "1", "--object-store-mb", "80", "--temp-dir", str(ray_tmp), "--token-file", str(token),
+             "--no-adb", "--expose", "--node-ip", alias]
+    marker = f"ex{os.getpid()}{tmp_path.name}"
+    nodes: dict[str, subprocess.Popen] = {}
+    try:
+        nodes["head"] = start_node(["cluster", "head", "--port", str(port), *small], tmp_path / "head.log", marker + "h")
+        wait_for_nodes(address, marker, 1, nodes["head"], tmp_path / "head.log", token)
+        nodes["join"] = start_node(["cluster", "join", "--address", address, *small], tmp_path / "join.log",
+                                   marker + "j")
+        wait_for_nodes(address, marker, 2, nodes["join"], tmp_path / "join.log", token)
+        logs = {label: (tmp_path / f"{label}.log").read_text() for label in nodes}
+        declared = {label: declared_every_interface(text, alias) for label, text in logs.items()}
+        for label, text in logs.items():
+            assert EXPOSE_WARNING in text and f"advertises {alias}" in text, text[-800:]
+            assert {"raylet", "core worker"} <= set(declared[label]), text[-800:]
+        assert declared["head"]["gcs_server"] == {port} and "gcs_server" not in declared["join"]
+        seen = build_and_sample(address, token, tmp_path / "t.sqlite", nodes, marker)
+        assert {k for k, _, _ in seen["build"]} == {"core worker"}, seen["build"]
+        seen["head"] |= seen.pop("build")          # the driver joins the head's node: its ports are the head's
+        wrong = {}
+        for label, found in seen.items():
+            for what, addr, p in sorted(found):
+                if addr == alias or is_loopback(addr):
+                    continue
+                if addr in WILDCARDS and what in EVERY_INTERFACE_WHEN_EXPOSED and p in declared[label].get(what, ()):
+                    continue
+                wrong.setdefault(label, []).append((what, addr, p))
+        assert wrong == {}, wrong
+        for label in ("head", "join"):
+            assert ("runtime-env agent", alias) in {(k, a) for k, a, _ in seen[label]}, seen[label]
+            assert [k for k, _, _ in seen[label]].count("raylet") >= 2, seen[label]
+        assert ("gcs_server", port) in {(k, p) for k, _, p in seen["head"]}, seen["head"]
+        # a node whose `ray start` dies: one line, exit 3, and still nothing of it is left
+        stop_and_check(nodes["join"], signal.SIGKILL, 3, tmp_path / "join.log", marker + "j",
+                       "xfc: error: the Ray node stopped by itself: 'ray start' was killed by signal 9", ray_start=True)
+        stop_and_check(nodes["head"], signal.SIGINT, 130, tmp_path / "head.log", marker + "h", "xfc: interrupted")
+    finally:
+        stop_node_processes(list(nodes.values()))
+        if ray_tmp != tmp_path:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
