@@ -10,8 +10,9 @@ one writer), and counts tasks per second from the first claim to the last row:
 
   local xN    LocalExecutor(jobs=N), for each --jobs value
   ray         RayExecutor on a local cluster that this script starts: `xfc cluster head` on
-              127.0.0.1 with --ray-cpus CPUs, in its own temporary directory, stopped at the
-              end. Connecting (ray.init) is reported apart, as 'connect_s'.
+              127.0.0.1 (listening there only) with --ray-cpus CPUs, its token and Ray's files
+              in its own temporary directory, stopped at the end (SIGTERM: xfc stops every Ray
+              process of the node). Connecting (ray.init) is reported apart, as 'connect_s'.
 
 Every database is checked equal to the first one, by its export, when all evaluators are
 deterministic (static). Output: a table, and benchmarks/results/tiledb_executors.json (written
@@ -77,29 +78,34 @@ def build(path: Path, hw_names, evaluator_names, executor_for) -> tuple[float, f
     return t1 - t0, t2 - t1, summary.evaluated, export
 
 
-def start_head(root: Path, cpus: int) -> tuple[subprocess.Popen, str]:
+def start_head(root: Path, cpus: int) -> tuple[subprocess.Popen, str, Path]:
+    """(the `xfc cluster head` process, its address, its token file)."""
     port = free_port()
+    token = root / "cluster.token"
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0")
     log = open(root / "head.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "xfc", "cluster", "head", "--port", str(port), "--no-adb",
-                             "--num-cpus", str(cpus), "--object-store-mb", "100", "--temp-dir", str(root / "ray")],
+                             "--num-cpus", str(cpus), "--object-store-mb", "100", "--temp-dir", str(root / "ray"),
+                             "--token-file", str(token)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = f"127.0.0.1:{port}"
     end = time.monotonic() + 120
     while time.monotonic() < end:
         if proc.poll() is not None:
             raise XfcError(f"the Ray head stopped: {(root / 'head.log').read_text()[-300:]}")
-        probe = subprocess.run([sys.executable, "-m", "xfc", "cluster", "resources", "--address", address],
-                               capture_output=True, text=True, timeout=60, env=env)
+        probe = subprocess.run([sys.executable, "-m", "xfc", "cluster", "resources", "--address", address,
+                                "--token-file", str(token)], capture_output=True, text=True, timeout=60, env=env)
         if probe.returncode == 0 and json.loads(probe.stdout):
-            return proc, address
+            return proc, address, token
         time.sleep(1)
     stop_head(proc)
     raise XfcError("the Ray head did not start within 120 s")
 
 
 def stop_head(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+    """SIGTERM to `xfc cluster head`, which stops every Ray process of its node (up to ~25 s); SIGKILL
+    only if it does not exit within 60 s (Ray's processes, in their own session, may then be left)."""
+    for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
             proc.wait(timeout=wait_s)
@@ -107,7 +113,7 @@ def stop_head(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             return
         except subprocess.TimeoutExpired:
-            continue
+            print(f"tiledb_executors: warning: the Ray head did not stop within {wait_s} s", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -133,10 +139,13 @@ def main(argv=None) -> int:
         if not args.no_ray:
             from xfc.tiledb.ray_executor import RayExecutor, require_ray
             require_ray()
-            head, address = start_head(root, args.ray_cpus)
+            from xfc.tiledb.raytoken import read_token
+            head, address, token_file = start_head(root, args.ray_cpus)
             try:
+                token = read_token(token_file)
                 connect_s, build_s, n, export = build(root / "ray.sqlite", hw_names, args.evaluators,
-                                                      lambda hw: RayExecutor(address, hw, capacity=4 * args.ray_cpus))
+                                                      lambda hw: RayExecutor(address, hw, token=token,
+                                                                             capacity=4 * args.ray_cpus))
             finally:
                 stop_head(head)
             rows.append(dict(executor=f"ray ({args.ray_cpus} CPUs, 1 node)", tasks=n, connect_s=connect_s,
