@@ -155,3 +155,25 @@ def test_every_report_starts_with_the_same_keys(tmp_path):
         assert isinstance(m["where"], str) and isinstance(m["emulated"], bool), name
     assert not reports["synth cpu"]["measurement"]["emulated"]
     assert reports["synth gpu"]["measurement"]["emulated"] and reports["bench cpu"]["measurement"]["emulated"]
+
+
+def test_python_api_sees_the_machine_and_the_tile_db_as_the_command_line(tmp_path, capsys):
+    """Issue 31 item 6: xfc.load_hardware("host") is the probed description `xfc hw show host` prints
+    (it was the assumed one: 166 vs 118 GFLOP/s per core on one machine), and one request gives one
+    plan from xfc.compile and from `xfc synth`, tile database included (both default to auto)."""
+    import json
+    from xfc.cli import main
+    from xfc.cli.main import hardware_summary
+    assert main(["hw", "show", "host", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert json.loads(json.dumps(hardware_summary(xfc.load_hardware("host")), default=list)) == shown
+    spec = xfc.make_spec("conv2d", dict(c=24, h=17, w=17, k=40, r=3, s=3), pad=1, bias=True, activation="relu")
+    assert main(["synth", "conv2d", "--hw", "host", "--shape", "c=24,h=17,w=17,k=40,r=3,s=3", "--pad", "1", "--bias",
+                 "--activation", "relu", "--threads", "1", "--json", "-o", str(tmp_path / "cli")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    kernel = xfc.compile(spec, xfc.load_hardware("host"), threads=1)
+    ours = kernel.synthesis.report()
+    for key in ("lowering", "isa", "tiles", "code_shape", "winograd_m", "predicted_seconds"):
+        assert ours.get(key) == report.get(key), key
+    assert report["tile_db"]["choice"] == "auto"
+    assert xfc.synthesize(spec, xfc.load_hardware("host"), threads=1, tile_db="off").plan.spec == spec

@@ -40,6 +40,12 @@ def _env(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
+def environment() -> Mapping[str, str]:
+    """The whole environment, for the Python API (xfc.api), which hands it down as the command line
+    does (the host probe's XFC_HOST_PROBE, the tile database's locations)."""
+    return os.environ
+
+
 def host_isa_cap(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """XFC_HOST_ISA, lower-cased (None when unset or empty). Checked by xfc.hardware.host."""
     value = _env(environ).get(HOST_ISA_ENV, "").strip().lower()

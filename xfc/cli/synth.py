@@ -232,25 +232,12 @@ def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
 
 
 def _tile_db_inputs(choice: str, hw, cluster_role):
-    """(evaluator or None, cost-model constants or None, report entry) for --tile-db PATH|auto|off.
-    A missing, locked, corrupt or stale database costs one warning line and leaves the static model."""
+    """tiledb.evaluators.synthesis_inputs with this process's environment; warnings on stderr."""
     import os
     import sys
-    from ..tiledb.evaluators import synthesis_evaluator
-    from ..tiledb.locations import resolve
-    if choice == "off" or not hw.clusters:
-        return None, None, {"choice": choice, "path": None, "constants": "static"}
-    warn = lambda message: print(f"xfc: {message}", file=sys.stderr, flush=True)  # noqa: E731
-    evaluator = synthesis_evaluator(choice, hw, cluster_role, os.environ, warn)
-    path = resolve(choice, hw, os.environ)
-    if evaluator is None:
-        return None, None, {"choice": choice, "path": str(path) if path else None, "constants": "static"}
-    constants = evaluator.constants()
-    entry = {"choice": choice, "path": str(path) if path else None, "opened": evaluator.db is not None,
-             "constants": "calibrated" if evaluator.calibrated else "static",
-             "constant_values": constants.as_dict(), "notes": list(evaluator.notes),
-             "plan_cache": evaluator.plan_cache.report if evaluator.plan_cache else None}  # filled in by synthesis
-    return evaluator, constants, entry
+    from ..tiledb.evaluators import synthesis_inputs
+    return synthesis_inputs(choice, hw, cluster_role, os.environ,
+                            lambda message: print(f"xfc: {message}", file=sys.stderr, flush=True))
 
 
 def add_operator_arguments(p) -> None:

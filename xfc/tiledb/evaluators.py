@@ -474,6 +474,27 @@ def synthesis_evaluator(choice: str, hw: HardwareDescription, cluster_role: Opti
     return evaluator
 
 
+def synthesis_inputs(choice: str, hw: HardwareDescription, cluster_role: Optional[str],
+                     environ: Mapping[str, str], warn: Callable[[str], None]):
+    """(evaluator or None, cost-model constants or None, report entry) for a tile-database choice
+    PATH|auto|off, as `xfc synth --tile-db` and the Python API (xfc.api) take it. A missing, locked,
+    corrupt or stale database costs one warning and leaves the static model; close the evaluator
+    when synthesis is done."""
+    from .locations import resolve
+    if choice == "off" or not hw.clusters:
+        return None, None, {"choice": choice, "path": None, "constants": "static"}
+    evaluator = synthesis_evaluator(choice, hw, cluster_role, environ, warn)
+    path = resolve(choice, hw, environ)
+    if evaluator is None:
+        return None, None, {"choice": choice, "path": str(path) if path else None, "constants": "static"}
+    constants = evaluator.constants()
+    entry = {"choice": choice, "path": str(path) if path else None, "opened": evaluator.db is not None,
+             "constants": "calibrated" if evaluator.calibrated else "static",
+             "constant_values": constants.as_dict(), "notes": list(evaluator.notes),
+             "plan_cache": evaluator.plan_cache.report if evaluator.plan_cache else None}  # filled in by synthesis
+    return evaluator, constants, entry
+
+
 def open_for_synthesis(path: Optional[Path], warn: Callable[[str], None], *, quiet_if_missing: bool = False
                        ) -> Optional[TileDb]:
     """The database at path opened read-only for synthesis, or None after one warning line.
