@@ -157,13 +157,15 @@ class Kernel:
 
 
 def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, threads: Optional[int] = None,
-            evaluator=None, out_dir=None) -> Kernel:   # noqa: A001  (the public name the issue asks for)
-    """Synthesize, render and build spec for hw. out_dir: where the sources and the built file go
+            evaluator=None, constants=None, lowering: str = "auto",
+            out_dir=None) -> Kernel:   # noqa: A001  (the public name the issue asks for)
+    """Synthesize (synthesize_timed: evaluator and constants from a tile database, or the static
+    model), render and build spec for hw. out_dir: where the sources and the built file go
     (default: a temporary directory, removed once the host library is loaded; an ARM build needs
     out_dir, since the binary must outlive the call)."""
     if target != "cpu":
         raise OperatorError(f"compile supports target 'cpu' (GPU kernels: xfc.pipeline.run_gpu_synth), got {target!r}")
-    result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
+    result, _seconds = synthesize_timed(spec, hw, cluster, threads, evaluator, constants, lowering)
     rendered = render_cpu_kernel(result.plan)
     if hw.target_arch == "x86_64":
         if out_dir is None:
@@ -350,7 +352,8 @@ def run_bench(spec, hw, runner=None, *, cluster=None, threads=None, repeat=10, w
         run = runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=repeat, warmup=warmup,
                                      timeout_s=timeout_s, output_shape=spec.output_shape,
                                      cpu_ids=tuple(cluster.cpu_ids), label=spec.key(),
-                                     protocol="times-file", march=result.plan.gcc_march, flops=spec.flops))
+                                     protocol="times-file", march=result.plan.gcc_march, flops=spec.flops,
+                                     input_shapes=tuple(tuple(s) for s in spec.operand_shapes)))
     verdict = check_output(spec, run.output, a, b, bias, winograd_m=result.plan.winograd_m)
     ok, max_err, ratio = verdict
     gflops = run.gflops
@@ -467,7 +470,8 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
             report["fp16_kernel"] = {"status": "compile-checked", "device": info.get("device"), "note": FP16_NOTE}
         a, b, bias = make_inputs(spec, seed)
         paths = (out / "a.f32", out / "b.f32", out / "bias.f32")
-        for arr, path in zip((a, b, bias), paths):
+        for arr, path, shape in zip((a, b, bias), paths, spec.operand_shapes):
+            arr = np.zeros(shape, np.float32) if arr is None else arr   # no bias: the ABI's zeros
             write_atomic(path, np.ascontiguousarray(arr, dtype=np.float32).tobytes())
         reps = repeat if repeat is not None else (10 if bench else 1)
         try:

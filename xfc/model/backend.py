@@ -202,14 +202,18 @@ class LayerKernel:
             raise OperatorError(f"kernel {self.name} was built without anything to run it here")
         return self.host
 
+    def _bias(self, bias):
+        """A layer carries a bias array (zeros without one); the kernel takes one only when its spec adds it."""
+        return bias if self.spec.epilogue.bias else None
+
     def prepack(self, weight: np.ndarray) -> np.ndarray:
         return self._need_host().prepack(weight)
 
     def run_packed(self, x: np.ndarray, packed: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        return self._need_host().run_packed(x, packed, bias)
+        return self._need_host().run_packed(x, packed, self._bias(bias))
 
     def __call__(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        return self._need_host()(x, weight, bias)
+        return self._need_host()(x, weight, self._bias(bias))
 
 
 def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional[str] = None,
@@ -292,7 +296,7 @@ def time_layer(kernel: LayerKernel, x, weight, bias, *, repeats: int, warmup: in
     packs per call."""
     runner = kernel._need_host()
     if hasattr(runner, "time"):                                     # HostKernel
-        m = runner.time(x, weight, bias, repeats=repeats, warmup=warmup, prepacked=prepacked)
+        m = runner.time(x, weight, kernel._bias(bias), repeats=repeats, warmup=warmup, prepacked=prepacked)
         return LayerTiming(median_s=m.median_s, min_s=m.min_s, samples_s=m.samples_s,
                            where=f"{kernel.where}{', weights pre-packed' if prepacked else ''}", prepacked=prepacked)
     runner.run(x, weight, bias, repeat=repeats, warmup=warmup)

@@ -372,7 +372,8 @@ class DeviceEvaluator:
             m, conditions = self._run(RunSpec(
                 harness=binary, inputs=(a, b, bias), repeat=self.operator_repeats, warmup=self.warmup,
                 timeout_s=self.timeout_s, output_shape=spec.output_shape, cpu_ids=tuple(cluster.cpu_ids),
-                label=spec.key(), protocol="times-file", march=result.plan.gcc_march, flops=spec.flops), cluster)
+                label=spec.key(), protocol="times-file", march=result.plan.gcc_march, flops=spec.flops,
+                input_shapes=tuple(tuple(s) for s in spec.operand_shapes)), cluster)
         ok, max_err, ratio = check_output(spec, m.output, a, b, bias)
         if m.median_s <= 0:
             raise DeviceError(f"{spec.describe()} on {self.source}: the harness reported a zero time; not stored")
