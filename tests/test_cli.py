@@ -431,7 +431,7 @@ def test_synth_gpu_fp16_runs_the_fp16_storage_variant(tmp_path, capfd):
 @pytest.mark.parametrize("argv, contains", [
     (["synth", "matmu", "--hw", "x", "--shape", "m=1"], "did you mean 'matmul'?"),
     (["synth", "matmul", "--hw", "x", "--shape", "m=1", "--dtype", "fp61"], "did you mean 'fp16'?"),
-    (["synth", "matmul", "--hw", "x", "--shape", "m=1", "--activation", "relu7"], "did you mean 'relu6'?"),
+    (["synth", "matmul", "--hw", "x", "--shape", "m=1", "--activation", "rleu6"], "did you mean 'relu6'?"),
     (["sinth", "matmul"], "did you mean 'synth'?"),
     (["synth", "matmul", "--hw", "snapdragon-856", "--shape", "m=4,n=4,k=4"], "did you mean 'snapdragon-865'?"),
     (["synth", "matmul", "--shape", "m=4,n=4,k=4"], "the following arguments are required: --hw"),

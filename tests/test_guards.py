@@ -28,7 +28,7 @@ def _run_local(binary, spec, a, b, bias, prepacked=False):
     """The CPU harness as a host program (xfc.runners.qemu.LocalRunner): the Measurement."""
     return LocalRunner().execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=1, warmup=0,
                                          output_shape=tuple(spec.output_shape), protocol="times-file",
-                                         prepacked=prepacked))
+                                         prepacked=prepacked, input_shapes=spec.operand_shapes))
 
 # ---------------------------------------------------------------------------------------------
 # GuardedBuffer
@@ -198,7 +198,8 @@ def _run_edited(pocl, tmp_path, spec, kernel_path, edit, count_min=1):
     bad = tmp_path / ("wrong_" + kernel_path.name)
     bad.write_text(edited)
     a, b, bias = make_inputs(spec)
-    m = PoclRunner(pocl).execute(RunSpec(harness=bad, inputs=(a, b, bias), repeat=1, warmup=1))
+    m = PoclRunner(pocl).execute(RunSpec(harness=bad, inputs=(a, b, bias), repeat=1, warmup=1,
+                                         input_shapes=spec.operand_shapes))
     assert m.emulated and "not a phone GPU timing" in m.where
     return m.output, (a, b, bias)
 

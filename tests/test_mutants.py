@@ -35,7 +35,7 @@ HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
 
 def _inputs(spec, bias_scale=1.0, seed=0):
     a, b, bias = make_inputs(spec, seed)
-    return a, b, (bias * np.float32(bias_scale)).astype(np.float32)
+    return a, b, None if bias is None else (bias * np.float32(bias_scale)).astype(np.float32)
 
 
 def suite_checks(kernel, spec, a, b, bias) -> str:

@@ -94,7 +94,7 @@ def naive(spec, a, b, bias):
 def _inputs(spec, seed=0, scale=1.0):
     """make_inputs with the first operand and the bias scaled (to reach both ReLU6 clamps)."""
     a, b, bias = make_inputs(spec, seed)
-    return (a * np.float32(scale)).astype(np.float32), b, (bias * np.float32(scale)).astype(np.float32)
+    return (a * np.float32(scale)).astype(np.float32), b, None if bias is None else (bias * np.float32(scale)).astype(np.float32)
 
 
 SPECS = [

@@ -61,7 +61,8 @@ FP16_OVERFLOW_THRESHOLD = 65520.0                          # magnitudes from her
 def to_fp16_values(*arrays) -> tuple[np.ndarray, ...]:
     """The arrays rounded to fp16 and held as float32 (exactly): the kernel's inputs and the
     reference's, so both see the same numbers."""
-    return tuple(np.asarray(x, np.float32).astype(np.float16).astype(np.float32) for x in arrays)
+    return tuple(None if x is None else np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+                 for x in arrays)
 
 
 def classical_gamma(n: int) -> float:

@@ -212,8 +212,9 @@ def stage_inputs(spec: RunSpec, directory: Path) -> list[Path]:
         elif isinstance(value, (bytes, bytearray, memoryview)):
             dest.write_bytes(bytes(value))
         elif value is None:   # no bias: the entry point still takes one (zeros it never reads)
-            size = int(np.prod(spec.input_shapes[len(paths)])) if spec.input_shapes else 0
-            dest.write_bytes(np.zeros(size, "<f4").tobytes())
+            if spec.input_shapes is None:
+                raise DeviceError(f"input '{name}' is None and the run names no input_shapes to size its zeros")
+            dest.write_bytes(np.zeros(int(np.prod(spec.input_shapes[len(paths)])), "<f4").tobytes())
         else:
             arr = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
             dest.write_bytes(arr.tobytes())
