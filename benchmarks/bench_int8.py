@@ -41,7 +41,7 @@ import bench_cpu  # noqa: E402  (time_fn, run_json_child)
 import numpy as np  # noqa: E402
 
 from xfc.errors import XfcError  # noqa: E402
-from xfc.ops.quant import QuantParams, check_qoutput, make_qinputs, multipliers, qreference, resolve_out_scale  # noqa: E402
+from xfc.ops.quant import QuantParams, check_qoutput, make_qinputs, qreference, resolve_out_scale  # noqa: E402
 from xfc.ops.spec import make_spec  # noqa: E402
 from xfc.ops.workloads import SUITE  # noqa: E402
 
@@ -146,19 +146,23 @@ def run_peer_child(names, threads, per_channel, quick, timeout=1800):
 # ---------------------------------------------------------------------------------------------
 
 def run_ours(name, threads, per_channel, quick, hw, build_root):
-    from xfc.qpipeline import compile_int8, verify_kernel
+    from xfc.cpu.qplans import plan_int8
+    from xfc.hardware.host import read_flags
+    from xfc.ops.dtypes import INT8, make_operands
+    from xfc.pipeline import stages
     spec = spec_of(name, quick)
     q = quant_of(spec, per_channel)
     t0 = time.perf_counter()
-    plan, kernel = compile_int8(spec, q, hw, build_root / f"{name}_t{threads}", threads=threads)
+    plan = plan_int8(spec, q, hw, threads=threads, host_flags=frozenset(read_flags()))
+    built = stages.realize(plan, build_root / f"{name}_t{threads}")
     build_s = time.perf_counter() - t0
-    verdict = verify_kernel(kernel, seed=0)
-    x, w, bias = make_qinputs(spec, q, seed=0)
-    mult = multipliers(spec, q)
-    probe = kernel.time(x, w, bias, mult, repeats=MIN_REPEATS, warmup=WARMUP)
+    operands = make_operands(spec, INT8, seed=0, quant=plan.quant)
+    outcome = stages.verify(built, operands)
+    verdict = {"ok": outcome.ok, **outcome.check.report}
+    probe = stages.run(built, operands, prepacked=False, repeat=MIN_REPEATS, warmup=WARMUP)
     repeats = max(MIN_REPEATS, min(500, int(TARGET_S / max(probe.median_s, 1e-6))))
-    m = kernel.time(x, w, bias, mult, repeats=repeats, warmup=WARMUP, prepacked=True)
-    per_call = kernel.time(x, w, bias, mult, repeats=repeats, warmup=WARMUP, prepacked=False)
+    m = stages.run(built, operands, prepacked=True, repeat=repeats, warmup=WARMUP)
+    per_call = stages.run(built, operands, prepacked=False, repeat=repeats, warmup=WARMUP)
     return {"gops": m.gflops, "median_s": m.median_s, "min_s": m.min_s, "repeats": repeats,
             "weights": "pre-packed once (untimed)", "gops_packing_per_call": per_call.gflops,
             "verified": bool(verdict["ok"]), "exact_share": verdict["exact_share"], "dialect": plan.qisa,

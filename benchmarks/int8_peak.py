@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from xfc.hardware.host import available_isas  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
-from xfc.qpipeline import host_flags  # noqa: E402
+from xfc.hardware.host import read_flags  # noqa: E402
 from xfc.tiledb.hostdesc import load_hardware  # noqa: E402
 
 CHAINS = {"vnni": 16, "avx2": 6}
@@ -106,7 +106,7 @@ def loop_gops(dialect: str, work: Path, iters: int, batches: int) -> float:
 
 
 def measure(quick: bool = False) -> list[dict]:
-    flags = host_flags()
+    flags = frozenset(read_flags())
     isas = available_isas(cap=None)
     dialects = [d for d, ok in (("vnni", "avx512" in isas and "avx512_vnni" in flags), ("avx2", "avx2" in isas)) if ok]
     iters, batches = (100_000, 1) if quick else (ITERS, BATCHES)

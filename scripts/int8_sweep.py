@@ -37,7 +37,10 @@ from xfc.outputs import write_json_result  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from machine import machine_facts  # noqa: E402  (the CPU every result was taken on)
-from xfc.qpipeline import compile_int8, host_flags, verify_kernel  # noqa: E402
+from xfc.cpu.qplans import plan_int8  # noqa: E402
+from xfc.hardware.host import read_flags  # noqa: E402
+from xfc.ops.dtypes import INT8, make_operands  # noqa: E402
+from xfc.pipeline import stages  # noqa: E402
 
 LARGE_K_EVERY = 10
 OPS = ("matmul", "conv2d", "depthwise")
@@ -119,10 +122,11 @@ def run_case(case: dict, hw_name: str, dialect: str, flags) -> dict:
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="xfc-int8-sweep-") as tmp:
-            plan, kernel = compile_int8(spec, q, load(hw_name), Path(tmp), threads=case["threads"], flags=flags,
-                                        force_dialect=dialect)
-            verdict = verify_kernel(kernel, case["seed"], case["mode"])
-        row.update(verdict, tile=[plan.mr, plan.nr])
+            plan = plan_int8(spec, q, load(hw_name), threads=case["threads"], host_flags=flags, force_dialect=dialect)
+            outcome = stages.verify(stages.realize(plan, Path(tmp)),
+                                    make_operands(spec, INT8, seed=case["seed"], quant=plan.quant, mode=case["mode"]))
+        row.update(ok=outcome.ok, reason=outcome.check.reason or None, **outcome.check.report,
+                   entry_points=list(stages.ENTRY_POINTS), tile=[plan.mr, plan.nr])
     except XfcError as exc:
         row.update(ok=False, reason=f"{type(exc).__name__}: {exc}")
     row["seconds"] = round(time.perf_counter() - start, 3)
@@ -137,7 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-suite", action="store_true", help="skip the suite shapes")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "int8_sweep.json"))
     args = ap.parse_args(argv)
-    flags = host_flags()
+    flags = frozenset(read_flags())
     pairs = dialects(flags)
     rng = random.Random(args.seed)
     jobs = []

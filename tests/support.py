@@ -34,6 +34,7 @@ from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.settings import HOST_ISA_ENV, host_isa_cap
 from xfc.hardware.host import HOST_ISAS, available_isas, describe_host, parse_cpuinfo
+from xfc.hardware.load import load
 from xfc.ops.reference import check_output, make_inputs, reference
 from xfc.ops.spec import make_spec
 
@@ -139,7 +140,7 @@ def host_description(isa: str):
     """The host as an `isa` core: `--hw host:<isa>` where this machine runs it; otherwise the same
     facts with that ISA's CPU flags added, for synthesis and compilation only (never run)."""
     if isa in RUNNABLE_ISAS:
-        return xfc.load_hardware(f"host:{isa}")
+        return load(f"host:{isa}")   # the described host (no probe): the same plans on every run
     info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     from xfc.hardware.host import X86_64_V4_FLAGS
     info["flags"] = set(info["flags"]) | set(X86_64_V4_FLAGS)
@@ -528,3 +529,37 @@ def stop_node_processes(procs, grace_s: float = 40.0) -> None:
             pass
     for proc in procs:
         proc.wait(timeout=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# int8 kernels through the one chain (xfc.pipeline.stages): plan, build, verify both entry points
+# ---------------------------------------------------------------------------------------------
+
+def compile_int8(spec, quant, hw, work_dir, *, threads=None, flags=frozenset(), **forced):
+    """(plan, built): the int8 plan (xfc.cpu.qplans.plan_int8; forced: force_dialect / force_tile /
+    force_rows / force_split_loads) built by the chain for where it runs."""
+    from xfc.cpu.qarm import plan_arm_int8
+    from xfc.cpu.qplans import plan_int8
+    from xfc.pipeline import stages
+    if hw.target_arch == "aarch64":
+        plan = plan_arm_int8(spec, quant, hw, threads=threads, **forced)
+    else:
+        plan = plan_int8(spec, quant, hw, threads=threads, host_flags=frozenset(flags), **forced)
+    return plan, stages.realize(plan, Path(work_dir))
+
+
+def verify_int8(built, seed: int = 0, mode: str = "random") -> dict:
+    """Both entry points of an int8 kernel against the exact reference (the chain's verify):
+    ok, exact_share, max_lsb, saturated_share, reason."""
+    from xfc.ops.dtypes import INT8, make_operands
+    from xfc.pipeline import stages
+    plan = built.plan
+    outcome = stages.verify(built, make_operands(plan.spec, INT8, seed=seed, quant=plan.quant, mode=mode))
+    return {"ok": outcome.ok, "reason": outcome.check.reason, **outcome.check.report}
+
+
+def run_int8_entry(built, x, w, bias, mult, *, prepacked: bool = True):
+    """The output of one entry point of a built int8 kernel on given operands (any runner)."""
+    from xfc.ops.dtypes import INT8, Operands
+    from xfc.pipeline import stages
+    return stages.run(built, Operands(INT8, (x, w, bias, mult), built.plan.quant), prepacked=prepacked).output

@@ -18,8 +18,9 @@ from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
 from xfc.ops.spec import make_spec
 from xfc.paths import HARDWARE_DIR
-from xfc.qpipeline import build_kernel, compile_int8, verify_kernel
-from xfc.runners.qqemu import QQemuKernel
+from xfc.pipeline import stages
+from xfc.runners.qemu import QemuRunner
+from support import compile_int8, run_int8_entry, verify_int8
 
 from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
@@ -168,9 +169,9 @@ def test_arm_int8_kernel_matches_the_reference_exactly(hw, instr, op, shape, geo
     spec = make_spec(op, shape, bias=True, activation=activation, **geometry)
     q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
     plan, kernel = compile_int8(spec, q, load(hw), tmp_path, threads=2)
-    assert isinstance(kernel, QQemuKernel) and kernel.cpu == load(hw).cluster().core.qemu_cpu
+    assert isinstance(kernel.runner, QemuRunner) and kernel.runner.cpu == load(hw).cluster().core.qemu_cpu
     assert plan.qisa == (instr if op != "depthwise" else "neon")
-    verdict = verify_kernel(kernel, seed=11)
+    verdict = verify_int8(kernel, seed=11)
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
 
@@ -193,8 +194,8 @@ def test_forced_tiles_and_load_variants(hw, instr, tile, split, tmp_path):
         plan = plan_arm_int8(spec, q, load(hw), force_dialect=instr, force_tile=(mr, nv), force_rows=rows,
                              force_split_loads=split)
         assert (plan.qisa, plan.mr, plan.nv, plan.split_loads) == (instr, mr, nv, split)
-        kernel = build_kernel(render_int8_kernel(plan), tmp_path / spec.name)
-        verdict = verify_kernel(kernel, seed=mr + nv)
+        kernel = stages.realize(plan, tmp_path / spec.name)
+        verdict = verify_int8(kernel, seed=mr + nv)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
@@ -215,8 +216,8 @@ def test_int32_accumulation_at_large_k(hw, op, shape, act, zp, tmp_path):
     x, w, bias = make_qinputs(spec, q, mode="extreme")
     ref = qreference(spec, q, x, w, bias)
     assert abs(int(ref.astype(np.int64).reshape(-1)[0]) - q.out_zero_point) == 100   # full magnitude, not clamped
-    np.testing.assert_array_equal(kernel.run_packed(x, w, bias, multipliers(spec, q)), ref)
-    assert verify_kernel(kernel, seed=5)["exact_share"] == 1.0
+    np.testing.assert_array_equal(run_int8_entry(kernel, x, w, bias, multipliers(spec, q)), ref)
+    assert verify_int8(kernel, seed=5)["exact_share"] == 1.0
 
 
 @emulated
@@ -226,12 +227,12 @@ def test_saturation_and_a_wrong_kernel_is_caught(tmp_path):
     spec = make_spec("conv2d", {"c": 12, "h": 7, "w": 9, "k": 10, "r": 3, "s": 3}, pad="1", bias=True)
     q = QuantParams(act_type="uint8", a_zero_point=100, out_scale=0.05, out_zero_point=128)
     _, kernel = compile_int8(spec, q, load("cortex-a715"), tmp_path / "a", threads=1)
-    verdict = verify_kernel(kernel, seed=2)
+    verdict = verify_int8(kernel, seed=2)
     assert verdict["ok"] and verdict["saturated_share"] > 0.5, verdict
     wrong_plan = replace(kernel.plan, quant=replace(kernel.plan.quant, a_zero_point=101))
-    wrong = build_kernel(render_int8_kernel(wrong_plan), tmp_path / "b")
+    wrong = stages.realize(wrong_plan, tmp_path / "b")
     x, w, bias = make_qinputs(spec, kernel.plan.quant, seed=2)
-    out = wrong(x, w, bias, multipliers(spec, kernel.plan.quant))
+    out = run_int8_entry(wrong, x, w, bias, multipliers(spec, kernel.plan.quant), prepacked=False)
     assert not np.array_equal(out, qreference(spec, kernel.plan.quant, x, w, bias))
 
 
@@ -242,10 +243,10 @@ def test_smmla_kernel_faults_on_a_core_without_i8mm(tmp_path):
     spec = make_spec("matmul", {"m": 8, "n": 8, "k": 16})
     plan, kernel = compile_int8(spec, QuantParams(), load("cortex-a715"), tmp_path, threads=1)
     assert plan.qisa == "smmla"
-    on_a76 = QQemuKernel(kernel.rendered, kernel.binary, "cortex-a76")
+    on_a76 = stages.Built(kernel.rendered, kernel.artifact, QemuRunner(cpu="cortex-a76"), 0.0, "")
     x, w, bias = make_qinputs(spec, plan.quant)
     with pytest.raises(DeviceError, match=r"illegal instruction.*-march=armv9-a\+i8mm"):
-        on_a76(x, w, bias, multipliers(spec, plan.quant))
+        run_int8_entry(on_a76, x, w, bias, multipliers(spec, plan.quant), prepacked=False)
 
 
 @emulated

@@ -15,13 +15,14 @@ from xfc.hardware.host import available_isas
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
 from xfc.ops.spec import make_spec
-from xfc.qpipeline import compile_int8, host_flags, verify_kernel
+from xfc.hardware.host import read_flags
+from support import compile_int8, run_int8_entry, verify_int8
 
 from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 pytestmark = pytest.mark.host
 
-FLAGS = host_flags()
+FLAGS = frozenset(read_flags())
 HAS_VNNI = "avx512_vnni" in FLAGS and "avx512" in available_isas()
 
 
@@ -58,7 +59,7 @@ def test_int8_kernel_matches_the_reference_exactly(isa, dialect, op, shape, geom
     q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
     plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=2, flags=FLAGS)
     assert plan.qisa == dialect
-    verdict = verify_kernel(kernel, seed=11)
+    verdict = verify_int8(kernel, seed=11)
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
 
@@ -77,8 +78,8 @@ def test_int32_accumulation_at_large_k(isa, dialect, op, shape, act, zp, tmp_pat
     x, w, bias = make_qinputs(spec, q, mode="extreme")
     ref = qreference(spec, q, x, w, bias)
     assert abs(int(ref.astype(np.int64).reshape(-1)[0]) - q.out_zero_point) == 100   # full magnitude, not clamped
-    np.testing.assert_array_equal(kernel.run_packed(x, w, bias, multipliers(spec, q)), ref)
-    assert verify_kernel(kernel, seed=5)["exact_share"] == 1.0
+    np.testing.assert_array_equal(run_int8_entry(kernel, x, w, bias, multipliers(spec, q)), ref)
+    assert verify_int8(kernel, seed=5)["exact_share"] == 1.0
 
 
 FORCED = {"vnni": [(14, 2, 1), (6, 4, 2), (3, 3, 3), (1, 1, 1)], "avx2": [(4, 2, 2), (1, 3, 1)],
@@ -100,7 +101,7 @@ def test_forced_register_tiles_including_multi_row_conv_tiles(isa, dialect, tmp_
             plan, kernel = compile_int8(spec, q, hw, tmp_path / f"{n}_{spec.name}", threads=2, flags=FLAGS,
                                         force_tile=(mr, nv), force_rows=rows)
             assert (plan.mr, plan.nv) == (mr, nv)
-            verdict = verify_kernel(kernel, seed=n)
+            verdict = verify_int8(kernel, seed=n)
             assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 

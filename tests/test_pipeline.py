@@ -86,18 +86,18 @@ def test_compile_into_a_users_directory_never_overwrites_their_files(tmp_path):
 
 @pytest.mark.parametrize("hw_name", ["host", pytest.param("cortex-a76", marks=pytest.mark.emulated)])
 def test_run_cpu_returns_one_report_with_measurements(hw_name, tmp_path):
-    """pipeline.run_cpu -> Report: typed fields for code, to_dict() for report.json / --json; the
+    """pipeline.run_synth -> Report: typed fields for code, to_dict() for report.json / --json; the
     two Measurements say where they were taken (qemu: emulated, never phone timing)."""
     import dataclasses
     import json
     import shutil
 
-    from xfc.pipeline import Report, run_cpu
+    from xfc.pipeline import Report, run_synth
     if hw_name != "host" and shutil.which("qemu-aarch64") is None:
         pytest.skip("qemu-aarch64 not installed")
     spec = xfc.make_spec("matmul", dict(m=21, n=19, k=13), bias=True, activation="relu")
     hw = xfc.load_hardware(hw_name)
-    report = run_cpu(spec, hw, tmp_path / "out", threads=1, verify=True, bench=True, repeat=2)
+    report = run_synth(spec, hw, tmp_path / "out", threads=1, verify=True, bench=True, repeat=2)
     assert isinstance(report, Report) and report.target == "cpu" and report.operator == "matmul"
     # the host's name says when XFC_HOST_ISA made it look smaller ('host:avx2')
     assert report.hardware == hw.name and hw.name.split(":")[0] == hw_name
@@ -129,13 +129,13 @@ def test_every_report_starts_with_the_same_keys(tmp_path):
     pipeline.REPORT_CORE_KEYS, in order, with the same types; target-specific keys follow."""
     import shutil
 
-    from xfc.pipeline import REPORT_CORE_KEYS, REPORT_SCHEMA_VERSION, run_bench, run_cpu, run_gpu_synth
+    from xfc.pipeline import REPORT_CORE_KEYS, REPORT_SCHEMA_VERSION, run_bench, run_synth, run_gpu_synth
     from xfc.runners import get_runner
     if shutil.which("qemu-aarch64") is None:
         pytest.skip("qemu-aarch64 not installed")
     spec = xfc.make_spec("matmul", dict(m=13, n=11, k=7), bias=True)
     reports = {
-        "synth cpu": run_cpu(spec, xfc.load_hardware("host"), tmp_path / "cpu", threads=1, verify=True, bench=True,
+        "synth cpu": run_synth(spec, xfc.load_hardware("host"), tmp_path / "cpu", threads=1, verify=True, bench=True,
                              repeat=2).to_dict(),
         "synth gpu": run_gpu_synth(spec, xfc.load_hardware("snapdragon-865"), tmp_path / "gpu", bench=True,
                                    repeat=2).to_dict(),

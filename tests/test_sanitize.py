@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from xfc.build.toolchain import HOST_CC
+from xfc.cpu.mutants import mutate
 from xfc.sanitize import EDGE_CASES, SANITIZE_FLAGS, host_isas, run_all, sanitize_case
 
 pytestmark = [pytest.mark.host,
@@ -18,6 +19,10 @@ pytestmark = [pytest.mark.host,
 CASES = {c.name: c for c in EDGE_CASES}
 SUBSET = ["mm_ragged_tiles", "conv_stride2_asym_pad", "conv_transposed_packed", "dw_ragged"]
 ISA = host_isas()[0]
+
+
+def fault(name):
+    return lambda rendered: mutate(rendered, name)
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +40,13 @@ def test_edge_case_is_clean_under_asan_and_ubsan(work_dir, name):
 def test_an_overflow_inside_kernel_scratch_is_caught_only_by_the_sanitizer(work_dir):
     """Positive control: the staging scratch allocated one block short. Guards cannot see it
     (the scratch is the kernel's own); the sanitized build must."""
-    results = sanitize_case(CASES["dw_ragged"], ISA, 1, work_dir, mutant="scratch_too_small")
+    results = sanitize_case(CASES["dw_ragged"], ISA, 1, work_dir, fault=fault("scratch_too_small"))
     assert not any(r.clean for r in results)
     assert all("AddressSanitizer: heap-buffer-overflow" in r.detail for r in results), [r.detail for r in results]
 
 
 def test_a_guard_violation_is_reported_by_the_sanitized_harness_too(work_dir):
-    results = sanitize_case(CASES["mm_ragged_tiles"], ISA, 1, work_dir, mutant="tail_store_mr_rows")
+    results = sanitize_case(CASES["mm_ragged_tiles"], ISA, 1, work_dir, fault=fault("tail_store_mr_rows"))
     assert all(not r.clean and "past the end of out" in r.detail for r in results)
 
 

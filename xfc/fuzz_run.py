@@ -38,7 +38,6 @@ from typing import Callable, Iterable, Iterator, Optional
 from .build import procs
 from .errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
-from .ops.accuracy import format_ratio
 from .paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -131,54 +130,23 @@ def _phase(status: str, what: str, fn, *args, **kwargs):
         raise _Failure(status, f"{what}: {exc}") from None
 
 
-def _check(spec, outputs: dict, a, b, bias, winograd_m: int = 0) -> float:
-    from .ops.reference import check_output
-    worst = 0.0
-    for entry, out in outputs.items():
-        ok, max_err, ratio = check_output(spec, out, a, b, bias, winograd_m=winograd_m)
-        worst = max(worst, ratio)
-        if not ok:
-            raise _Failure("wrong", f"{entry}: max abs error {max_err:.3g} is {format_ratio(ratio)}x the K-derived bound")
-    return worst
-
-
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .build.cpu import build_arm, build_host
-    from .build.toolchain import RUN_TIMEOUT_S
-    from .runners.base import RunSpec
-    from .runners.host import HostKernel, HostRunner
-    from .runners.qemu import QemuRunner
-    from .cpu.codegen import render_cpu_kernel
-    from .hardware.load import load
-    from .ops.reference import make_inputs
+    """One CPU case through the chain (xfc.pipeline.stages): plan, build, both entry points, verdict."""
     from .cpu.synth import synthesize_cpu
+    from .hardware.load import load
+    from .ops.dtypes import make_operands
+    from .pipeline import stages
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
     synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,
                        threads=case.threads, isa=case.isa)
     plan = synthesis.plan
     tiles = next((ln for ln in plan.header_lines if ln.startswith("tiles:")), "")
-    rendered = _phase("rejected", "rendering", render_cpu_kernel, plan)
-    a, b, bias = make_inputs(spec, case.seed)
-    # Both entry points through the one runner interface: the host library in this process, or
-    # the static aarch64 harness under qemu-aarch64.
-    if case.target == "host":
-        artifact = _phase("build", "host build", build_host, rendered, work_dir)
-        runner = HostRunner(_phase("build", "host load", HostKernel, rendered, artifact))
-    else:
-        artifact = _phase("build", "aarch64 build", build_arm, rendered, work_dir)
-        runner = QemuRunner(cpu=plan.qemu_cpu or "max")
-
-    def entry(prepacked: bool):
-        return runner.execute(RunSpec(
-            harness=artifact, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
-            output_shape=tuple(spec.output_shape), label=artifact.name, protocol="times-file",
-            march=plan.gcc_march, prepacked=prepacked,
-            input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
-    per_call = _phase("crash", "per-call entry", entry, False)
-    pre_packed = _phase("crash", "pre-packed entry", entry, True)
-    ratio = _check(spec, {"per-call entry": per_call, "pre-packed entry": pre_packed}, a, b, bias,
-                   winograd_m=plan.winograd_m)
-    return ratio, tiles
+    rendered = _phase("rejected", "rendering", stages.render, plan)
+    built = _phase("build", f"{'host' if case.target == 'host' else 'aarch64'} build", stages.build, rendered, work_dir)
+    outcome = _phase("crash", "entry points", stages.verify, built, make_operands(spec, "fp32", seed=case.seed))
+    if not outcome.ok:
+        raise _Failure("wrong", outcome.check.reason)
+    return outcome.check.worst_ratio, tiles
 
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:

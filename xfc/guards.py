@@ -1,23 +1,29 @@
-"""Guard zones and NaN pre-fill around the buffers a kernel is given (host side, numpy).
+"""Guard zones and a never-written pre-fill around the buffers a kernel is given (host side, numpy).
 
 A kernel that writes outside its output, or leaves part of it unwritten, must not pass because
 the bytes around or under the output happened to hold the right values. So every buffer a host
 kernel sees (inputs, output, pre-packed weights) is the interior of a larger allocation:
 
-    [ guard: GUARD_BITS x g ][ interior: n floats ][ guard: GUARD_BITS x g ]
+    [ guard: g words of GUARD_BITS ][ interior: n elements ][ guard: g words of GUARD_BITS ]
 
-- Outputs and pre-packed weights start as PREFILL_BITS (a quiet NaN): any element the kernel
-  does not write stays NaN and fails the finiteness check of the verdict.
-- Guards hold GUARD_BITS (a signalling-NaN bit pattern no arithmetic produces); after every
-  call each guard is compared bit for bit, and a change names the buffer and the side.
-- Inputs are copied into the interior, so a kernel that reads past an input reads NaN, which
-  reaches the output if the value is used.
+- Float outputs and pre-packed weights start as PREFILL_BITS (a quiet NaN): any element the kernel
+  does not write stays NaN and fails the finiteness check of the verdict. Integer outputs (int8
+  kernels) have no such value: they start as a caller-chosen byte, and the caller runs the kernel
+  twice with two different bytes (xfc.runners.host: an element that differs was never written).
+- Guards hold GUARD_BITS (a signalling-NaN bit pattern no arithmetic produces) in every 32-bit
+  word; after every call each guard is compared bit for bit, and a change names the buffer and
+  the side.
+- Inputs are copied into the interior, so a float kernel that reads past an input reads NaN,
+  which reaches the output if the value is used.
 
-The C harness (templates/cpu/harness.c.j2) does the same with the same constants and the same
-guard size; reads and writes beyond the guard zones, and inside scratch the kernel allocates
-itself, are the sanitizer target's job (xfc/sanitize.py, `make sanitize`).
+Sizes are counted in 32-bit words ("floats" in messages, as in the C harness of
+templates/cpu/harness.c.j2, which uses the same constants and guard size); a buffer of another
+element type gets the guard of the words it spans. Reads and writes beyond the guard zones, and
+inside scratch the kernel allocates itself, are the sanitizer target's job (`make sanitize`).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -25,6 +31,7 @@ from .errors import VerificationError
 
 GUARD_BITS = 0x7FA5A5A5      # signalling NaN with a recognisable payload
 PREFILL_BITS = 0x7FC0DEAD    # quiet NaN: "never written"
+PADDING_BYTE = 0xA5          # the bytes between a non-word-sized interior and its guard
 GUARD_MIN_FLOATS = 64
 GUARD_MAX_FLOATS = 1 << 16
 
@@ -38,32 +45,45 @@ def guard_floats(n: int) -> int:
 
 
 class GuardedBuffer:
-    """n fp32 values with guard zones on both sides. `.data` is the interior (a float32 view)."""
+    """n elements of dtype (default float32) with guard zones on both sides. `.data` is the interior.
+    fill: the interior's values; else a float buffer starts as the never-written NaN and any
+    other type as the byte `prefill`."""
 
-    def __init__(self, n: int, name: str, fill=None):
-        self.n, self.name = int(n), name
-        self.guard = guard_floats(self.n)
-        self._raw = np.empty(self.n + 2 * self.guard, np.uint32)
+    def __init__(self, n: int, name: str, fill=None, dtype=np.float32, prefill: int = 0):
+        self.n, self.name, self.dtype = int(n), name, np.dtype(dtype)
+        self._words = math.ceil(self.n * self.dtype.itemsize / 4)
+        self.guard = guard_floats(self._words)
+        self._raw = np.empty(self._words + 2 * self.guard, np.uint32)
         self._raw[:self.guard] = GUARD_BITS
-        self._raw[self.guard + self.n:] = GUARD_BITS
-        self.data = self._raw[self.guard:self.guard + self.n].view(np.float32)
+        self._raw[self.guard + self._words:] = GUARD_BITS
+        interior = self._raw[self.guard:self.guard + self._words].view(np.uint8)
+        self._interior_bytes = interior[:self.n * self.dtype.itemsize]
+        self._padding = interior[self.n * self.dtype.itemsize:]   # up to the next word: a guard of its own
+        self._padding[:] = PADDING_BYTE
+        self.data = self._interior_bytes.view(self.dtype)
+        self._prefill_byte = int(prefill) & 0xFF
         if fill is None:
-            self._raw[self.guard:self.guard + self.n] = PREFILL_BITS
+            self.prefill()
         else:
-            self.data[...] = np.asarray(fill, np.float32).reshape(-1)
+            self.data[...] = np.asarray(fill, self.dtype).reshape(-1)
 
     @classmethod
     def copy_of(cls, array: np.ndarray, name: str) -> "GuardedBuffer":
-        return cls(np.asarray(array).size, name, fill=array)
+        array = np.asarray(array)
+        return cls(array.size, name, fill=array, dtype=array.dtype)
 
-    def prefill(self) -> None:
-        """Reset the interior to the never-written NaN (before every call that writes it)."""
-        self._raw[self.guard:self.guard + self.n] = PREFILL_BITS
+    def prefill(self, byte=None) -> None:
+        """Reset the interior to "never written" (before every call that writes it): the NaN for
+        floats, the pre-fill byte (or `byte`) for other types. Padding up to the word stays as set."""
+        if self.dtype == np.float32:
+            self.data.view(np.uint32)[:] = PREFILL_BITS
+        else:
+            self._interior_bytes[:] = self._prefill_byte if byte is None else int(byte) & 0xFF
 
     def violation(self) -> str:
         """'' if both guards are intact, else e.g. 'wrote 3 floats past the end of out'."""
         before = np.flatnonzero(self._raw[:self.guard] != GUARD_BITS)
-        after = np.flatnonzero(self._raw[self.guard + self.n:] != GUARD_BITS)
+        after = np.flatnonzero(self._raw[self.guard + self._words:] != GUARD_BITS)
         parts = []
         if before.size:
             parts.append(f"wrote {before.size} float(s) before the start of {self.name}, "
@@ -71,6 +91,10 @@ class GuardedBuffer:
         if after.size:
             parts.append(f"wrote {after.size} float(s) past the end of {self.name}, "
                          f"up to {int(after[-1]) + 1} floats past it")
+        padding = np.flatnonzero(self._padding != PADDING_BYTE)
+        if padding.size:
+            parts.append(f"wrote {padding.size} byte(s) past the end of {self.name}, "
+                         f"up to {int(padding[-1]) + 1} bytes past it")
         return "; ".join(parts)
 
     def check(self, who: str) -> None:

@@ -17,7 +17,6 @@ writes benchmarks/results/sanitize.json; tests/test_sanitize.py runs a small sub
 """
 from __future__ import annotations
 
-import os
 import platform
 import re
 import shutil
@@ -27,17 +26,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .build.cpu import COMMON_FLAGS, write_sources
-from .build.toolchain import COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool
-from .cpu.codegen import RenderedKernel, render_cpu_kernel
+from .build.cpu import SANITIZE_FLAGS  # noqa: F401  (re-exported: the flags of a sanitized build, build/cpu.py)
+from .build.toolchain import HOST_CC
 from .cpu.plans import hand_plan
 from .errors import DeviceError, ToolchainError, VerificationError
-from .ops.reference import check_output, make_inputs
 from .ops.spec import make_spec
-from .runners.base import RunSpec
-from .runners.qemu import LocalRunner
 
-SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 SANITIZER_ENV = {
     # abort_on_error=0 keeps the exit status (1) instead of a signal; leaks are errors too
     "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1",
@@ -119,36 +113,6 @@ def plan_for(case: EdgeCase, isa: str, threads: int):
     return hand_plan(case.spec(), isa, threads, function_name=name, **overrides)
 
 
-def sanitize_compile_command(rendered: RenderedKernel, kernel_c: Path, harness_c: Path, binary: Path) -> list[str]:
-    march = rendered.plan.gcc_march or "native"
-    return [HOST_CC, *COMMON_FLAGS, *SANITIZE_FLAGS, f"-march={march}", "-o", binary.name, kernel_c.name,
-            harness_c.name]
-
-
-def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
-    """Compile kernel + harness main() with ASan and UBSan into a host executable (cached by digest)."""
-    require_tool(HOST_CC)
-    out_dir = Path(out_dir).resolve()
-    kernel_c, harness_c = write_sources(rendered, out_dir)
-    probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
-    binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
-    if not binary.exists():
-        tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
-        try:
-            proc = subprocess.run(sanitize_compile_command(rendered, kernel_c, harness_c, tmp), cwd=out_dir,
-                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-            if proc.returncode != 0:
-                first = next((ln for ln in proc.stderr.splitlines() if "error" in ln.lower()), proc.stderr[:300])
-                raise ToolchainError(f"sanitizer build of {kernel_c.name} failed: {first.strip()}")
-            os.replace(tmp, binary)
-        except subprocess.TimeoutExpired:
-            raise ToolchainError(f"sanitizer build of {kernel_c.name} timed out") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    return binary
-
-
 @dataclass(frozen=True)
 class SanitizeResult:
     case: str
@@ -160,37 +124,26 @@ class SanitizeResult:
     spec: str = ""
 
 
-def run_sanitized(binary: Path, spec, inputs, *, prepacked: bool) -> str:
-    """'' if the sanitized run is clean and its output verifies, else one line saying why not."""
-    a, b, bias = inputs
-    try:
-        out = LocalRunner().execute(RunSpec(
-            harness=binary, inputs=(a, b, bias), repeat=1, warmup=0, timeout_s=RUN_TIMEOUT_S,
-            output_shape=tuple(spec.output_shape), env=tuple(SANITIZER_ENV.items()), label=binary.name,
-            protocol="times-file", prepacked=prepacked,
-            input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
-    except (VerificationError, ToolchainError, DeviceError) as exc:
-        # '==123==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x...' -> the kind only
-        return re.sub(r"==\d+==ERROR: (\w+Sanitizer: [\w-]+).*", r"\1", str(exc))
-    verdict = check_output(spec, out, a, b, bias)
-    return "" if verdict.ok else f"output check: {verdict.reason}"
-
-
 def sanitize_case(case: EdgeCase, isa: str, threads: int, work_dir: Path,
-                  mutant: Optional[str] = None) -> list[SanitizeResult]:
-    """Build and run one case (both entry points). mutant: a name from xfc.mutants (tests only)."""
-    rendered = render_cpu_kernel(plan_for(case, isa, threads))
-    if mutant:
-        from .cpu.mutants import mutate
-        rendered = mutate(rendered, mutant)
-    spec = rendered.plan.spec
-    binary = build_sanitized(rendered, work_dir)
-    inputs = make_inputs(spec, seed=1)
+                  fault=None) -> list[SanitizeResult]:
+    """Build one case with ASan + UBSan and run both entry points through the chain
+    (xfc.pipeline.stages, sanitized=True). fault: a deliberately wrong kernel (tests only)."""
+    from .ops.dtypes import FP32, make_operands
+    from .pipeline import stages
+    plan = plan_for(case, isa, threads)
+    spec = plan.spec
+    built = stages.realize(plan, work_dir, fault=fault, sanitized=True)
+    operands = make_operands(spec, FP32, seed=1)
     results = []
-    for prepacked in (False, True):
-        detail = run_sanitized(binary, spec, inputs, prepacked=prepacked)
-        results.append(SanitizeResult(case.name, isa, threads, "pre-packed" if prepacked else "per-call",
-                                      not detail, detail, spec.describe()))
+    for entry in stages.ENTRY_POINTS:
+        try:
+            run = stages.run(built, operands, prepacked=entry == "pre-packed", env=SANITIZER_ENV.items())
+            verdict = stages.judge(plan, [run.output], operands)
+            detail = "" if verdict.ok else f"output check: {verdict.reason}"
+        except (VerificationError, ToolchainError, DeviceError) as exc:
+            # '==123==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x...' -> the kind only
+            detail = re.sub(r"==\d+==ERROR: (\w+Sanitizer: [\w-]+).*", r"\1", str(exc))
+        results.append(SanitizeResult(case.name, isa, threads, entry, not detail, detail, spec.describe()))
     return results
 
 

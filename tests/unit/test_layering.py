@@ -116,12 +116,10 @@ def _stdlib_imports(name: str) -> set[str]:
 def test_build_returns_paths_and_never_loads_or_runs_them():
     """build/ compiles and returns paths: it never loads a library (ctypes) nor imports a runner;
     loading (runners/host.py) and running (runners/) happen above it. Only the host runner loads
-    libraries (runners/qhost.py: the int8 kernels' entry points); outputs.py uses ctypes for
-    renameat2, not for kernels."""
+    libraries, every dtype's; outputs.py uses ctypes for renameat2, not for kernels."""
     assert [n for n in FILES if _in(n, "xfc.build") and "ctypes" in _stdlib_imports(n)] == []
     assert [n for n in FILES if _in(n, "xfc") and "ctypes" in _stdlib_imports(n)] == ["xfc.outputs",
-                                                                                       "xfc.runners.host",
-                                                                                       "xfc.runners.qhost"]
+                                                                                       "xfc.runners.host"]
     assert _violations(["xfc.build"], forbidden=["xfc.runners", "xfc.guards"]) == []
 
 

@@ -104,3 +104,35 @@ def build_arm(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
             if tmp.exists():
                 tmp.unlink()
     return binary
+
+
+# ---------------------------------------------------------------------------------------------
+# Sanitized host build (`make sanitize`: ASan + UBSan on edge-case kernels)
+# ---------------------------------------------------------------------------------------------
+
+SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+
+
+def sanitize_compile_command(rendered: RenderedKernel, kernel_c: Path, harness_c: Path, binary: Path) -> list[str]:
+    march = rendered.plan.gcc_march or "native"
+    return [HOST_CC, *COMMON_FLAGS, *SANITIZE_FLAGS, f"-march={march}", "-o", binary.name, kernel_c.name,
+            harness_c.name]
+
+
+def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
+    """Compile kernel + harness main() with ASan and UBSan into a host executable (cached by digest)."""
+    require_tool(HOST_CC)
+    out_dir = Path(out_dir).resolve()
+    kernel_c, harness_c = write_sources(rendered, out_dir)
+    probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
+    binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
+    if not binary.exists():
+        tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
+        try:
+            run(sanitize_compile_command(rendered, kernel_c, harness_c, tmp),
+                f"sanitizer build of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
+            os.replace(tmp, binary)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    return binary

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import OperatorError, XfcError
 from ..ops.accuracy import format_ratio
 from ..ops.spec import DTYPES, OPERATORS, make_spec, parse_shape
-from ..pipeline import run_cpu, run_gpu_synth
+from ..pipeline import run_gpu_synth, run_synth
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
 OUTPUT_RULE = ("xfc writes only into a directory that does not exist yet, is empty, or holds an earlier xfc output "
@@ -57,17 +57,28 @@ def print_summary(report: dict) -> None:
     """A few lines for people, from the keys every report shares (pipeline.REPORT_CORE_KEYS)."""
     op = report["operator"]
     target = report["target"]
+    int8 = report.get("dtype") == "int8"
     shape = " ".join(f"{k}={v}" for k, v in report["dims"].items()) if target == "gpu" else report["shape"]
-    print(f"xfc synth {op} for {report['hardware']} ({target}"
+    print(f"xfc synth {op}{' int8' if int8 else ''} for {report['hardware']} ({target}"
           + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
     tiles = report.get("tile_summary") or report.get("tiles")
+    if int8:
+        print(f"  plan: {tiles['lowering']}, {tiles['dialect']} dialect, register tile {tiles['mr']}x{tiles['nr']}, "
+              f"{tiles['threads']} thread(s)")
+        if "k_depth" in tiles:   # ARM dot-product micro-tile (xfc/cpu/qarm.py)
+            print(f"  micro-tile: {tiles['dialect']} {tiles['mr']}x{tiles['nr']}, {tiles['k_depth']}-deep k groups, "
+                  f"{tiles['registers_used']} of {tiles['registers_available']} vector registers, "
+                  f"{tiles['predicted_ops_per_cycle']:g} int8 ops/cycle predicted")
+        tiles = None
     if isinstance(tiles, dict):
         tiles = " ".join(f"{k}={v}" for k, v in tiles.items())
     if tiles:
         print(f"  tiles: {tiles}" + (f" (lowering {report['lowering']})" if report.get("lowering") else ""))
     print(f"  synthesis: {report['synthesis_seconds'] * 1e3:.1f} ms"
           + (f", build: {report['build_seconds']:.2f} s" if report.get("build_seconds") is not None else ""))
-    if report.get("predicted_gflops") is not None:
+    if int8:
+        _print_int8(report)
+    elif report.get("predicted_gflops") is not None:
         tdb = report.get("tile_db") or {}
         source = report.get("micro_tile_source", "static")
         model = ("cost model calibrated on this machine" if tdb.get("constants") == "calibrated" else "static cost model")
@@ -79,7 +90,7 @@ def print_summary(report: dict) -> None:
             print(f"             effective GFLOP/s: the direct convolution's FLOPs over the time; Winograd "
                   f"multiplies less, so this may exceed the peak of {report['peak_gflops']:.1f} GFLOP/s "
                   f"({report['threads']} core(s))")
-    if report.get("verified") is not None:
+    if report.get("verified") is not None and not int8:
         ratio = report.get("error_to_bound_ratio")
         where = report.get("verified_on") or (f"PoCL on the host CPU ({report.get('run_variant', 'fp32')} variant)"
                                               if target == "gpu" else "?")
@@ -98,15 +109,29 @@ def print_summary(report: dict) -> None:
               f"[{report.get('timing_label', 'PoCL on the host CPU - not a phone GPU timing')}]")
     elif report.get("measurement"):
         m = report["measurement"]
-        print(f"  measured: {m['gflops']:.2f} {_gflops_label(report)}, median {m['median_s'] * 1e3:.3f} ms over "
+        print(f"  measured: {m['gflops']:.2f} {'GOP/s' if int8 else _gflops_label(report)}, median {m['median_s'] * 1e3:.3f} ms over "
               f"{m['repeats']} runs [{m['where']}]")
         if report.get("measurement_packing_per_call"):
             p = report["measurement_packing_per_call"]
-            print(f"            {p['gflops']:.2f} {_gflops_label(report)}, median {p['median_s'] * 1e3:.3f} ms with "
+            print(f"            {p['gflops']:.2f} {'GOP/s' if int8 else _gflops_label(report)}, median {p['median_s'] * 1e3:.3f} ms with "
                   f"the weights packed inside every call")
     for line in (report.get("mca") or {}).get("summary", []):
         print(f"  {line}")
     print(f"  output: {report['output_dir']}")
+
+
+def _print_int8(report: dict) -> None:
+    """The int8 lines: prediction, verdict (byte for byte), quantization."""
+    if report.get("predicted_gflops") is not None:
+        print(f"  predicted: {report['predicted_gflops']:.1f} GOP/s (int8 issue model; not a measurement)")
+    if report.get("verified") is not None:
+        print(f"  verified: {'yes' if report['verified'] else 'NO'} on {report.get('verified_on', '?')}")
+    q = report["quantization"]
+    print(f"  int8: {report['dialect']} dialect, {q['act_type']} activations (zp {q['a_zero_point']}), int8 weights "
+          f"({'per-channel' if q['per_channel'] else 'per-tensor'} scales), output zp {q['out_zero_point']}")
+    if report.get("verified") is not None and report.get("exact_share") is not None:
+        print(f"  exact match: {report['exact_share'] * 100:.2f}% of outputs (max {report['max_lsb']} LSB off; "
+              f"{report.get('saturated_share', 0) * 100:.1f}% at the clamp bounds)")
 
 
 def cmd_synth(args) -> int:
@@ -125,33 +150,36 @@ def cmd_synth(args) -> int:
         from ..mca import require_tools
         require_tools()
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
-    if args.dtype == "int8":
-        return _synth_int8(args, hw, spec, out_dir, progress)
-    if args.quant is not None:
+    if args.quant is not None and args.dtype != "int8":
         raise OperatorError("--quant applies to --dtype int8 only")
     if args.target == "gpu":
         if hw.gpu is None:
             raise OperatorError(f"--target gpu: {hw.name} describes no GPU")
+        if args.dtype == "int8":
+            raise OperatorError("--dtype int8 is not implemented for --target gpu (int8 kernels: x86-64 host CPUs "
+                                "and AArch64 cores with dotprod)")
         if args.lowering != "auto":
             raise OperatorError(f"--lowering {args.lowering} is a CPU option (the OpenCL path has no Winograd "
                                 f"lowering: docs/winograd.md)")
         report = run_gpu_synth(spec, hw, out_dir, dtype=args.dtype, verify=args.verify, explain=args.explain,
                                bench=args.bench, force=args.force)
     else:
-        if args.dtype == "fp16":
-            _check_fp16_cpu_args(args, hw)
+        quant = _check_cpu_dtype_args(args, hw)
         if args.lowering == "winograd":
             from ..cpu.winograd import check_applicable
             check_applicable(spec)
         if args.bench and hw.target_arch != "x86_64" and progress:
             progress("note: --bench on an ARM description times the kernel under QEMU (emulated), "
                      "which says nothing about phone speed; use 'xfc bench --device SERIAL' on a phone")
-        evaluator, constants, tile_db = _tile_db_inputs(args.tile_db, hw, args.cluster)
+        # fp16 and int8 plans come from the static model: the tile database holds fp32 rows only
+        choice = args.tile_db if args.dtype == "fp32" else "off"
+        evaluator, constants, tile_db = _tile_db_inputs(choice, hw, args.cluster)
         try:
-            report = run_cpu(spec, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
-                             bench=args.bench, repeat=args.repeat, progress=progress, force=args.force, mca=args.mca,
-                             evaluator=evaluator, constants=constants, tile_db=tile_db, lowering=args.lowering,
-                             dtype=args.dtype)
+            report = run_synth(spec, hw, out_dir, dtype=args.dtype, quant=quant, cluster=args.cluster,
+                               threads=args.threads, verify=args.verify, bench=args.bench, repeat=args.repeat,
+                               progress=progress, force=args.force, mca=args.mca, evaluator=evaluator,
+                               constants=constants, tile_db=tile_db if args.dtype == "fp32" else None,
+                               lowering=args.lowering, fault=test_fault())
         finally:
             if evaluator is not None:
                 evaluator.close()
@@ -167,27 +195,33 @@ def cmd_synth(args) -> int:
     return 0
 
 
-def _check_fp16_cpu_args(args, hw) -> None:
-    """--dtype fp16 on a CPU target: the core must have FP16 arithmetic (xfc/cpu/fp16.py; one line,
-    exit 2 otherwise), and the fp32-only options are refused."""
-    from ..cpu.fp16 import check_fp16_target
-    check_fp16_target(hw, args.cluster)
-    if args.lowering == "winograd":
-        raise OperatorError("--lowering winograd: fp16 kernels use the direct lowering only (docs/fp16.md)")
-    if args.tile_db not in ("auto", "off"):
-        raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; fp16 plans come from "
-                            "the static cost model (use --tile-db auto or off)")
-    args.tile_db = "off"   # fp16 plans never read the fp32 tile database
+def test_fault():
+    """TEST-ONLY: the deliberately wrong kernel XFC_TEST_MUTANT names (xfc/cpu/mutants.py), handed to the
+    pipeline as a fault to apply to the rendered source, so that tests can show `--verify` exits 4."""
+    from .. import settings
+    name = settings.test_mutant()
+    if not name:
+        return None
+    from ..cpu.mutants import mutate
+    return lambda rendered: mutate(rendered, name)
 
 
-def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
-    """--dtype int8: the int8 pipeline (xfc.qpipeline): x86-64 hosts natively, AArch64 descriptions
-    (sdot / smmla, xfc/cpu/qarm.py) verified under qemu-aarch64; the GPU is refused (exit 2)."""
+def _check_cpu_dtype_args(args, hw):
+    """The CPU options a dtype refuses, in one line (exit 2) before anything is written; the int8
+    quantization parameters (None for the float types). fp16 needs a core with FP16 arithmetic
+    (xfc/cpu/fp16.py); int8 runs on x86-64 hosts and ARM cores with dotprod."""
+    if args.dtype in ("fp16", "int8") and args.tile_db not in ("auto", "off"):
+        raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; {args.dtype} plans "
+                            f"come from the static model (use --tile-db auto or off)")
+    if args.dtype == "fp16":
+        from ..cpu.fp16 import check_fp16_target
+        check_fp16_target(hw, args.cluster)
+        if args.lowering == "winograd":
+            raise OperatorError("--lowering winograd: fp16 kernels use the direct lowering only (docs/fp16.md)")
+        return None
+    if args.dtype != "int8":
+        return None
     from ..ops.quant import parse_quant
-    from ..qpipeline import run_int8, summary_lines
-    if args.target != "cpu":
-        raise OperatorError("--dtype int8 is not implemented for --target gpu (int8 kernels: x86-64 host CPUs and "
-                            "AArch64 cores with dotprod)")
     if hw.target_arch == "aarch64" and args.bench:
         raise OperatorError(f"--bench with --dtype int8 on {hw.name}: ARM int8 kernels run under qemu-aarch64 here, "
                             "whose timings say nothing about a phone; use --verify")
@@ -196,39 +230,7 @@ def _synth_int8(args, hw, spec, out_dir: Path, progress) -> int:
     if args.lowering != "auto":
         raise OperatorError(f"--lowering {args.lowering} chooses among fp32 CPU lowerings; int8 kernels have one "
                             "(implicit GEMM, or direct depthwise)")
-    if args.tile_db not in ("auto", "off"):
-        raise OperatorError(f"--tile-db {args.tile_db}: the tile database holds fp32 rows only; int8 plans come from "
-                            "the static int8 issue model (use --tile-db auto or off)")
-    quant = parse_quant(args.quant)
-    report = run_int8(spec, quant, hw, out_dir, cluster=args.cluster, threads=args.threads, verify=args.verify,
-                      bench=args.bench, repeat=args.repeat, progress=progress, force=args.force)
-    data = report.to_dict()
-    if args.json:
-        print(json.dumps(data, indent=2, default=str))
-        return 0
-    if args.explain and report.explain:
-        print(report.explain)
-        print()
-    print(f"xfc synth {data['operator']} int8 for {data['hardware']} (cpu): {data['shape']}")
-    tiles = data["tile_summary"]
-    print(f"  plan: {tiles['lowering']}, {tiles['dialect']} dialect, register tile {tiles['mr']}x{tiles['nr']}, "
-          f"{tiles['threads']} thread(s)")
-    if "k_depth" in tiles:   # ARM dot-product micro-tile (xfc/cpu/qarm.py)
-        print(f"  micro-tile: {tiles['dialect']} {tiles['mr']}x{tiles['nr']}, {tiles['k_depth']}-deep k groups, "
-              f"{tiles['registers_used']} of {tiles['registers_available']} vector registers, "
-              f"{tiles['predicted_ops_per_cycle']:g} int8 ops/cycle predicted")
-    if data.get("predicted_gflops") is not None:
-        print(f"  predicted: {data['predicted_gflops']:.1f} GOP/s (int8 issue model; not a measurement)")
-    if data.get("verified") is not None:
-        print(f"  verified: {'yes' if data['verified'] else 'NO'} on {data.get('verified_on', '?')}")
-    for line in summary_lines(data):
-        print(line)
-    if data.get("measurement"):
-        m = data["measurement"]
-        print(f"  measured: {m['gflops']:.2f} GOP/s, median {m['median_s'] * 1e3:.3f} ms over {m['repeats']} runs "
-              f"[{m['where']}]")
-    print(f"  output: {data['output_dir']}")
-    return 0
+    return parse_quant(args.quant)
 
 
 def _tile_db_inputs(choice: str, hw, cluster_role):

@@ -28,6 +28,7 @@ import jinja2
 
 from ..errors import OperatorError
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
+from ..ops.dtypes import kernel_abi
 from ..paths import TEMPLATES_DIR
 from . import neon_asm, winograd
 from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
@@ -49,6 +50,11 @@ class RenderedKernel:
     @property
     def bench_name(self) -> str:
         return f"{self.function_name}_bench"
+
+    @property
+    def abi(self):
+        """The entry points' operands and output as a runner sees them (xfc.ops.dtypes.KernelAbi)."""
+        return kernel_abi(self.plan.spec, self.plan.dtype, getattr(self.plan, "quant", None))
 
 
 def _environment() -> jinja2.Environment:

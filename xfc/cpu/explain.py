@@ -95,6 +95,10 @@ class CpuSynthesis:
             lines.append(self.decision)
         return "\n".join(lines)
 
+    def summary_line(self) -> str:
+        """One line for progress output: the plan's tile line."""
+        return self.plan.header_lines[-2]
+
     def report(self) -> dict:
         """The synthesis part of a report: 'tiles' are the tile sizes (what the cost model ranks),
         'code_shape' the code-shape choices of the same plan."""

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from ..ops.spec import OperatorSpec
-from .isa import ISAS  # noqa: F401  (re-exported: the ISAs a plan may name)
+from ..ops.dtypes import FP16, FP32, DType
+from .isa import ISAS, isa_row  # noqa: F401  (ISAS re-exported: the ISAs a plan may name)
 
 C_STORES = ("direct", "tile", "vector_transpose")
 LOOP_ORDERS = ("jr_ir", "ir_jr")
@@ -126,6 +127,16 @@ class CpuKernelPlan:
     def schedule(self):
         """The GEMM or depthwise schedule, whichever the lowering uses."""
         return self.gemm if self.gemm is not None else self.depthwise
+
+    @property
+    def target_arch(self) -> str:
+        """'aarch64' (NEON dialects) or 'x86_64'."""
+        return isa_row(self.isa).target_arch
+
+    @property
+    def dtype(self) -> DType:
+        """fp32, or fp16 for the fp16 dialect (its elements are 16 bits wide)."""
+        return FP16 if isa_row(self.isa).elem_bits == 16 else FP32
 
     @property
     def threads(self) -> int:

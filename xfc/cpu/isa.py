@@ -55,6 +55,7 @@ class IsaRow:
     elem_type: str = "float"              # C element type of every operand and accumulator
     elem_bits: int = 32                   # its width: lanes per register = vector bits / elem_bits
     asm_ukernels: bool = True             # neon_asm's .4s inline-assembly K loops may be chosen
+    target_arch: str = "x86_64"           # what the dialect's code runs on ('aarch64': NEON)
 
     @property
     def elem_bytes(self) -> int:
@@ -86,7 +87,7 @@ ISA_TABLE: dict[str, IsaRow] = {
         name="neon", prelude="cpu/dialect_neon.h.j2", lanes=(4,), fixed_lanes=None, has_mask=False,
         a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
         required_features=("neon",), hand_lanes=4, hand_tile=(6, 8), hand_depthwise_rows=4,
-        hand_depthwise_vectors=4, hand_march="armv8.2-a"),
+        hand_depthwise_vectors=4, hand_march="armv8.2-a", target_arch="aarch64"),
     "generic": IsaRow(
         name="generic", prelude="cpu/dialect_generic.h.j2", lanes=None, fixed_lanes=4, has_mask=False,
         a_operand="broadcast", a_load_bits=(32,), transpose16=False, half_vectors=False,
@@ -99,7 +100,7 @@ ISA_TABLE: dict[str, IsaRow] = {
         a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
         required_features=("neon", "fp16"), hand_lanes=8, hand_tile=(6, 16), hand_depthwise_rows=4,
         hand_depthwise_vectors=2, hand_march="armv8.2-a+fp16", elem_type="float16_t", elem_bits=16,
-        asm_ukernels=False),
+        asm_ukernels=False, target_arch="aarch64"),
 }
 
 # Which dialect a core gets: the first whose features it lists (most specific first).

@@ -1,5 +1,6 @@
 """int8 code generation: a QPlan -> C source of the kernel (templates/cpu/qgemm.c.j2 or
-qdepthwise.c.j2, dialect pieces in qdialect.h.j2) and of its timing entry points (qharness.c.j2).
+qdepthwise.c.j2, dialect pieces in qdialect.h.j2) and of its harness (harness_int8.c.j2: the timing
+entry points, and a main speaking the CPU harness protocol of xfc/runners/base.py).
 
 C entry points (dimensions and quantization constants are compile-time; scales are not):
 
@@ -9,14 +10,13 @@ C entry points (dimensions and quantization constants are compile-time; scales a
     int  <fn>(const void *x, const int8_t *w, const int32_t *bias, const float *mult, void *out);
     int  <fn>_bench / <fn>_bench_packed(..., int warmup, int repeats, double *samples);
 
-x: uint8 or int8 activations (spec.operand_shapes[0]); w: int8 (input_shapes[1]); bias: int32 per
+x: uint8 or int8 activations (spec.operand_shapes[0]); w: int8 (operand_shapes[1]); bias: int32 per
 output channel (NULL: none); mult: fp32 per output channel (xfc.ops.quant.multipliers); out: the
 activation type, spec.output_shape. Return 0, or 1 when scratch memory cannot be allocated.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import jinja2
 import numpy as np
@@ -25,21 +25,8 @@ from ..errors import OperatorError
 from ..ops.quant import channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..paths import TEMPLATES_DIR
+from .codegen import RenderedKernel
 from .qplans import QPlan
-
-
-@dataclass(frozen=True)
-class QRenderedKernel:
-    """What xfc.build.cpu.build_host needs (source, harness_source, function_name, plan.gcc_march)."""
-    source: str
-    harness_source: str
-    function_name: str
-    isa: str
-    plan: QPlan
-
-    @property
-    def bench_name(self) -> str:
-        return f"{self.function_name}_bench"
 
 
 _ENV = None
@@ -124,22 +111,21 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
     return "cpu/qgemm.c.j2", ctx
 
 
-def render_int8_kernel(plan: QPlan) -> QRenderedKernel:
-    """Kernel and timing sources for a plan (deterministic: same plan, same text)."""
+def render_int8_kernel(plan: QPlan) -> RenderedKernel:
+    """Kernel and harness sources for a plan (deterministic: same plan, same text). The harness
+    (templates/cpu/harness_int8.c.j2) holds the timing loops and, for a program (the static aarch64
+    build run under qemu, or a host harness program), a main speaking every CPU harness's protocol."""
     template, ctx = render_context(plan)
+    spec = plan.spec
     try:
         source = _env().get_template(template).render(**ctx)
-        if plan.target_arch == "aarch64":   # a program run under qemu-aarch64 (xfc/runners/qqemu.py)
-            spec = plan.spec
-            harness = _env().get_template("cpu/qharness_main.c.j2").render(
-                fn=plan.function_name, x_bytes=int(np.prod(spec.operand_shapes[0])),
-                w_bytes=int(np.prod(spec.operand_shapes[1])), channels=channels(spec),
-                out_bytes=int(np.prod(spec.output_shape)))
-        else:
-            harness = _env().get_template("cpu/qharness.c.j2").render(fn=plan.function_name)
+        harness = _env().get_template("cpu/harness_int8.c.j2").render(
+            fn=plan.function_name, x_bytes=int(np.prod(spec.operand_shapes[0])),
+            w_bytes=int(np.prod(spec.operand_shapes[1])), channels=channels(spec),
+            out_bytes=int(np.prod(spec.output_shape)))
     except jinja2.TemplateError as exc:
         raise OperatorError(f"rendering {template} for {plan.function_name} failed: {exc}") from exc
-    return QRenderedKernel(source, harness, plan.function_name, plan.qisa, plan)
+    return RenderedKernel(source, harness, plan.function_name, plan.qisa, plan)
 
 
 def output_dtype(plan: QPlan):

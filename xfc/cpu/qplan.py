@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..ops.dtypes import INT8, DType
 from ..ops.quant import QuantParams
 from ..ops.spec import OperatorSpec
 
@@ -37,6 +38,10 @@ class QPlan:
     def nr(self) -> int:
         return self.nv * self.lanes
 
+    @property
+    def dtype(self) -> DType:
+        return INT8
+
     def summary(self) -> dict:
         out = {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
                "tile_rows": self.tile_rows, "threads": self.threads}
@@ -44,3 +49,25 @@ class QPlan:
             out.update(k_depth=self.k_depth, registers_used=self.registers[0], registers_available=self.registers[1],
                        predicted_ops_per_cycle=round(self.ops_per_cycle, 2), split_loads=self.split_loads)
         return out
+
+
+@dataclass(frozen=True)
+class Int8Synthesis:
+    """An int8 plan with its explanation and report keys: what the chain reads of a synthesis
+    (the fp32 and fp16 planners return xfc.cpu.explain.CpuSynthesis, with the same methods)."""
+
+    plan: QPlan
+    seconds: float = 0.0
+
+    def explain(self) -> str:
+        return "\n".join([*self.plan.header_lines, *("  " + r for r in self.plan.reasons)])
+
+    def summary_line(self) -> str:
+        return f"int8 {self.plan.qisa} tile {self.plan.mr}x{self.plan.nr}"
+
+    def report(self) -> dict:
+        plan = self.plan
+        return {"tiles": {"mr": plan.mr, "nr": plan.nr} if plan.lowering != "direct_depthwise" else None,
+                "predicted_gflops": plan.predicted_gops, "quantization": plan.quant.as_dict(), "dialect": plan.qisa,
+                "lowering": plan.lowering, "tile_summary": plan.summary(), "threads": plan.threads,
+                "predicted_bound": "compute (int8 issue model)", "explain": self.explain()}

@@ -37,7 +37,7 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .isa import isa_for
-from .qplan import QPlan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
+from .qplan import Int8Synthesis, QPlan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
 QISAS = ("vnni", "avx2", "generic")
 LANES = {"vnni": 16, "avx2": 8, "generic": 4}          # int32 lanes per vector
@@ -197,5 +197,5 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
 
 
 def explain(plan: QPlan) -> str:
-    return "\n".join([*plan.header_lines, *("  " + r for r in plan.reasons)])
+    return Int8Synthesis(plan).explain()
 

@@ -290,7 +290,9 @@ def _cap(cap) -> Optional[str]:
     return settings.host_isa_cap() if cap is FROM_ENVIRONMENT else cap
 
 
-def _read_flags() -> set[str]:
+def read_flags() -> set[str]:
+    """This machine's /proc/cpuinfo flags (empty when unreadable): the one reader, for the ISA
+    choice here and for what the description does not list (avx512_vnni for the int8 planner)."""
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"]
     except OSError:
@@ -299,7 +301,7 @@ def _read_flags() -> set[str]:
 
 def available_isas(cap=FROM_ENVIRONMENT) -> tuple[str, ...]:
     """The host ISAs this machine runs, widest first, after the cap (default: XFC_HOST_ISA)."""
-    return capped_isas(_read_flags(), _cap(cap))
+    return capped_isas(read_flags(), _cap(cap))
 
 
 def detect_host(isa: Optional[str] = None, cap=FROM_ENVIRONMENT,

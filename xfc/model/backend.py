@@ -232,29 +232,20 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
     layer_dir = Path(work_dir) / name
     if synthesis.target == "gpu":
         return _build_gpu(synthesis, name, layer_dir, runnable)
-    from ..build.cpu import build_arm, build_host
-    from ..runners.host import HostKernel
-    from ..cpu.codegen import render_cpu_kernel
+    from ..pipeline import stages
     plan = dataclasses.replace(synthesis.result.plan, function_name=f"xfc_{name}")
-    rendered = render_cpu_kernel(plan)
-    start = time.perf_counter()
-    host, where = None, "host (native)"
-    if hw.target_arch == "x86_64":
-        host = HostKernel(rendered, build_host(rendered, layer_dir))
-        produced = [host.library]
-        script = "build.sh"
-    else:
-        binary = build_arm(rendered, layer_dir)
-        produced = [binary]
-        script = "build_arm.sh"
-        if runnable:
-            placement = placement or Placement()
-            runner = placement.runner_for(plan.qemu_cpu)
-            host = RunnerKernel(binary, spec, runner, cpu_ids=synthesis.result.cluster.cpu_ids
-                                if placement.device not in (None, "qemu") else None,
-                                march=plan.gcc_march or "", label=f"xfc_{name}")
-            where = runner.where
-    seconds = time.perf_counter() - start
+    placement = placement or Placement()
+    runner = placement.runner_for(plan.qemu_cpu) if hw.target_arch != "x86_64" and runnable else None
+    built = stages.realize(plan, layer_dir, runner=runner)      # the chain's render and build
+    host, where = built.host, "host (native)"
+    produced = [built.artifact]
+    script = "build.sh" if built.host is not None else "build_arm.sh"
+    if built.host is None and runnable:
+        host = RunnerKernel(built.artifact, spec, built.runner, cpu_ids=synthesis.result.cluster.cpu_ids
+                            if placement.device not in (None, "qemu") else None,
+                            march=plan.gcc_march or "", label=f"xfc_{name}")
+        where = built.runner.where
+    seconds = built.build_seconds
     files = [layer_dir / f"{plan.function_name}.c", layer_dir / f"{plan.function_name}_harness.c", *produced]
     renamed = layer_dir / f"{script[:-3]}_{name}.sh"
     shutil.copy2(layer_dir / script, renamed)

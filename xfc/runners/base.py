@@ -26,20 +26,24 @@ files: neither uploads or fetches anything, so they implement `execute` directly
 
 A harness program has this command line ("json" protocol):
 
-    ./harness A_PATH B_PATH BIAS_PATH OUT_PATH [--repeat N] [--warmup W]
+    ./harness IN_PATH... OUT_PATH [--repeat N] [--warmup W]
 
-It reads raw little-endian float32 inputs, runs its kernel (W warm-up runs, then N timed ones),
-writes OUT_PATH and prints exactly one JSON line on stdout:
+It reads its inputs as raw little-endian files (the RunSpec's input_types; float32 unless said
+otherwise), runs its kernel (W warm-up runs, then N timed ones), writes OUT_PATH (output_type) and
+prints exactly one JSON line on stdout:
 
     {"kernel": "...", "repeats": N, "median_s": x, "min_s": x, "max_s": x, "samples_s": [...]}
 
-The CPU kernels' harness (templates/cpu/harness.c.j2) is the "times-file" protocol:
+The CPU kernels' harnesses (templates/cpu/harness.c.j2 for fp32 and fp16, harness_int8.c.j2 for
+int8: whatever the dtype, one contract) are the "times-file" protocol:
 
-    ./harness IN0 IN1 BIAS OUT TIMES WARMUP REPEATS [prepacked]
+    ./harness OPERAND... OUT TIMES WARMUP REPEATS [prepacked]
 
-and writes one sample (seconds) per line to TIMES; `prepacked` runs the pre-packed entry point.
-It exits with HARNESS_EXIT_GUARD when a guard zone around a buffer changed (a wrong kernel):
-every runner turns that into a VerificationError.
+with the kernel's operands in its entry point's order (fp32/fp16: IN0 IN1 BIAS; int8: X W BIAS
+MULT), and write one sample (seconds) per line to TIMES; `prepacked` runs the pre-packed entry
+point. A harness exits with HARNESS_EXIT_GUARD when a guard zone around a buffer changed, and with
+HARNESS_EXIT_UNWRITTEN when an integer output element was never written (a wrong kernel either
+way): every runner turns both into a VerificationError.
 
 Medians, minima and maxima are computed in one place, Measurement.from_samples, from the samples.
 """
@@ -60,7 +64,7 @@ import numpy as np
 
 from xfc.errors import DeviceError, ToolchainError, VerificationError
 
-INPUT_NAMES = ("a", "b", "bias")
+INPUT_NAMES = ("a", "b", "bias")      # the file names of three inputs; more are in3, in4, ...
 PROTOCOLS = ("json", "times-file")
 
 WHERE_VIRTUAL = "virtual-device (qemu-aarch64, emulated: not phone timing)"
@@ -74,17 +78,21 @@ def where_adb(serial: str, model: str) -> str:
     return f"adb:{serial} ({model})"
 
 
-# Exit status of a harness (CPU and OpenCL) when a guard zone around a buffer changed.
+# Exit status of a harness (CPU and OpenCL) when a guard zone around a buffer changed, and of an
+# int8 harness when an output element was never written.
 HARNESS_EXIT_GUARD = 5
+HARNESS_EXIT_UNWRITTEN = 6
+WRONG_KERNEL_LINES = ("xfc harness: guard violation", "xfc harness: unwritten output")
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What to run. Inputs are float32 arrays (any shape; flattened C-order) or raw files."""
+    """What to run. Inputs are arrays (any shape; flattened C-order), raw bytes or raw files, in the
+    kernel's operand order (xfc.ops.dtypes.KernelAbi)."""
 
     harness: Path                            # the built artifact: a harness program (local, qemu, adb),
                                              # the host .so (host) or an OpenCL kernel file (pocl)
-    inputs: tuple[Any, Any, Any]            # a, b, bias: np.ndarray | bytes | Path (bias may be None)
+    inputs: tuple[Any, ...]                 # np.ndarray | bytes | Path per operand (an optional one may be None)
     repeat: int = 5
     warmup: int = 1
     timeout_s: float = 120.0
@@ -97,13 +105,18 @@ class RunSpec:
     prepacked: bool = False                  # the pre-packed entry point (host .so; times-file harness)
     input_shapes: tuple[tuple[int, ...], ...] | None = None   # checked before anything runs
     flops: int = 0                           # per call, for Measurement.gflops
+    input_types: tuple[str, ...] | None = None   # numpy type strings of the staged files (None: all float32)
+    output_type: str = "<f4"                 # numpy type string of the output elements
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
             raise DeviceError(f"unknown harness protocol '{self.protocol}'; "
                               f"known: {', '.join(PROTOCOLS)}")
-        if len(self.inputs) != 3:
-            raise DeviceError(f"a harness takes exactly 3 inputs (a, b, bias), got {len(self.inputs)}")
+        if not self.inputs:
+            raise DeviceError("a run needs at least one input")
+        for what, given in (("input_shapes", self.input_shapes), ("input_types", self.input_types)):
+            if given is not None and len(given) != len(self.inputs):
+                raise DeviceError(f"{len(self.inputs)} inputs but {len(given)} {what}")
         if self.repeat < 1:
             raise DeviceError(f"repeat must be >= 1, got {self.repeat}")
         if self.warmup < 0:
@@ -115,7 +128,8 @@ class RunSpec:
         """VerificationError when an array input's shape is not the one the kernel was built for."""
         if self.input_shapes is None:
             return
-        for name, value, shape in zip(("in0", "in1", "bias"), self.inputs, self.input_shapes):
+        names = ("in0", "in1", "bias") + tuple(f"in{i}" for i in range(3, len(self.inputs)))
+        for name, value, shape in zip(names, self.inputs, self.input_shapes):
             if isinstance(value, np.ndarray) and value.shape != tuple(shape):
                 raise VerificationError(f"{what}: {name} has shape {value.shape}, expected {tuple(shape)}")
 
@@ -199,10 +213,17 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def input_names(count: int) -> tuple[str, ...]:
+    """The names of a run's inputs (and of their staged files): a, b, bias, then in3, in4, ..."""
+    return INPUT_NAMES[:count] + tuple(f"in{i}" for i in range(len(INPUT_NAMES), count))
+
+
 def stage_inputs(spec: RunSpec, directory: Path) -> list[Path]:
-    """Write the three inputs as raw little-endian float32 files; return their paths."""
+    """Write the inputs as raw little-endian files of their types (input_types; float32 by default);
+    return their paths."""
     paths = []
-    for name, value in zip(INPUT_NAMES, spec.inputs):
+    types = spec.input_types or ("<f4",) * len(spec.inputs)
+    for name, value, dtype in zip(input_names(len(spec.inputs)), spec.inputs, types):
         dest = directory / f"{name}.bin"
         if isinstance(value, (str, Path)):
             src = Path(value)
@@ -214,9 +235,9 @@ def stage_inputs(spec: RunSpec, directory: Path) -> list[Path]:
         elif value is None:   # no bias: the entry point still takes one (zeros it never reads)
             if spec.input_shapes is None:
                 raise DeviceError(f"input '{name}' is None and the run names no input_shapes to size its zeros")
-            dest.write_bytes(np.zeros(int(np.prod(spec.input_shapes[len(paths)])), "<f4").tobytes())
+            dest.write_bytes(np.zeros(int(np.prod(spec.input_shapes[len(paths)])), dtype).tobytes())
         else:
-            arr = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
+            arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
             dest.write_bytes(arr.tobytes())
         paths.append(dest)
     return paths
@@ -265,9 +286,10 @@ def report_from_times(text: str, where: str, kernel: str = "") -> dict:
 
 
 def load_output(data: bytes, spec: RunSpec, where: str) -> np.ndarray:
-    if len(data) % 4:
-        raise DeviceError(f"output from {where} is {len(data)} bytes, not a float32 array")
-    out = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    dtype = np.dtype(spec.output_type)
+    if len(data) % dtype.itemsize:
+        raise DeviceError(f"output from {where} is {len(data)} bytes, not a {dtype.name} array")
+    out = np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="))
     if spec.output_shape is not None:
         want = int(np.prod(spec.output_shape))
         if out.size != want:
@@ -346,8 +368,8 @@ class HarnessRunner(Runner):
             self.run(ctx)
             output = self.fetch(ctx)
             return self.build_result(ctx, output)
-        except DeviceError as exc:  # the CPU harness found a changed guard zone (exit 5): a wrong kernel
-            if "xfc harness: guard violation" in str(exc):
+        except DeviceError as exc:  # the harness found a changed guard zone or an unwritten output: a wrong kernel
+            if any(line in str(exc) for line in WRONG_KERNEL_LINES):
                 raise VerificationError(str(exc)) from None
             raise
         finally:
@@ -356,7 +378,8 @@ class HarnessRunner(Runner):
 
 def guard_violation(stderr: str, what: str) -> VerificationError:
     """The one line a harness printed about a changed guard zone, as a VerificationError."""
-    line = next((ln.strip() for ln in stderr.splitlines() if "guard violation" in ln), stderr.strip())
+    line = next((ln.strip() for ln in stderr.splitlines()
+                 if "guard violation" in ln or "unwritten output" in ln), stderr.strip())
     line = line.replace("xfc harness: ", "", 1).replace("harness: ", "", 1)
     return VerificationError(f"{what}: {line[:300]}")
 

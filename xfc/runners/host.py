@@ -1,181 +1,206 @@
 """The host runner: a kernel built for this machine (a .so from xfc.build.cpu.build_host), loaded
-with ctypes and run in this process.
+with ctypes and run in this process, whatever its dtype.
 
-HostKernel is the callable kernel of the Python API (xfc.compile) and of xfc.model: `kernel(in0,
-in1, bias)`, `prepack` / `run_packed`, and `time` (timed in C by the library's bench entry
-points). HostRunner puts it behind the one runner interface (xfc.runners.base.Runner): a RunSpec
-naming the library -> a Measurement. Every entry point runs on guarded copies of its buffers (the
-output starts as NaN) and checks the guard zones afterwards (VerificationError naming the buffer).
+HostKernel is the callable kernel of the Python API (xfc.compile) and of xfc.model. Its entry
+points are described by the rendered kernel's ABI (xfc.ops.dtypes.KernelAbi: the operands and their
+types, the output type, the packed-weights buffer): fp32 kernels take (in0, in1[, bias]), int8
+kernels (x, w, bias, mult). `kernel(*operands)` packs the weights inside the call, `prepack(weights)`
+/ `run_packed(...)` use weights packed once (the packed buffer in the weights' place), and `time`
+times either in C with the library's bench entry points. HostRunner puts it behind the one runner
+interface (xfc.runners.base.Runner): a RunSpec naming the library -> a Measurement.
+
+Every call runs on guarded copies of its buffers (xfc.guards: float outputs start as NaN, integer
+outputs run twice into two pre-fill bytes so an element never written shows) and checks the guard
+zones afterwards (VerificationError naming the buffer).
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import DeviceError, OperatorError, ToolchainError, VerificationError
 from ..guards import GuardedBuffer
-from ..ops.reference import check_output
 from .base import Measurement, Runner, RunSpec
 
 WHERE_HOST = "host"
 WHERE_HOST_PREPACKED = "host (weights pre-packed)"
+# Integer outputs have no "never written" value: each entry point also runs into a buffer
+# pre-filled with the second byte, and the two outputs must agree.
+PREFILLS = (0x5A, 0xC3)
 
 
 class HostKernel:
-    """A kernel compiled for this machine (xfc.build.cpu.build_host) and loaded with ctypes.
-    Call it with numpy arrays. `rendered` is the xfc.cpu.codegen.RenderedKernel it was built
-    from (its function names and plan.spec are read; runners do not import the CPU target)."""
+    """A kernel compiled for this machine and loaded with ctypes. `rendered` is the rendered kernel
+    it was built from (its function names, plan.spec and abi are read; runners do not import the
+    CPU target)."""
 
     def __init__(self, rendered, library: Path):
         self.rendered = rendered
         self.plan = rendered.plan
         self.spec = rendered.plan.spec
+        self.abi = rendered.abi
         self.library = Path(library)
         self._lib = ctypes.CDLL(str(self.library))
-        fp = ctypes.POINTER(ctypes.c_float)
-        self._fn = getattr(self._lib, rendered.function_name)
-        self._fn.argtypes = [fp, fp, fp, fp]
-        self._fn.restype = ctypes.c_int
-        self._bench = getattr(self._lib, rendered.bench_name)
-        self._bench.argtypes = [fp, fp, fp, fp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
-        self._bench.restype = ctypes.c_int
-        self._packed_floats = getattr(self._lib, f"{rendered.function_name}_packed_floats")
-        self._packed_floats.argtypes = []
-        self._packed_floats.restype = ctypes.c_long
-        self._prepack = getattr(self._lib, f"{rendered.function_name}_prepack")
-        self._prepack.argtypes = [fp, fp]
-        self._prepack.restype = ctypes.c_int
-        self._fn_packed = getattr(self._lib, f"{rendered.function_name}_packed")
-        self._fn_packed.argtypes = [fp, fp, fp, fp]
-        self._fn_packed.restype = ctypes.c_int
-        self._bench_packed = getattr(self._lib, f"{rendered.bench_name}_packed")
-        self._bench_packed.argtypes = self._bench.argtypes
-        self._bench_packed.restype = ctypes.c_int
+        fn, operands = rendered.function_name, len(self.abi.operand_names)
+        vp, ci, dp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
 
-    _INPUT_NAMES = ("in0", "in1", "bias")
+        def bind(name, args, result=ctypes.c_int):
+            f = getattr(self._lib, name)
+            f.argtypes, f.restype = args, result
+            return f
 
-    def _input(self, index: int, arr) -> np.ndarray:
-        """Input `index` (0: in0, 1: in1, 2: bias) as contiguous fp32 of its shape. A kernel built
-        without a bias takes none (its C entry point gets zeros it never reads); one built with a
-        bias needs it: either mistake is an OperatorError, never a silently wrong result."""
-        shape = tuple(self.spec.operand_shapes[index])
-        if index == 2 and (arr is None) == self.spec.epilogue.bias:
-            name = self.rendered.function_name
-            if arr is None:
-                raise OperatorError(f"{name}: the kernel adds a bias (spec built with bias=True): pass bias, "
+        self._fn = bind(fn, [vp] * (operands + 1))
+        self._fn_packed = bind(f"{fn}_packed", [vp] * (operands + 1))
+        self._prepack = bind(f"{fn}_prepack", [vp, vp])
+        self._packed_size = bind(f"{fn}{self.abi.packed_size_suffix}", [], ctypes.c_long)
+        self._bench = bind(rendered.bench_name, [vp] * (operands + 1) + [ci, ci, dp])
+        self._bench_packed = bind(f"{rendered.bench_name}_packed", [vp] * (operands + 1) + [ci, ci, dp])
+
+    # ---- operands ---------------------------------------------------------------------------
+
+    def _operand(self, index: int, value) -> np.ndarray:
+        """Operand `index` as a contiguous array of its C type and shape. An optional operand left out
+        (the bias of a spec without one) is zeros the kernel never reads; giving one the kernel would
+        ignore, or leaving out one it needs, is an OperatorError."""
+        abi, name = self.abi, self.abi.operand_names[index]
+        shape, ctype = tuple(abi.operand_shapes[index]), np.dtype(abi.operand_types[index])
+        if name == "bias" and abi.operand_names[:2] == ("in0", "in1") and (value is None) != (index in abi.optional):
+            fn = self.rendered.function_name
+            if value is None:
+                raise OperatorError(f"{fn}: the kernel adds a bias (spec built with bias=True): pass bias, "
                                     f"shape {shape}")
-            raise OperatorError(f"{name}: the kernel has no bias (spec built without bias=True), so a bias "
+            raise OperatorError(f"{fn}: the kernel has no bias (spec built without bias=True), so a bias "
                                 f"would be ignored: call it with two inputs, or build the spec with bias=True")
-        if arr is None and index == 2:
-            return np.zeros(shape, np.float32)
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        if arr.shape != shape:
-            raise VerificationError(f"{self.rendered.function_name}: {self._INPUT_NAMES[index]} has shape "
-                                    f"{arr.shape}, expected {shape}")
-        return arr
+        if value is None:
+            if index not in abi.optional:
+                raise OperatorError(f"{self.rendered.function_name}: operand '{name}' is missing")
+            return np.zeros(shape, ctype)
+        array = np.asarray(value)
+        if ctype.kind == "f":
+            array = np.ascontiguousarray(array, ctype)
+        elif array.dtype != ctype:   # integers are never converted: a value that does not fit would change
+            raise VerificationError(f"{self.rendered.function_name}: {name} is {array.dtype}{array.shape}, "
+                                    f"expected {ctype}{shape}")
+        if array.shape != shape:
+            raise VerificationError(f"{self.rendered.function_name}: {name} has shape {array.shape}, expected {shape}")
+        return np.ascontiguousarray(array)
 
-    def _guarded_input(self, index: int, arr) -> GuardedBuffer:
-        return GuardedBuffer.copy_of(self._input(index, arr), self._INPUT_NAMES[index])
+    def _operands(self, values: Sequence) -> list[GuardedBuffer]:
+        names = self.abi.operand_names
+        if len(values) > len(names):
+            raise OperatorError(f"{self.rendered.function_name}: takes at most {len(names)} operands "
+                                f"({', '.join(names)}), got {len(values)}")
+        values = list(values) + [None] * (len(names) - len(values))   # a missing one is named by _operand
+        return [GuardedBuffer.copy_of(self._operand(i, v), names[i]) for i, v in enumerate(values)]
 
-    def _output(self) -> GuardedBuffer:
-        return GuardedBuffer(int(np.prod(self.spec.output_shape)), "out")
+    def _output(self, prefill: int = PREFILLS[0]) -> GuardedBuffer:
+        return GuardedBuffer(int(np.prod(self.spec.output_shape)), "out", dtype=self.abi.output_type,
+                             prefill=prefill)
 
-    def _check_guards(self, *buffers: GuardedBuffer) -> None:
+    def _check(self, *buffers: GuardedBuffer) -> None:
         for buf in buffers:
             buf.check(self.rendered.function_name)
 
     @staticmethod
-    def _ptr(a):
-        a = a.data if isinstance(a, GuardedBuffer) else a
-        return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    def _ptr(buf) -> ctypes.c_void_p:
+        data = buf.data if isinstance(buf, GuardedBuffer) else buf
+        return ctypes.c_void_p(data.ctypes.data)
 
-    def __call__(self, in0: np.ndarray, in1: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
-        """Run once. Inputs are copied into guarded buffers, the output starts as NaN, and every
-        guard is checked afterwards (VerificationError naming the buffer and the side)."""
-        a, b, c = (self._guarded_input(i, arr) for i, arr in enumerate((in0, in1, bias)))
-        out = self._output()
-        status = self._fn(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out))
-        self._check_guards(out, a, b, c)
-        if status != 0:
-            raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
-        return out.data.reshape(self.spec.output_shape)
+    def _call(self, entry, buffers: list[GuardedBuffer]) -> np.ndarray:
+        """Run one entry point into a never-written output (integer outputs: twice, two pre-fills)."""
+        outputs = []
+        for prefill in (PREFILLS if self.abi.never_written == "two-prefills" else PREFILLS[:1]):
+            out = self._output(prefill)
+            status = entry(*(self._ptr(b) for b in buffers), self._ptr(out))
+            self._check(out, *buffers)
+            if status != 0:
+                raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
+            outputs.append(out.data)
+        self._unwritten(outputs)
+        return outputs[0].reshape(self.spec.output_shape).copy()
 
-    def _prepack_guarded(self, b: GuardedBuffer) -> GuardedBuffer:
-        packed = GuardedBuffer(int(self._packed_floats()), "packed weights")
-        status = self._prepack(self._ptr(b), self._ptr(packed))
-        self._check_guards(packed, b)
+    def _unwritten(self, outputs: list[np.ndarray]) -> None:
+        if len(outputs) == 2 and not np.array_equal(outputs[0], outputs[1]):
+            count = int(np.count_nonzero(outputs[0] != outputs[1]))
+            raise VerificationError(f"{self.rendered.function_name}: {count} output elements were never written "
+                                    f"(they keep the pre-fill byte)")
+
+    def _packed_buffer(self, weights: GuardedBuffer) -> GuardedBuffer:
+        packed = GuardedBuffer(int(self._packed_size()), "packed weights", dtype=self.abi.packed_type,
+                               prefill=PREFILLS[0])
+        status = self._prepack(self._ptr(weights), self._ptr(packed))
+        self._check(packed, weights)
         if status != 0:
             raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
         return packed
 
-    def prepack(self, in1: np.ndarray) -> np.ndarray:
-        """The weights (in1) packed once into the layout the kernel's loops read (see gemm.c.j2);
-        pass the result to run_packed / time(..., prepacked=True). The packed buffer starts as NaN
-        and has guard zones, checked after packing."""
-        return self._prepack_guarded(self._guarded_input(1, in1)).data
+    def _with_packed(self, values: Sequence) -> list[GuardedBuffer]:
+        """The operands with the caller's packed buffer in the weights' place (checked for size)."""
+        w = self.abi.weights_index
+        values = list(values)
+        if len(values) <= w:
+            raise OperatorError(f"{self.rendered.function_name}: run_packed takes the packed weights as operand {w + 1}")
+        packed = np.ascontiguousarray(values[w], self.abi.packed_type).reshape(-1)
+        if packed.size != int(self._packed_size()):
+            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
+                                    f"expected {int(self._packed_size())} (from prepack of this kernel)")
+        values[w] = np.zeros(self.abi.operand_shapes[w], self.abi.operand_types[w])   # checked, then replaced
+        buffers = self._operands(values)
+        buffers[w] = GuardedBuffer.copy_of(packed, "packed weights")
+        return buffers
 
-    def _check_packed(self, packed: np.ndarray) -> GuardedBuffer:
-        packed = np.ascontiguousarray(packed, dtype=np.float32).reshape(-1)
-        if packed.size != int(self._packed_floats()):
-            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} floats, "
-                                    f"expected {int(self._packed_floats())} (from prepack of this kernel)")
-        return GuardedBuffer.copy_of(packed, "packed weights")
+    # ---- entry points -----------------------------------------------------------------------
 
-    def run_packed(self, in0: np.ndarray, packed: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
-        """Run with weights from prepack() (guarded like __call__)."""
-        a, c = self._guarded_input(0, in0), self._guarded_input(2, bias)
-        packed = self._check_packed(packed)
-        out = self._output()
-        status = self._fn_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out))
-        self._check_guards(out, a, packed, c)
-        if status != 0:
-            raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
-        return out.data.reshape(self.spec.output_shape)
+    def __call__(self, *operands) -> np.ndarray:
+        """Run once with the weights packed inside the call; the output (spec.output_shape)."""
+        return self._call(self._fn, self._operands(operands))
 
-    def time(self, in0, in1, bias=None, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:
-        """Median-of-repeats timing in C. prepacked=True packs the weights once (untimed) and
-        times the calls that read them, as libraries with constant weights do. Guards are
-        checked after the timed calls."""
-        a, b, c = (self._guarded_input(i, arr) for i, arr in enumerate((in0, in1, bias)))
+    def prepack(self, weights) -> np.ndarray:
+        """The weights packed once into the layout the kernel's loops read; pass the result to
+        run_packed / time(..., prepacked=True) in the weights' place."""
+        w = self.abi.weights_index
+        buffer = GuardedBuffer.copy_of(self._operand(w, weights), self.abi.operand_names[w])
+        return self._packed_buffer(buffer).data.copy()
+
+    def run_packed(self, *operands) -> np.ndarray:
+        """Run once with weights from prepack() in the weights' place (guarded like __call__)."""
+        return self._call(self._fn_packed, self._with_packed(operands))
+
+    def time(self, *operands, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:
+        """Median-of-repeats timing in C. prepacked=True packs the weights once (untimed) and times
+        the calls that read them, as libraries with constant weights do. Guards are checked after the
+        timed calls; the output is the last call's (integer outputs: checked against a second pre-fill)."""
+        buffers = self._operands(operands)
+        entry, bench = (self._fn_packed, self._bench_packed) if prepacked else (self._fn, self._bench)
+        if prepacked:
+            w = self.abi.weights_index
+            buffers[w] = self._packed_buffer(buffers[w])
         out = self._output()
         repeats = max(1, int(repeats))
         samples = (ctypes.c_double * repeats)()
-        if prepacked:
-            packed = self._prepack_guarded(b)
-            status = self._bench_packed(self._ptr(a), self._ptr(packed), self._ptr(c), self._ptr(out),
-                                        int(warmup), repeats, samples)
-            self._check_guards(packed)
-        else:
-            status = self._bench(self._ptr(a), self._ptr(b), self._ptr(c), self._ptr(out), int(warmup), repeats,
-                                 samples)
-        self._check_guards(out, a, b, c)
+        status = bench(*(self._ptr(b) for b in buffers), self._ptr(out), int(warmup), repeats, samples)
+        self._check(out, *buffers)
         if status:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
+        if self.abi.never_written == "two-prefills":
+            second = self._output(PREFILLS[1])
+            entry(*(self._ptr(b) for b in buffers), self._ptr(second))
+            self._check(second, *buffers)
+            self._unwritten([out.data, second.data])
         return Measurement.from_samples(list(samples), where=WHERE_HOST_PREPACKED if prepacked else WHERE_HOST,
-                                        emulated=False, output=out.data.reshape(self.spec.output_shape),
+                                        emulated=False, output=out.data.reshape(self.spec.output_shape).copy(),
                                         flops=self.spec.flops, kernel=self.rendered.function_name,
                                         warmup=int(warmup))
 
-    def verify(self, in0, in1, bias) -> tuple[np.ndarray, float]:
-        """Run once and check against the numpy reference; VerificationError if a guard changed,
-        an output is not finite (NaN: never written), an error is outside the K-derived bound or
-        the RMS error is outside the statistical limit."""
-        out = self(in0, in1, bias)
-        verdict = check_output(self.spec, out, in0, in1, bias, winograd_m=self.rendered.plan.winograd_m)
-        if not verdict.ok:
-            raise VerificationError(f"{self.rendered.function_name}: output differs from the reference "
-                                    f"({verdict.reason})")
-        return out, verdict.worst_ratio
-
 
 class HostRunner(Runner):
-    """Runs a loaded HostKernel: RunSpec.harness names its library, inputs are arrays (bias may be
-    None), `prepacked` times the pre-packed entry point. Nothing is shipped or fetched: the library
-    is mapped into this process."""
+    """Runs a loaded HostKernel: RunSpec.harness names its library, inputs are its operands in order
+    (an optional one may be None), `prepacked` times the pre-packed entry point. Nothing is shipped
+    or fetched: the library is mapped into this process."""
 
     where = WHERE_HOST
     emulated = False
@@ -190,7 +215,6 @@ class HostRunner(Runner):
         if Path(spec.harness).resolve() != self.kernel.library.resolve():
             raise DeviceError(f"the host runner holds {self.kernel.library.name}, not {Path(spec.harness).name}")
         spec.check_input_shapes(self.kernel.rendered.function_name)
-        a, b, bias = (None if x is None else np.asarray(x, dtype=np.float32) for x in spec.inputs)
-        m = self.kernel.time(a, b, bias, repeats=spec.repeat, warmup=spec.warmup, prepacked=spec.prepacked)
+        m = self.kernel.time(*spec.inputs, repeats=spec.repeat, warmup=spec.warmup, prepacked=spec.prepacked)
         output = m.output.reshape(spec.output_shape) if spec.output_shape is not None else m.output
         return replace(m, output=output, device=self.describe(), kernel=spec.label or m.kernel)

@@ -10,12 +10,10 @@ HARNESS_EXIT_GUARD) is a VerificationError; any other failure a ToolchainError.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 from ..build import procs
 from ..build.toolchain import APT_PACKAGES as TOOL_PACKAGES

@@ -18,8 +18,8 @@ import numpy as np
 
 from xfc.build import procs
 from xfc.errors import DeviceError, ToolchainError
-from xfc.runners.base import (HARNESS_EXIT_GUARD, HarnessRunner, RunContext, guard_violation, harness_args,
-                              load_output, parse_report, report_from_times, where_qemu)
+from xfc.runners.base import (HARNESS_EXIT_GUARD, HARNESS_EXIT_UNWRITTEN, HarnessRunner, RunContext, guard_violation,
+                              harness_args, load_output, parse_report, report_from_times, where_qemu)
 from xfc.sigill import illegal_instruction_message, is_illegal_instruction
 
 WHERE_LOCAL = "host (native harness program)"
@@ -68,7 +68,7 @@ class LocalRunner(HarnessRunner):
             raise DeviceError(f"{what} timed out after {spec.timeout_s:g} s; it was killed") from None
         except OSError as exc:
             raise ToolchainError(f"{what} could not start '{cmd[0]}': {exc}") from None
-        if proc.returncode == HARNESS_EXIT_GUARD:
+        if proc.returncode in (HARNESS_EXIT_GUARD, HARNESS_EXIT_UNWRITTEN):
             raise guard_violation(proc.stderr, what)
         if is_illegal_instruction(proc.returncode, proc.stderr):   # never only the emulator's own text
             raise DeviceError(f"{what} failed: " + illegal_instruction_message(spec.march, self.cpu_text))

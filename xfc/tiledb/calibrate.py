@@ -71,7 +71,6 @@ from ..cpu.synth import synthesize_cpu
 from ..cpu.tiles import MicroTile
 from ..errors import VerificationError, XfcError
 from ..hardware.model import CpuCluster, HardwareDescription
-from ..ops.accuracy import format_ratio
 from ..ops.spec import OperatorSpec, make_spec
 from . import hostcc
 from .fingerprint import fingerprint
@@ -428,10 +427,8 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
             constants: CostConstants = DEFAULT_CONSTANTS) -> list[Measured]:
     """Synthesize (with `constants`), build, verify and time each operator at each thread count here.
     specs: OperatorSpecs (their direct plans) or TrainingCases (training_cases)."""
-    from ..build.cpu import build_host
-    from ..runners.host import HostKernel
-    from ..cpu.codegen import render_cpu_kernel
-    from ..ops.reference import check_output, make_inputs
+    from ..ops.dtypes import FP32, make_operands
+    from ..pipeline import stages
     out = []
     cases = [c if isinstance(c, TrainingCase) else TrainingCase(c) for c in specs]
     total = len(cases) * len(threads)
@@ -444,14 +441,13 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
             synthesis = synthesize_cpu(spec, hw, cluster.role, t, constants=constants, lowering=case.lowering,
                                        winograd_m=case.winograd_m)
             plan = synthesis.plan
-            rendered = render_cpu_kernel(plan)
-            kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"k{index}"))
-            a, b, bias = make_inputs(spec, seed=0)
-            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=plan.winograd_m or 0)
-            if not ok:
+            built = stages.realize(plan, Path(tmp) / f"k{index}")
+            operands = make_operands(spec, FP32, seed=0)
+            outcome = stages.verify(built, operands)
+            if not outcome.ok:
                 raise VerificationError(f"calibrate: {case.describe()}: the kernel differs from the reference "
-                                        f"(max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not timed")
-            samples = kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
+                                        f"({outcome.check.reason}); not timed")
+            samples = stages.run(built, operands, prepacked=True, repeat=repeats, warmup=3).samples_s
             # The fastest run: another process can only slow a run down (badly so for a
             # multi-threaded kernel that waits at barriers for a descheduled thread), so the
             # minimum is the best estimate of what the machine does; the spread shows the noise.
@@ -470,7 +466,7 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
                 if t == 1 or single is None or min(samples) < single:
                     break
                 progress(f"    {t} threads no faster than 1 ({min(samples) * 1e3:.3f} ms): contended; timing again")
-                samples = samples + kernel.time(a, b, bias, repeats=repeats, prepacked=True).samples_s
+                samples = samples + stages.run(built, operands, prepacked=True, repeat=repeats, warmup=3).samples_s
             fastest = min(samples)
             contended = t > 1 and single is not None and fastest >= single
             if contended:

@@ -20,7 +20,6 @@ prints): its rows are stored with emulated = 1 (tile rows) or conditions.emulate
 from __future__ import annotations
 
 import functools
-import statistics
 import tempfile
 import threading
 from pathlib import Path
@@ -32,8 +31,7 @@ from ..build.toolchain import ARM_CC, COMPILE_TIMEOUT_S, require_tool, run
 from ..cpu.tiles import MicroTile, MicroTileScore
 from ..errors import DeviceError, HardwareError, VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
-from ..ops.accuracy import format_ratio
-from ..runners.base import RunSpec, hexmask
+from ..runners.base import Measurement, Runner, RunSpec, hexmask
 from .evaluators import FLOAT_BYTES, TileResult, l1_resident_kc
 from .operators import OperatorResult, plan_json
 from .records import MAX_TEXT, SOURCE_RE, canonical_json
@@ -360,28 +358,44 @@ class DeviceEvaluator:
     # ---- operators --------------------------------------------------------------------------
 
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
-        from ..build.cpu import build_arm
-        from ..cpu.codegen import render_cpu_kernel
+        """The synthesized plan through the chain (xfc.pipeline.stages) on the device, pinned to the
+        cluster: the per-call entry point timed, the pre-packed one run once, both judged under the
+        plan's own bound (a Winograd plan's included)."""
         from ..cpu.synth import synthesize_cpu
-        from ..ops.reference import check_output, make_inputs
+        from ..ops.dtypes import FP32, make_operands
+        from ..pipeline import stages
         result = synthesize_cpu(spec, hw, cluster.role, threads)
-        rendered = render_cpu_kernel(result.plan)
-        a, b, bias = make_inputs(spec, seed=0)
+        operands = make_operands(spec, FP32, seed=0)
+        pinned = _PinnedRunner(self, cluster)
         with tempfile.TemporaryDirectory(prefix="xfc-tiledb-adb-op-", dir=self.work_dir) as tmp:
-            binary = build_arm(rendered, Path(tmp))
-            m, conditions = self._run(RunSpec(
-                harness=binary, inputs=(a, b, bias), repeat=self.operator_repeats, warmup=self.warmup,
-                timeout_s=self.timeout_s, output_shape=spec.output_shape, cpu_ids=tuple(cluster.cpu_ids),
-                label=spec.key(), protocol="times-file", march=result.plan.gcc_march, flops=spec.flops,
-                input_shapes=tuple(tuple(s) for s in spec.operand_shapes)), cluster)
-        ok, max_err, ratio = check_output(spec, m.output, a, b, bias)
+            built = stages.realize(result.plan, Path(tmp), runner=pinned)
+            m = stages.run(built, operands, prepacked=False, repeat=self.operator_repeats, warmup=self.warmup,
+                           cpu_ids=tuple(cluster.cpu_ids), timeout_s=self.timeout_s)
+            conditions = pinned.conditions
+            packed = stages.run(built, operands, prepacked=True, cpu_ids=tuple(cluster.cpu_ids),
+                                timeout_s=self.timeout_s)
+        verdict = stages.judge(result.plan, [m.output, packed.output], operands)
         if m.median_s <= 0:
             raise DeviceError(f"{spec.describe()} on {self.source}: the harness reported a zero time; not stored")
-        if not ok:
+        if not verdict.ok:
             raise VerificationError(f"{spec.describe()} on {self.source}: the synthesized kernel differs from the "
-                                    f"reference (max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not stored")
+                                    f"reference ({verdict.reason}); not stored")
         conditions.update(threads=threads, value="median of repeats", weights="packed inside every call")
         return OperatorResult(plan=plan_json(result.plan), predicted_s=result.estimate.predicted_s,
                               measured_s=m.median_s, gflops=spec.flops / m.median_s / 1e9, repeats=len(m.samples_s),
                               spread=(m.max_s - m.min_s) / m.median_s, conditions=self._fit(conditions),
                               compiler=arm_compiler_version())
+
+
+class _PinnedRunner(Runner):
+    """The evaluator's device runner with its telemetry: each run under the device lock, the
+    cluster's frequencies read before and after (DeviceEvaluator._run); the last run's conditions kept."""
+
+    def __init__(self, evaluator: "DeviceEvaluator", cluster: CpuCluster):
+        self.evaluator, self.cluster = evaluator, cluster
+        self.where, self.emulated = evaluator.runner.where, evaluator.runner.emulated
+        self.conditions: dict = {}
+
+    def execute(self, spec: RunSpec) -> Measurement:
+        m, self.conditions = self.evaluator._run(spec, self.cluster)
+        return m

@@ -24,7 +24,6 @@ from typing import Optional
 
 from ..errors import VerificationError
 from ..hardware.model import CpuCluster, HardwareDescription
-from ..ops.accuracy import format_ratio
 from ..cpu.synth import synthesize_cpu
 from . import hostcc
 from .records import OperatorRow, canonical_json
@@ -73,22 +72,19 @@ class HostOperatorEvaluator:
         self._timing = threading.Lock()
 
     def measure_operator(self, hw: HardwareDescription, cluster: CpuCluster, spec, threads: int) -> OperatorResult:
-        from ..build.cpu import build_host
-        from ..runners.host import HostKernel
-        from ..cpu.codegen import render_cpu_kernel
-        from ..ops.reference import check_output, make_inputs
+        from ..ops.dtypes import FP32, make_operands
+        from ..pipeline import stages
         result = synthesize_cpu(spec, hw, cluster.role, threads)
         with tempfile.TemporaryDirectory(prefix="xfc-tiledb-op-", dir=self.work_dir) as tmp:
-            rendered = render_cpu_kernel(result.plan)
-            kernel = HostKernel(rendered, build_host(rendered, Path(tmp)))
-            a, b, bias = make_inputs(spec, seed=0)
-            ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=result.plan.winograd_m)
-            if not ok:
+            built = stages.realize(result.plan, Path(tmp))
+            operands = make_operands(spec, FP32, seed=0)
+            outcome = stages.verify(built, operands)
+            if not outcome.ok:
                 raise VerificationError(f"{spec.describe()}: the synthesized kernel differs from the reference "
-                                        f"(max abs error {max_err:.3g}, {format_ratio(ratio)}x the bound); not timed")
+                                        f"({outcome.check.reason}); not timed")
             with self._timing:
                 before = hostcc.snapshot()
-                timing = kernel.time(a, b, bias, repeats=self.repeats)
+                timing = stages.run(built, operands, prepacked=False, repeat=self.repeats, warmup=3)
                 after = hostcc.snapshot()
         samples = timing.samples_s
         median = statistics.median(samples)
