@@ -1,6 +1,6 @@
 """Snapshot every plan and every rendered kernel the suite can produce, and compare two snapshots.
 
-    python scripts/plan_snapshot.py --out FILE            write a snapshot
+    python scripts/plan_snapshot.py --out FILE            write a snapshot (FILE.gz: gzip-compressed)
     python scripts/plan_snapshot.py --compare FILE        take a new snapshot, print every difference
                                                           against FILE; exit 1 on any
     python scripts/plan_snapshot.py --compare FILE --skip-cli   the same without the CLI runs
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -468,6 +469,18 @@ def compare(before, after, path: str, diffs: list, notes: list) -> None:
         diffs.append(f"{path}: {json.dumps(before)[:160]} -> {json.dumps(after)[:160]}")
 
 
+def _write(path: Path, text: str) -> None:
+    """A snapshot as text, or gzip-compressed (reproducibly: no name, no time) when path ends in .gz."""
+    if path.name.endswith(".gz") or path.name.endswith(".gz.tmp"):
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
+
+
+def _read(path: Path) -> str:
+    return gzip.decompress(path.read_bytes()).decode() if path.name.endswith(".gz") else path.read_text()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = p.add_mutually_exclusive_group(required=True)
@@ -480,13 +493,13 @@ def main(argv=None) -> int:
     text = json.dumps(snap, indent=1, sort_keys=True) + "\n"
     if args.out:
         tmp = Path(args.out).with_name(Path(args.out).name + ".tmp")
-        tmp.write_text(text)
+        _write(tmp, text)
         os.replace(tmp, args.out)
         print(f"{len(snap)} entries written to {args.out}")
         return 0
     if args.save:
-        Path(args.save).write_text(text)
-    before = migrate(json.loads(Path(args.compare).read_text()))
+        _write(Path(args.save), text)
+    before = migrate(json.loads(_read(Path(args.compare))))
     if args.skip_cli:
         before = {k: v for k, v in before.items() if not k.startswith("cli|")}
     diffs: list = []

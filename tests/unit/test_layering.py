@@ -123,6 +123,17 @@ def test_build_returns_paths_and_never_loads_or_runs_them():
     assert _violations(["xfc.build"], forbidden=["xfc.runners", "xfc.guards"]) == []
 
 
+def test_only_the_chain_builds_and_runs_cpu_kernels():
+    """One chain (xfc.pipeline.stages): no other module imports both the CPU kernel builds
+    (xfc.build.cpu) and a runner that would run what they build; synth, bench, compile, fuzz,
+    sanitize, model and the tile database call the chain instead."""
+    runners = {"xfc.runners", "xfc.runners.host", "xfc.runners.qemu", "xfc.runners.adb", "xfc.runners.pocl"}
+    bad = [n for n, deps in GRAPH.items() if _in(n, "xfc") and n != "xfc.pipeline.stages"
+           and "xfc.build.cpu" in deps and deps & runners]
+    assert bad == []
+    assert {"xfc.build.cpu", "xfc.runners.host", "xfc.runners.qemu"} <= GRAPH["xfc.pipeline.stages"]
+
+
 def test_runners_are_one_interface():
     """Every class named *Runner in runners/ derives from another runner (base.Runner at the root):
     host, local/qemu, adb and PoCL behind one execute(RunSpec) -> Measurement."""
