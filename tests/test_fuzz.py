@@ -27,8 +27,8 @@ from xfc.cli import build_parser
 from xfc.cli.fuzz import Progress, shipped_hardware
 from xfc.cli.synth import spec_from_args
 from xfc.errors import OperatorError, ToolchainError
-from xfc.fuzz import (FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
-                      generate_case, generate_cases, select_hardware, shrink, shrink_candidates)
+from xfc.fuzz import (DTYPES, FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
+                      for_dtypes, generate_case, generate_cases, select_hardware, shrink, shrink_candidates)
 from xfc.hardware.host import describe_host, parse_cpuinfo
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
@@ -93,7 +93,7 @@ def test_generation_is_deterministic_and_prefix_stable(pool):
 @pytest.mark.unit
 def test_generated_cases_are_valid_and_cover_the_space(pool):
     targets = list(TARGETS)
-    cases = list(generate_cases(3, pool, targets, count=1500))
+    cases = list(generate_cases(3, pool, targets, count=1500, dtypes=("fp32", "fp16")))
     cores = {(c.target, c.name): dict(c.clusters) for t in targets for c in pool[t]}
     for case in cases:
         spec = case.spec()  # raises on an invalid request
@@ -102,7 +102,7 @@ def test_generated_cases_are_valid_and_cover_the_space(pool):
             assert case.threads is None and case.isa == "" and case.cluster is None
         else:
             assert 1 <= case.threads <= cores[(case.target, case.hw)][case.cluster], case.describe()
-            assert case.dtype == "fp32"
+            assert case.dtype == "fp32" or (case.dtype == "fp16" and case.target == "qemu")
         if case.windowed:
             assert max(case.pad[0], case.pad[2]) < case.dilation[0] * (spec.r - 1) + 1
             assert max(case.pad[1], case.pad[3]) < case.dilation[1] * (spec.s - 1) + 1
@@ -128,6 +128,43 @@ def test_generated_cases_are_valid_and_cover_the_space(pool):
 
 
 @pytest.mark.unit
+def test_every_dtype_is_drawn_where_its_hardware_runs_it(pool):
+    """Issue 31: int8 on x86 hosts and ARM cores with dotprod, fp16 on ARM cores with FP16 arithmetic,
+    drawn from a stream of their own: a case's geometry is the same whatever dtypes are asked for."""
+    from xfc.hardware.load import load
+    from xfc.ops.quant import parse_quant
+    targets = list(TARGETS)
+    every = list(generate_cases(11, pool, targets, count=900))
+    plain = list(generate_cases(11, pool, targets, count=900, dtypes=("fp32",)))
+    for a, b in zip(every, plain):
+        assert (a.op, a.dims, a.batch, a.stride, a.pad, a.hw, a.cluster, a.threads, a.seed) == \
+               (b.op, b.dims, b.batch, b.stride, b.pad, b.hw, b.cluster, b.threads, b.seed)
+        assert b.dtype == "fp32" or b.target == "pocl"
+    cpu = [c for c in every if c.target != "pocl"]
+    assert {(c.target, c.dtype) for c in cpu} == {("host", "fp32"), ("host", "int8"), ("qemu", "fp32"),
+                                                  ("qemu", "fp16"), ("qemu", "int8")}
+    for case in cpu:
+        assert FuzzCase.from_dict(case.to_dict()) == case
+        if case.dtype == "fp32":
+            assert not case.quant
+            continue
+        if case.target == "qemu":
+            core = load(case.hw).cluster(case.cluster).core
+            assert case.isa == "neon" and {"fp16": "fp16", "int8": "dotprod"}[case.dtype] in core.features
+        if case.dtype == "int8":
+            quant = parse_quant(case.quant)
+            assert quant.act_type in ("uint8", "int8")
+    quants = [parse_quant(c.quant) for c in cpu if c.dtype == "int8"]
+    assert {q.act_type for q in quants} == {"uint8", "int8"} and {q.per_channel for q in quants} == {True, False}
+    int8_only = list(generate_cases(11, for_dtypes(pool, ["int8"]), ["host", "qemu"], count=60, dtypes=["int8"]))
+    assert {c.dtype for c in int8_only} == {"int8"}
+    with pytest.raises(OperatorError, match="no hardware"):
+        select_hardware(for_dtypes(pool, ["fp16"]), ["host"])
+    shrunk = [c for c in shrink_candidates(quants and next(c for c in cpu if c.dtype == "int8" and c.quant))]
+    assert any(c.quant == "" and c.dtype == "int8" for c in shrunk) and any(c.dtype == "fp32" for c in shrunk)
+
+
+@pytest.mark.unit
 def test_in_order_and_armv9_cores_are_drawn(pool):
     names = {c.name for c in pool["qemu"]}
     for core in ("cortex-a53", "cortex-a55", "cortex-a510", "cortex-a76", "cortex-x1", "cortex-x3",
@@ -150,6 +187,7 @@ def test_case_json_round_trip(pool):
     ("pad", [0, 0], "'pad'"), ("threads", 0, "'threads'"), ("isa", "neon", "'isa'"),
     ("activation", "gelu", "'activation'"), ("bias", "yes", "'bias'"), ("extra", 1, "'extra'"),
     ("dims", {"c": 1, "h": 1, "w": 1, "r": 3, "s": 1}, "does not fit"),
+    ("dtype", "fp16", "target qemu"), ("dtype", "bf16", "'dtype'"), ("quant", "act=int8", "only for dtype int8"),
 ])
 def test_case_file_errors_are_one_line(field, value, needle):
     data = FuzzCase(target="host", op="depthwise", dims=(("c", 2), ("h", 5), ("w", 5), ("r", 3), ("s", 3)),
@@ -282,6 +320,43 @@ def _perturb(out):
     out = np.array(out, copy=True)
     out.flat[out.size // 2] += 1e-3
     return out
+
+
+@pytest.mark.host
+@needs_host
+@pytest.mark.parametrize("entry", ["per-call", "pre-packed"])
+def test_host_wrong_int8_output_is_caught(entry, monkeypatch, tmp_path):
+    """Issue 31: int8 cases run through the same chain: exact, and one byte off in one entry point fails."""
+    import dataclasses
+
+    from xfc.fuzz_run import run_case
+    from xfc.runners.host import HostRunner
+    case = _case("host", dtype="int8", quant="act=uint8,a_zp=3,per_channel=1,out_zp=250")
+    ok = run_case(case, tmp_path / "ok")
+    assert ok.status == "pass" and ok.error_ratio is None, ok
+    real = HostRunner.execute
+
+    def perturbed(self, spec):
+        m = real(self, spec)
+        if spec.prepacked != (entry == "pre-packed"):
+            return m
+        out = np.array(m.output, copy=True)
+        out.flat[out.size // 2] ^= 1
+        return dataclasses.replace(m, output=out)
+
+    monkeypatch.setattr(HostRunner, "execute", perturbed)
+    bad = run_case(case, tmp_path / "bad")
+    assert bad.status == "wrong" and bad.detail.startswith(f"{entry} entry: 1 of ") and "LSB" in bad.detail, bad
+
+
+@pytest.mark.emulated
+@needs_arm
+@pytest.mark.parametrize("dtype, hw", [("fp16", "snapdragon-865"), ("int8", "snapdragon-865")])
+def test_arm_fp16_and_int8_cases_pass(dtype, hw, tmp_path):
+    from xfc.fuzz_run import run_case
+    result = run_case(_case("qemu", hw=hw, dtype=dtype, threads=2), tmp_path / "case")
+    assert result.status == "pass", result
+    assert (result.error_ratio is None) == (dtype == "int8")
 
 
 @pytest.mark.host

@@ -26,6 +26,8 @@ TARGETS = ("host", "qemu", "pocl")
 # What failed, from the most to the least specific; 'pass' is the only other status.
 FAILURE_CLASSES = ("wrong", "crash", "timeout", "build", "rejected", "error")
 CPU_ISAS = ("avx512", "avx2", "neon", "generic")
+DTYPES = ("fp32", "fp16", "int8")       # CPU: fp16 on ARM cores with FP16 arithmetic (qemu), int8 on x86 hosts
+                                        # and ARM cores with dotprod; PoCL: fp32 and fp16 (fp16 storage)
 ISA_LANES = {"avx512": 16, "avx2": 8, "neon": 4, "generic": 4}
 GPU_LANE_HINTS = (4, 8, 16, 32)          # work-group widths and vector widths of the OpenCL kernels
 MAX_MACS = 1 << 22                       # multiply-adds per case (about 0.1 s under qemu)
@@ -57,8 +59,9 @@ class FuzzCase:
     cluster: Optional[str] = None            # CPU cluster role on a SoC; None: the default / not a CPU target
     threads: Optional[int] = None            # CPU targets only
     isa: str = ""                            # CPU: avx512, avx2, neon or generic; '' for pocl
-    dtype: str = "fp32"                      # pocl: fp32, or fp16 (fp16 storage, fp32 arithmetic on PoCL)
-    seed: int = 0                            # seed of the input data (xfc.ops.make_inputs)
+    dtype: str = "fp32"                      # fp32, fp16 or int8 (pocl: fp16 storage, fp32 arithmetic)
+    seed: int = 0                            # seed of the input data (xfc.ops.dtypes.make_operands)
+    quant: str = ""                          # int8: quantization as `--quant` takes it ('' the defaults)
     label: str = ""                          # where it came from, e.g. 's1-c42' (not part of the request)
 
     @property
@@ -84,7 +87,9 @@ class FuzzCase:
         if self.target == "pocl":
             parts.append(self.dtype)
         else:
-            parts += [self.isa, f"t{self.threads}"]
+            parts += [self.isa, f"t{self.threads}"] + ([self.dtype] if self.dtype != "fp32" else [])
+            if self.quant:
+                parts.append(f"quant={self.quant}")
         parts.append(self.op)
         parts.append(",".join(f"{k}={v}" for k, v in self.shape.items()))
         if self.windowed:
@@ -162,10 +167,23 @@ class FuzzCase:
             allowed = ("avx512", "avx2", "generic") if target == "host" else ("neon", "generic")
             if isa not in allowed:
                 raise fail("isa", f"must be one of {', '.join(allowed)} for target {target}")
-            if dtype != "fp32":
-                raise fail("dtype", "must be fp32 for a CPU target")
+            if dtype not in DTYPES:
+                raise fail("dtype", f"must be one of {', '.join(DTYPES)}")
+            if dtype == "fp16" and (target != "qemu" or isa != "neon"):
+                raise fail("dtype", "fp16 CPU cases run on ARM cores: target qemu, isa neon")
+            if dtype == "int8" and target == "qemu" and isa != "neon":
+                raise fail("isa", "must be neon for an ARM int8 case (sdot / smmla)")
             if threads is None:
                 raise fail("threads", f"is required for target {target}")
+        quant = data.get("quant", "")
+        if not isinstance(quant, str) or (quant and dtype != "int8"):
+            raise fail("quant", "must be a `--quant` string, and only for dtype int8")
+        if quant:
+            from .ops.quant import parse_quant
+            try:
+                parse_quant(quant)
+            except OperatorError as exc:
+                raise OperatorError(f"{where}: field 'quant': {exc}") from None
         for name in ("hw", "label"):
             if not isinstance(data.get(name, ""), str):
                 raise fail(name, "must be a string")
@@ -176,7 +194,7 @@ class FuzzCase:
                         stride=ints("stride", 2, 1), pad=ints("pad", 4, 0), dilation=ints("dilation", 2, 1),
                         bias=bias, activation=activation, hw=data.get("hw", "host") or "host", cluster=cluster,
                         threads=threads, isa=isa, dtype=dtype, seed=integer("seed", data.get("seed", 0), 0),
-                        label=data.get("label", ""))
+                        quant=quant, label=data.get("label", ""))
         try:
             case.spec()
         except OperatorError as exc:
@@ -210,6 +228,8 @@ class FuzzCase:
             if self.cluster:
                 argv += ["--cluster", self.cluster]
             argv += ["--threads", str(self.threads)]
+            if self.dtype != "fp32":
+                argv += ["--dtype", self.dtype] + (["--quant", self.quant] if self.quant else [])
         return argv + ["--verify"]
 
 
@@ -233,7 +253,8 @@ class HardwareChoice:
     name: str                                   # as `--hw` takes it
     clusters: tuple[tuple[Optional[str], int], ...] = ()   # CPU: (role or None for the default, cores)
     isas: tuple[str, ...] = ()                  # CPU: the native ISA first, then the others to draw
-    dtypes: tuple[str, ...] = ("fp32",)         # pocl
+    dtypes: tuple[str, ...] = ("fp32",)         # pocl: the GPU's; CPU: what every cluster runs
+    cluster_dtypes: tuple[tuple[str, ...], ...] = ()   # CPU: the dtypes of each cluster (clusters' order)
 
 
 def choices_from_descriptions(named: Iterable[tuple[str, object]], host=None,
@@ -248,14 +269,38 @@ def choices_from_descriptions(named: Iterable[tuple[str, object]], host=None,
         if hw.clusters and hw.target_arch == "aarch64":
             pool["qemu"].append(HardwareChoice(
                 "qemu", name, clusters=tuple((c.role if len(hw.clusters) > 1 else None, c.count) for c in hw.clusters),
-                isas=("neon", "generic")))
+                isas=("neon", "generic"),
+                cluster_dtypes=tuple(("fp32",) + (("fp16",) if "fp16" in c.core.features else ())
+                                     + (("int8",) if "dotprod" in c.core.features else ()) for c in hw.clusters)))
         if hw.gpu is not None and hw.gpu.family in ("mali", "adreno"):
             fp16 = hw.gpu.fp16_flop_per_clock_per_cu is not None and "cl_khr_fp16" in tuple(hw.gpu.extensions)
             pool["pocl"].append(HardwareChoice("pocl", name, dtypes=("fp32", "fp16") if fp16 else ("fp32",)))
     if host is not None and host_isas:
         pool["host"].append(HardwareChoice("host", "host", clusters=((None, host.clusters[0].count),),
-                                           isas=tuple(host_isas)))
+                                           isas=tuple(host_isas), cluster_dtypes=(("fp32", "int8"),)))
     return {t: tuple(v) for t, v in pool.items()}
+
+
+def for_dtypes(pool: Mapping[str, Sequence[HardwareChoice]], dtypes: Sequence[str]) -> dict:
+    """The pool restricted to the clusters (CPU) and GPUs that run at least one of dtypes, so that
+    every case drawn is of a type asked for. The whole pool when every dtype is asked for."""
+    if set(DTYPES) <= set(dtypes):
+        return {t: tuple(v) for t, v in pool.items()}
+    out: dict = {}
+    for target, choices in pool.items():
+        kept = []
+        for c in choices:
+            if target == "pocl":
+                if set(c.dtypes) & set(dtypes):
+                    kept.append(c)
+                continue
+            keep = [i for i, runs in enumerate(c.cluster_dtypes or (("fp32",),) * len(c.clusters))
+                    if set(runs) & set(dtypes)]
+            if keep:
+                kept.append(replace(c, clusters=tuple(c.clusters[i] for i in keep),
+                                    cluster_dtypes=tuple(c.cluster_dtypes[i] for i in keep) if c.cluster_dtypes else ()))
+        out[target] = tuple(kept)
+    return out
 
 
 def select_hardware(pool: Mapping[str, Sequence[HardwareChoice]], targets: Sequence[str],
@@ -378,17 +423,20 @@ def _fit_budget(case: FuzzCase, budget: int, keep: str = "") -> FuzzCase:
 
 
 def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareChoice]],
-                  targets: Sequence[str], budget: int = MAX_MACS) -> FuzzCase:
-    """Case `index` of `seed`: deterministic, valid (make_spec accepts it), under `budget` MACs."""
+                  targets: Sequence[str], budget: int = MAX_MACS, dtypes: Sequence[str] = DTYPES) -> FuzzCase:
+    """Case `index` of `seed`: deterministic, valid (make_spec accepts it), under `budget` MACs.
+    dtypes: the element types to draw from (each case one the hardware runs); the dtype and the int8
+    quantization come from a random stream of their own, so a case's geometry does not depend on it."""
     rng = random.Random(f"xfc-fuzz:{seed}:{index}")
     target = targets[index % len(targets)]
     hw = rng.choice(list(pool[target]))
-    cluster, threads, isa, dtype = None, None, "", "fp32"
+    cluster, threads, isa, dtype, quant = None, None, "", "fp32", ""
     if target == "pocl":
-        dtype = "fp16" if "fp16" in hw.dtypes and rng.random() < 0.3 else "fp32"
+        dtype = "fp16" if "fp16" in hw.dtypes and rng.random() < 0.3 and "fp16" in dtypes else "fp32"
         lanes = GPU_LANE_HINTS
     else:
-        cluster, cores = rng.choice(list(hw.clusters))
+        index_in_hw = rng.randrange(len(hw.clusters))
+        cluster, cores = hw.clusters[index_in_hw]
         isa = hw.isas[0] if rng.random() < 0.7 or len(hw.isas) == 1 else rng.choice(hw.isas[1:])
         threads = _draw_threads(rng, cores)
         lanes = (ISA_LANES[isa],)
@@ -419,19 +467,39 @@ def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareCho
         dims["w"] = max(dims["w"], _min_input(ext_w, pad[1], pad[3]))
         dims.update(r=r, s=s)
     order = SHAPE_KEYS[op][0]
+    if target != "pocl":
+        runs = [d for d in dtypes if d in (hw.cluster_dtypes[index_in_hw] if hw.cluster_dtypes else ("fp32",))]
+        drng = random.Random(f"xfc-fuzz-dtype:{seed}:{index}")
+        dtype = drng.choice(runs) if runs else "fp32"
+        if dtype != "fp32" and target == "qemu":
+            isa = "neon"                    # fp16 (FMLA .8h) and int8 (sdot / smmla) are NEON kernels
+        if dtype == "int8":
+            quant = _draw_quant(drng)
     case = FuzzCase(target=target, op=op, dims=tuple((k, dims[k]) for k in order), batch=batch,
                     stride=stride, pad=pad, dilation=dilation, bias=rng.random() < 0.5,
                     activation=rng.choice(ACTIVATIONS), hw=hw.name, cluster=cluster, threads=threads, isa=isa,
-                    dtype=dtype, seed=rng.randrange(1 << 31), label=f"s{seed}-c{index}")
+                    dtype=dtype, seed=rng.randrange(1 << 31), quant=quant, label=f"s{seed}-c{index}")
     return _fit_budget(case, budget, keep=long_key)
 
 
+def _draw_quant(rng: random.Random) -> str:
+    """int8 quantization as `--quant` takes it: both activation types, zero points at the ends of
+    their range, in the middle and anywhere, per-tensor or per-channel weight scales."""
+    act = rng.choice(("uint8", "int8"))
+    lo, hi = (0, 255) if act == "uint8" else (-128, 127)
+
+    def zero_point():
+        u = rng.random()
+        return lo if u < 0.2 else hi if u < 0.4 else (lo + hi + 1) // 2 if u < 0.6 else rng.randint(lo, hi)
+    return f"act={act},a_zp={zero_point()},per_channel={int(rng.random() < 0.5)},out_zp={zero_point()}"
+
+
 def generate_cases(seed: int, pool: Mapping[str, Sequence[HardwareChoice]], targets: Sequence[str],
-                   count: Optional[int] = None, start: int = 0) -> Iterator[FuzzCase]:
+                   count: Optional[int] = None, start: int = 0, dtypes: Sequence[str] = DTYPES) -> Iterator[FuzzCase]:
     """Cases start, start+1, ... (forever when count is None)."""
     index = start
     while count is None or index < start + count:
-        yield generate_case(seed, index, pool, targets)
+        yield generate_case(seed, index, pool, targets, dtypes=dtypes)
         index += 1
 
 
@@ -461,7 +529,7 @@ def complexity(case: FuzzCase) -> int:
     (inputs seed, fp16, bias, activation). Every candidate is strictly below its parent."""
     return (sum(v for _, v in case.dims) + case.batch + sum(case.stride) + sum(case.pad) + sum(case.dilation)
             + (case.threads or 0) + case.bias + (case.activation != "none") + (case.seed != 0)
-            + (case.dtype != "fp32"))
+            + (case.dtype != "fp32") + bool(case.quant))
 
 
 def _axis_geometry(case: FuzzCase, axis: int, *, window: Optional[int] = None, dilation: Optional[int] = None,
@@ -497,8 +565,10 @@ def shrink_candidates(case: FuzzCase) -> Iterator[FuzzCase]:
     raw: list[FuzzCase] = []
     if case.seed != 0:
         raw.append(replace(case, seed=0))
+    if case.quant:
+        raw.append(replace(case, quant=""))
     if case.dtype != "fp32":
-        raw.append(replace(case, dtype="fp32"))
+        raw.append(replace(case, dtype="fp32", quant=""))
     if case.bias:
         raw.append(replace(case, bias=False))
     if case.activation != "none":

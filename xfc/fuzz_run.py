@@ -135,18 +135,27 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     from .cpu.synth import synthesize_cpu
     from .hardware.load import load
     from .ops.dtypes import make_operands
+    from .ops.quant import parse_quant
     from .pipeline import stages
+    from .pipeline.synth import plan_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
-    synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,
-                       threads=case.threads, isa=case.isa)
+    quant = parse_quant(case.quant) if case.dtype == "int8" else None
+    if case.dtype == "fp32":   # the case's ISA forced (a narrower dialect than the core's, generic on ARM)
+        synthesis = _phase("rejected", "synthesis", synthesize_cpu, spec, hw, cluster=case.cluster,
+                           threads=case.threads, isa=case.isa)
+    else:                      # fp16 and int8: the dialect the dtype's configuration gives the core
+        synthesis, _ = _phase("rejected", "synthesis", plan_cpu, spec, hw, case.dtype, cluster=case.cluster,
+                              threads=case.threads, quant=quant)
     plan = synthesis.plan
-    tiles = next((ln for ln in plan.header_lines if ln.startswith("tiles:")), "")
+    tiles = next((ln for ln in plan.header_lines if ln.startswith("tiles:")), "") or synthesis.summary_line()
     rendered = _phase("rejected", "rendering", stages.render, plan)
     built = _phase("build", f"{'host' if case.target == 'host' else 'aarch64'} build", stages.build, rendered, work_dir)
-    outcome = _phase("crash", "entry points", stages.verify, built, make_operands(spec, "fp32", seed=case.seed))
+    operands = make_operands(spec, case.dtype, seed=case.seed, quant=getattr(plan, "quant", None))
+    outcome = _phase("crash", "entry points", stages.verify, built, operands)
     if not outcome.ok:
         raise _Failure("wrong", outcome.check.reason)
-    return outcome.check.worst_ratio, tiles
+    # int8 is compared byte for byte: no error-to-bound ratio to report
+    return (None if case.dtype == "int8" else outcome.check.worst_ratio), tiles
 
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:

@@ -11,6 +11,7 @@ Build directories live in one temporary directory, removed at the end (also on C
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import platform
@@ -28,7 +29,7 @@ from .._version import __version__
 from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
 from ..ops.accuracy import format_ratio
 from ..outputs import claim_file, json_is_ours, write_json_result, write_owned_file
-from ..fuzz import (TARGETS, FuzzCase, choices_from_descriptions, command_text, generate_cases, replay_argv,
+from ..fuzz import (DTYPES, TARGETS, FuzzCase, for_dtypes, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
 from ..fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
 
@@ -52,10 +53,11 @@ def shipped_hardware() -> list[tuple[str, object]]:
     return out
 
 
-def hardware_pool(targets, names=None):
+def hardware_pool(targets, names=None, dtypes=DTYPES):
     isas = host_isas() if "host" in targets else ()
     host = host_description(isas[0]) if isas else None
-    return select_hardware(choices_from_descriptions(shipped_hardware(), host, isas), targets, names)
+    pool = for_dtypes(choices_from_descriptions(shipped_hardware(), host, isas), dtypes)
+    return select_hardware(pool, targets, names)
 
 
 def check_toolchains(targets) -> None:
@@ -170,7 +172,9 @@ class Progress:
 # ---------------------------------------------------------------------------------------------
 
 def _variant(case: FuzzCase) -> str:
-    return f"{case.target}/{case.dtype if case.target == 'pocl' else case.isa}"
+    if case.target == "pocl":
+        return f"pocl/{case.dtype}"
+    return f"{case.target}/{case.isa}" + (f"/{case.dtype}" if case.dtype != "fp32" else "")
 
 
 def _counts(records, key) -> dict:
@@ -339,6 +343,13 @@ def cmd_fuzz(args) -> int:
         if t not in TARGETS:
             raise OperatorError(f"--targets: unknown target '{t}' (expected {', '.join(TARGETS)})")
     targets = [t for t in TARGETS if t in targets]  # stable order, no duplicates
+    dtypes = _csv(args.dtype) or list(DTYPES)
+    for d in dtypes:
+        if d not in DTYPES:
+            close = difflib.get_close_matches(d, DTYPES, n=1)
+            raise OperatorError(f"--dtype: unknown element type '{d}' (expected {', '.join(DTYPES)})"
+                                + (f"; did you mean '{close[0]}'?" if close else ""))
+    dtypes = [d for d in DTYPES if d in dtypes]
     if args.cases is not None and args.cases < 1:
         raise OperatorError(f"--cases must be >= 1, got {args.cases}")
     if args.time is not None and args.time <= 0:
@@ -351,7 +362,7 @@ def cmd_fuzz(args) -> int:
     if args.out:   # refuse a file xfc did not write now, not after the cases have run
         claim_file(Path(args.out), json_is_ours(RESULTS_LEGACY_KEYS), option="--out")
     check_toolchains(targets)
-    pool_hw = hardware_pool(targets, _csv(args.hw))
+    pool_hw = hardware_pool(targets, _csv(args.hw), dtypes)
     count = args.cases if args.time is None else None
     if args.time is None and count is None:
         count = DEFAULT_CASES
@@ -363,7 +374,7 @@ def cmd_fuzz(args) -> int:
     failed: list[tuple[int, FuzzCase, CaseResult]] = []
     with _Scratch() as scratch, WorkerPool(jobs, scratch, timeout_s=args.timeout, base_env=dict(os.environ)) as pool:
         deadline = t0 + args.time if args.time is not None else None
-        cases = generate_cases(args.seed, pool_hw, targets, count=count)
+        cases = generate_cases(args.seed, pool_hw, targets, count=count, dtypes=dtypes)
         for index, case, result in pool.run(cases, deadline=deadline,
                                             on_tick=lambda: progress.update(len(records), len(failed))):
             records.append((case, result))
@@ -445,6 +456,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=1, help="generation seed: same seed, same cases (default 1)")
     p.add_argument("--targets", default=",".join(TARGETS), metavar="T,...",
                    help="where to run: host (native gcc), qemu (aarch64 under qemu-aarch64), pocl (OpenCL on PoCL); "
+                   "default all")
+    p.add_argument("--dtype", default=",".join(DTYPES), metavar="D,...",
+                   help="element types to draw: fp32, fp16 (ARM cores with FP16 arithmetic under qemu; fp16 storage "
+                   "on PoCL), int8 (x86 hosts; ARM cores with dotprod under qemu); each case one its hardware runs; "
                    "default all")
     p.add_argument("--hw", default=None, metavar="NAME,...",
                    help="only these descriptions (e.g. host,cortex-a55,snapdragon.yaml,mali-g78); default every "

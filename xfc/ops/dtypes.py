@@ -221,3 +221,12 @@ def check(spec: OperatorSpec, outputs: Sequence[np.ndarray], operands: Operands,
 
 def _fp_report(verdict) -> dict:
     return {k: v for k, v in verdict.as_report().items() if k not in ("verified", "failure")}
+
+
+def merge_checks(named: Mapping[str, Check]) -> Check:
+    """One verdict for several runs of a kernel (its entry points), each failure named by its run:
+    'pre-packed entry: max abs error ...'. The report is the worst run's."""
+    failed = [(name, c) for name, c in named.items() if not c.ok]
+    worst = max(named.values(), key=lambda c: (not c.ok, c.worst_ratio))
+    return Check(ok=not failed, reason="; ".join(f"{name} entry: {c.reason}" for name, c in failed),
+                 report=worst.report, worst_ratio=max(c.worst_ratio for c in named.values()))

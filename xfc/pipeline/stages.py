@@ -31,7 +31,7 @@ from ..cpu.ir import CpuKernelPlan
 from ..cpu.qcodegen import render_int8_kernel
 from ..cpu.qplan import QPlan
 from ..errors import OperatorError
-from ..ops.dtypes import Check, Operands, check, output_type
+from ..ops.dtypes import Check, Operands, check, merge_checks, output_type
 from ..runners import Measurement, RunSpec
 from ..runners.base import Runner
 from ..runners.host import HostKernel, HostRunner
@@ -148,7 +148,8 @@ def verify(built: Built, operands: Operands, *, repeat: int = 1, warmup: int = 0
     runs = {entry: run(built, operands, prepacked=entry == "pre-packed", repeat=repeat, warmup=warmup,
                        cpu_ids=cpu_ids, timeout_s=timeout_s, env=env)
             for entry in entry_points}
-    return Outcome(built, judge(built.plan, [m.output for m in runs.values()], operands), runs)
+    return Outcome(built, merge_checks({entry: judge(built.plan, [m.output], operands) for entry, m in runs.items()}),
+                   runs)
 
 
 def verified_on(built: Built) -> str:
