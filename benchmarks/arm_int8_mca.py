@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """ARM int8 static benchmark (issue 13): llvm-mca-16 on the inner dot-product loop of the ARM int8
-kernels (xfc/cpu/qarm.py), the int8 companion of benchmarks/arm_mca.py.
+kernels (xfc/cpu/int8_arm.py), the int8 companion of benchmarks/arm_mca.py.
 
     .venv/bin/python benchmarks/arm_int8_mca.py        # Cortex-A55 and A76 (sdot), A715 and A510 (smmla)
 
 For each core and suite GEMM/conv workload the int8 plan (threads=1) is rendered, compiled with xfc's
-ARM build flags plus -S (xfc.mca.compile_to_assembly), and the innermost loop holding the most
-sdot/smmla instructions is run through llvm-mca-16 with the core's model (xfc.mca.model_for) for N
+ARM build flags plus -S (xfc.analysis.mca.compile_to_assembly), and the innermost loop holding the most
+sdot/smmla instructions is run through llvm-mca-16 with the core's model (xfc.analysis.mca.model_for) for N
 and 2N iterations; cycles per iteration are the steady state (cycles(2N) - cycles(N)) / N. Reported
 beside the planner's issue-model cycles per k group, so the two estimates can be compared. Static
-analysis: no timing, deterministic. The model caveats of xfc.mca.MODELS apply (no A76 model in
+analysis: no timing, deterministic. The model caveats of xfc.analysis.mca.MODELS apply (no A76 model in
 LLVM 16: the A710-class Neoverse-N2 model is the proxy; the A55 model does not capture the 128-bit
 load blocking the in-order variant is built around).
 
@@ -26,10 +26,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import machine_facts  # noqa: E402
-from xfc import mca  # noqa: E402
-from xfc.cpu.qarm import plan_arm_int8  # noqa: E402
-from xfc.cpu.qcodegen import render_int8_kernel  # noqa: E402
-from xfc.cpu.qplans import plan_int8  # noqa: E402
+from xfc.analysis import mca  # noqa: E402
+from xfc.cpu.int8_arm import plan_arm_int8  # noqa: E402
+from xfc.cpu.int8_codegen import render_int8_kernel  # noqa: E402
+from xfc.cpu.int8_synth import plan_int8  # noqa: E402
 from xfc.hardware import load  # noqa: E402
 from xfc.ops.quant import QuantParams  # noqa: E402
 from xfc.ops.workloads import suite_spec  # noqa: E402
@@ -60,7 +60,7 @@ def measure(core_name: str, workload: str, split_loads: bool = False) -> dict:
     hw = load(core_name)
     core = hw.cluster().core
     plan = plan_int8(suite_spec(workload), QuantParams(), hw, threads=1)
-    if split_loads:   # the forced-only split-load variant of the same tile (xfc/cpu/qarm.py)
+    if split_loads:   # the forced-only split-load variant of the same tile (xfc/cpu/int8_arm.py)
         plan = plan_arm_int8(suite_spec(workload), QuantParams(), hw, threads=1, force_tile=(plan.mr, plan.nv),
                              force_split_loads=True)
     rendered = render_int8_kernel(plan)

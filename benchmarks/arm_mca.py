@@ -7,13 +7,13 @@
 
 For each shipped core description (hardware_descriptions/cpu/*.yaml) and each workload of the
 suite (xfc/ops/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
-xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.mca under the core's LLVM 16
-model (xfc.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
+xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.analysis.mca under the core's LLVM 16
+model (xfc.analysis.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
 do not depend on how busy this machine is. Predicted GFLOP/s = FMA per cycle on the core's pipes
 x 4 lanes x 2 FLOP x the core's clock: what the loop alone would sustain, an upper bound for the
 operator (packing, tails and C write-back are outside the loop). Where the synthesizer chooses a
 Winograd plan (3x3 stride-1 convolutions), the loop is its GEMM stage's micro-kernel
-(xfc.mca.gemm_stage_kernel; the transforms are not in the figure).
+(xfc.analysis.mca.gemm_stage_kernel; the transforms are not in the figure).
 
 Results: a table on stdout and benchmarks/results/arm_mca.json (atomic; an existing file is
 replaced only if xfc wrote it, see xfc/outputs.py). --dtype fp16: the fp16 kernels (xfc/cpu/fp16.py,
@@ -28,7 +28,7 @@ import platform
 import sys
 from pathlib import Path
 
-from xfc import mca
+from xfc.analysis import mca
 from xfc.cpu.synth import synthesize_cpu
 from xfc.errors import XfcError
 from xfc.hardware import SHIPPED_ROOT, load
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
         data = {
             "what": "llvm-mca-16 static analysis of the innermost FMA loop of each kernel (threads=1); a scheduling-"
                     "model estimate, not a timing; deterministic" + what,
-            "method": "xfc.mca: the kernel compiled with xfc's ARM build flags plus -S; the innermost loop with the "
+            "method": "xfc.analysis.mca: the kernel compiled with xfc's ARM build flags plus -S; the innermost loop with the "
                       "most FMAs; llvm-mca-16 -mtriple=aarch64 -mcpu=<model> -json, run with -iterations="
                       f"N={mca.MCA_ITERATIONS} and 2N; cycles per iteration = the steady state (cycles(2N) - "
                       "cycles(N)) / N for every loop (the pipeline fill is fill_cycles; cycles(N) / N is "

@@ -281,7 +281,7 @@ def get_planner(kind, isa=None, tile_db="auto"):
 
 
 def run_ours(name, spec, threads, planner, build_root):
-    from xfc.build.cpu import build_host
+    from xfc.toolchain.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.runners.host import HostKernel
     t0 = time.perf_counter()
@@ -333,7 +333,7 @@ def write_results(path: Path, data):
 
 def sweep(names, build_root):
     """Tile-parameter sweep with hand plans (the tables in docs/host-kernel-notes.md)."""
-    from xfc.build.cpu import build_host
+    from xfc.toolchain.cpu import build_host
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.runners.host import HostKernel

@@ -146,7 +146,7 @@ def run_peer_child(names, threads, per_channel, quick, timeout=1800):
 # ---------------------------------------------------------------------------------------------
 
 def run_ours(name, threads, per_channel, quick, hw, build_root):
-    from xfc.cpu.qplans import plan_int8
+    from xfc.cpu.int8_synth import plan_int8
     from xfc.hardware.host import read_flags
     from xfc.ops.dtypes import INT8, make_operands
     from xfc.pipeline import stages
@@ -165,7 +165,7 @@ def run_ours(name, threads, per_channel, quick, hw, build_root):
     per_call = stages.run(built, operands, prepacked=False, repeat=repeats, warmup=WARMUP)
     return {"gops": m.gflops, "median_s": m.median_s, "min_s": m.min_s, "repeats": repeats,
             "weights": "pre-packed once (untimed)", "gops_packing_per_call": per_call.gflops,
-            "verified": bool(verdict["ok"]), "exact_share": verdict["exact_share"], "dialect": plan.qisa,
+            "verified": bool(verdict["ok"]), "exact_share": verdict["exact_share"], "dialect": plan.dialect,
             "tile": [plan.mr, plan.nr], "lowering": plan.lowering, "threads_used": plan.threads,
             "build_s": build_s, "where": m.where}
 

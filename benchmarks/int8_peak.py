@@ -7,7 +7,7 @@
 Like benchmarks/host_peak.py for fp32: independent accumulator chains (each feeding only itself,
 kept in its own register by an empty asm), one thread, best of BATCHES batches timed by wall clock.
   vnni  vpdpbusd zmm: 16 lanes x 4 u8*s8 products = 64 MACs = 128 ops per instruction;
-  avx2  the xfc AVX2 step (templates/cpu/qdialect.h.j2): two vpmaddwd + two vpaddd on ymm,
+  avx2  the xfc AVX2 step (templates/cpu/int8_dialect.h.j2): two vpmaddwd + two vpaddd on ymm,
         8 lanes x 4 products = 32 MACs = 64 ops per step (the even/odd split of the loaded
         operands is outside the loop here, as it is per column vector, not per tile element);
         6 chains x 2 distinct products (16 ymm registers: 6 accumulators, 7 operands, 1 temporary).

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xfc.build.cpu import build_host
+from xfc.toolchain.cpu import build_host
 from xfc.runners.host import HostKernel
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS

@@ -144,7 +144,7 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, co
     evaluator, constants: the tile database's (synthesis_inputs), or None for the static model;
     vectors: see our_variants."""
     from xfc.cpu.cost_model import DEFAULT_CONSTANTS
-    from xfc.build.cpu import build_host
+    from xfc.toolchain.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.cpu.synth import synthesize_cpu
     from xfc.runners.host import HostKernel

@@ -49,7 +49,7 @@ MODEL_PARTS = {"input": "input transform", "gemms": "GEMMs", "output": "output t
 
 def build(spec, m: int, threads: int, hw, root: Path, evaluator, constants, vectors) -> dict:
     """label -> loaded kernel, for the plan synthesized with tile size m; the whole one verified."""
-    from xfc.build.cpu import build_host
+    from xfc.toolchain.cpu import build_host
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.cpu.synth import synthesize_cpu
     from xfc.cpu.winograd import STAGE_BITS, stage_only_source

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from xfc.errors import XfcError  # noqa: E402
-from xfc.fp16_run import run_fp16_case  # noqa: E402
+from xfc.testing.fp16_run import run_fp16_case  # noqa: E402
 from xfc.hardware.load import load  # noqa: E402
 from xfc.ops.spec import make_spec  # noqa: E402
 from xfc.ops.workloads import SUITE, suite_spec  # noqa: E402

@@ -37,7 +37,7 @@ from xfc.outputs import write_json_result  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from machine import machine_facts  # noqa: E402  (the CPU every result was taken on)
-from xfc.cpu.qplans import plan_int8  # noqa: E402
+from xfc.cpu.int8_synth import plan_int8  # noqa: E402
 from xfc.hardware.host import read_flags  # noqa: E402
 from xfc.ops.dtypes import INT8, make_operands  # noqa: E402
 from xfc.pipeline import stages  # noqa: E402

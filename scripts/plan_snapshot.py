@@ -14,7 +14,7 @@ entries cover
         as host:avx2 / host:generic), a recorded fixed x86-64 host (avx512, avx2, generic), and
         every shipped description (cores, SoCs with every cluster, the snapdragon.yaml alias),
         with 1 thread, 2 threads and the whole cluster;
-  hand  hand-written plans (xfc.sanitize's edge cases, tile sweeps, loop-order and prefetch
+  hand  hand-written plans (xfc.testing.sanitize's edge cases, tile sweeps, loop-order and prefetch
         variants) for every CPU ISA;
   gpu   the same shapes on every shipped GPU (and the snapdragon.yaml GPU), fp32 and fp16;
   cli   a few `xfc synth --json` runs (report keys and values, files written, their digests).
@@ -101,7 +101,7 @@ def api():
     from xfc.hardware.load import SHIPPED_ROOT, load, shipped_files
     from xfc.hardware.host import describe_host, parse_cpuinfo
     from xfc.ops.spec import make_spec
-    from xfc.sanitize import EDGE_CASES
+    from xfc.testing.sanitize import EDGE_CASES
     from xfc.cpu.synth import synthesize_cpu
     from xfc.ops.workloads import SUITE, suite_spec
 

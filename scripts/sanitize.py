@@ -1,6 +1,6 @@
 """`make sanitize`: host kernels under AddressSanitizer + UBSan on the edge-case shapes.
 
-Every case of xfc.sanitize.EDGE_CASES, for every host ISA this machine runs (avx512, avx2,
+Every case of xfc.testing.sanitize.EDGE_CASES, for every host ISA this machine runs (avx512, avx2,
 generic) and 1, 2 and 3 threads, both entry points. Prints one line per case, writes the
 results to benchmarks/results/sanitize.json (atomically) and exits 1 unless everything is clean.
 Not part of CI (it builds ~135 sanitized programs); tests/test_sanitize.py runs a small subset.
@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xfc.sanitize import EDGE_CASES, THREADS, host_isas, run_all
+from xfc.testing.sanitize import EDGE_CASES, THREADS, host_isas, run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from xfc.build.cpu import build_arm, build_host  # noqa: E402
+from xfc.toolchain.cpu import build_arm, build_host  # noqa: E402
 from xfc.cpu.codegen import render_cpu_kernel  # noqa: E402
 from xfc.cpu.synth import synthesize_cpu  # noqa: E402
 from xfc.cpu.winograd import VECTOR_AXES  # noqa: E402

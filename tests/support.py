@@ -24,9 +24,8 @@ from typing import Optional
 import numpy as np
 import pytest
 
-import xfc
-from xfc.build.toolchain import ARM_CC, HOST_CC, QEMU
-from xfc.build.cpu import COMMON_FLAGS, build_host, host_compile_command
+from xfc.toolchain.tools import ARM_CC, HOST_CC, QEMU
+from xfc.toolchain.cpu import COMMON_FLAGS, build_host, host_compile_command
 from xfc.runners.base import Measurement, RunSpec
 from xfc.runners.host import HostKernel
 from xfc.runners.qemu import QemuRunner
@@ -160,7 +159,7 @@ def host_plan(spec, isa: str, threads: int = 1, **overrides):
 
 
 def host_kernel(rendered, out_dir: Path) -> HostKernel:
-    """Build a rendered kernel for this machine (xfc.build.cpu) and load it (xfc.runners.host)."""
+    """Build a rendered kernel for this machine (xfc.toolchain.cpu) and load it (xfc.runners.host)."""
     return HostKernel(rendered, build_host(rendered, out_dir))
 
 
@@ -536,10 +535,10 @@ def stop_node_processes(procs, grace_s: float = 40.0) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def compile_int8(spec, quant, hw, work_dir, *, threads=None, flags=frozenset(), **forced):
-    """(plan, built): the int8 plan (xfc.cpu.qplans.plan_int8; forced: force_dialect / force_tile /
+    """(plan, built): the int8 plan (xfc.cpu.int8_synth.plan_int8; forced: force_dialect / force_tile /
     force_rows / force_split_loads) built by the chain for where it runs."""
-    from xfc.cpu.qarm import plan_arm_int8
-    from xfc.cpu.qplans import plan_int8
+    from xfc.cpu.int8_arm import plan_arm_int8
+    from xfc.cpu.int8_synth import plan_int8
     from xfc.pipeline import stages
     if hw.target_arch == "aarch64":
         plan = plan_arm_int8(spec, quant, hw, threads=threads, **forced)

@@ -1,7 +1,7 @@
 """The NEON inline-assembly micro-kernels (xfc/cpu/neon_asm.py), checked from the compiled assembly.
 
 emulated: for every shipped ARM core description and every suite workload, the synthesized kernel
-          is cross-compiled with xfc's ARM flags (-S) and its innermost FMA loop (xfc.mca's parser)
+          is cross-compiled with xfc's ARM flags (-S) and its innermost FMA loop (xfc.analysis.mca's parser)
           has no stack traffic at all and exactly the loads the plan scored: per k step one q/d/s
           load per A load group (64-bit `ldr d` on in-order cores), B with ldp/ldr q, one koff load
           for A read from the staged image; depthwise one q load per distinct input vector and one
@@ -23,8 +23,8 @@ import pytest
 
 import support
 from support import conv, dw, mm, needs_arm
-from xfc import mca
-from xfc.build.cpu import build_arm
+from xfc.analysis import mca
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu import neon_asm
 from xfc.cpu.codegen import a_load_groups, depthwise_context, render_cpu_kernel, validate_plan
 from xfc.cpu.plans import hand_plan

@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from support import needs_arm
-from xfc import mca
+from xfc.analysis import mca
 from xfc.cpu import neon_asm
 from xfc.cpu.codegen import a_load_groups, render_cpu_kernel
 from xfc.cpu.synth import synthesize_cpu

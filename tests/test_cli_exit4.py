@@ -1,6 +1,6 @@
 """`xfc synth --verify` exits 4 with one line when the kernel is wrong, and keeps its outputs.
 
-The wrong kernels come from the test-only fault injection XFC_TEST_MUTANT (xfc/cpu/mutants.py,
+The wrong kernels come from the test-only fault injection XFC_TEST_MUTANT (xfc/testing/mutants.py,
 read only through xfc/settings.py, applied in xfc/pipeline.py), run through the real console script in a subprocess.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xfc.build.toolchain import ARM_CC, QEMU
+from xfc.toolchain.tools import ARM_CC, QEMU
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None

@@ -16,9 +16,9 @@ import pytest
 import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_march, host_plan, mm,
                      needs_arm, run_host_plan)
-from xfc.build.toolchain import ARM_CC, QEMU, require_tool
+from xfc.toolchain.tools import ARM_CC, QEMU, require_tool
 from support import host_kernel, qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.errors import ToolchainError
 from xfc.runners.base import Measurement
 from xfc.runners.qemu import qemu_cpu_models

@@ -10,7 +10,7 @@ from android_runner.virtual_device import VirtualDevice
 from xfc.errors import HardwareError
 from xfc.hardware.load import load
 from xfc.hardware.identity import (check_description, core_hwcaps, identity_from, march_hwcaps, match_identity, parse_cpuinfo, pick_description, required_hwcaps, shipped_socs, soc_description)
-from xfc.sigill import illegal_instruction_message, is_illegal_instruction
+from xfc.runners.sigill import illegal_instruction_message, is_illegal_instruction
 
 pytestmark = pytest.mark.unit
 

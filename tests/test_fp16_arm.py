@@ -12,7 +12,7 @@ import pytest
 
 from support import needs_arm
 from xfc.errors import XfcError
-from xfc.fp16_run import run_fp16_case
+from xfc.testing.fp16_run import run_fp16_case
 from xfc.hardware.load import load
 from xfc.ops.fp16 import to_fp16_values
 from xfc.ops.reference import make_inputs, reference

@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 from support import signals_as_default
-from xfc.build.toolchain import ARM_CC, QEMU
+from xfc.toolchain.tools import ARM_CC, QEMU
 from xfc.cli import build_parser
 from xfc.cli.fuzz import Progress, shipped_hardware
 from xfc.cli.synth import spec_from_args
 from xfc.errors import OperatorError, ToolchainError
-from xfc.fuzz import (DTYPES, FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
+from xfc.testing.fuzz import (FAILURE_CLASSES, MAX_MACS, TARGETS, FuzzCase, choices_from_descriptions, complexity,
                       for_dtypes, generate_case, generate_cases, select_hardware, shrink, shrink_candidates)
 from xfc.hardware.host import describe_host, parse_cpuinfo
 
@@ -41,7 +41,7 @@ HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
 
 def _have_pocl() -> bool:
     try:
-        from xfc.build.opencl import build_harness
+        from xfc.toolchain.opencl import build_harness
         from xfc.runners.pocl import device_info
         device_info(build_harness())
         return True
@@ -306,7 +306,7 @@ def _case(target, **kw):
     base = dict(target=target, op="conv2d", dims=(("c", 3), ("h", 9), ("w", 11), ("k", 5), ("r", 3), ("s", 3)),
                 pad=(1, 0, 0, 1), bias=True, activation="relu", seed=4)
     if target == "host":
-        from xfc.fuzz_run import host_isas
+        from xfc.testing.fuzz_run import host_isas
         base.update(hw="host", threads=1, isa=host_isas()[0])
     elif target == "qemu":
         base.update(hw="cortex-a55", threads=1, isa="neon")
@@ -329,7 +329,7 @@ def test_host_wrong_int8_output_is_caught(entry, monkeypatch, tmp_path):
     """Issue 31: int8 cases run through the same chain: exact, and one byte off in one entry point fails."""
     import dataclasses
 
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     from xfc.runners.host import HostRunner
     case = _case("host", dtype="int8", quant="act=uint8,a_zp=3,per_channel=1,out_zp=250")
     ok = run_case(case, tmp_path / "ok")
@@ -353,7 +353,7 @@ def test_host_wrong_int8_output_is_caught(entry, monkeypatch, tmp_path):
 @needs_arm
 @pytest.mark.parametrize("dtype, hw", [("fp16", "snapdragon-865"), ("int8", "snapdragon-865")])
 def test_arm_fp16_and_int8_cases_pass(dtype, hw, tmp_path):
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     result = run_case(_case("qemu", hw=hw, dtype=dtype, threads=2), tmp_path / "case")
     assert result.status == "pass", result
     assert (result.error_ratio is None) == (dtype == "int8")
@@ -365,7 +365,7 @@ def test_arm_fp16_and_int8_cases_pass(dtype, hw, tmp_path):
 def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
     import dataclasses
 
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     from xfc.runners.host import HostRunner
     case = _case("host")
     ok = run_case(case, tmp_path / "ok")
@@ -386,7 +386,7 @@ def test_host_wrong_output_is_caught(entry, monkeypatch, tmp_path):
 @needs_host
 def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp_path):
     from xfc.ops import reference as ops
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     rejected = run_case(_case("host", threads=999), tmp_path)
     assert rejected.status == "rejected" and "--threads 999" in rejected.detail
     monkeypatch.setattr(ops, "check_output", lambda *a, **k: 1 / 0)
@@ -399,7 +399,7 @@ def test_rejected_request_and_unexpected_exception_are_failures(monkeypatch, tmp
 def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
     import dataclasses
 
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     from xfc.runners.qemu import QemuRunner
     real = QemuRunner.execute
 
@@ -418,7 +418,7 @@ def test_qemu_wrong_prepacked_output_is_caught(monkeypatch, tmp_path):
 @needs_pocl
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_pocl_wrong_output_is_caught(dtype, monkeypatch, tmp_path):
-    from xfc.fuzz_run import run_case
+    from xfc.testing.fuzz_run import run_case
     import dataclasses
 
     from xfc.runners.pocl import PoclRunner
@@ -438,7 +438,7 @@ def test_pocl_wrong_output_is_caught(dtype, monkeypatch, tmp_path):
 @pytest.mark.host
 @needs_host
 def test_pool_reports_a_dead_worker_as_a_crash_and_carries_on(tmp_path):
-    from xfc.fuzz_run import WorkerPool
+    from xfc.testing.fuzz_run import WorkerPool
     cases = [_case("host", seed=s) for s in range(3)]
     killed = []
 

@@ -8,7 +8,7 @@ import pytest
 import support
 from cases import gemm_cases
 from support import qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.isa import isa_row
 from xfc.cpu.plans import hand_plan

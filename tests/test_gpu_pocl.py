@@ -16,7 +16,7 @@ import pytest
 import support
 from support import needs_opencl
 from xfc.errors import ToolchainError
-from xfc.build.opencl import build_harness
+from xfc.toolchain.opencl import build_harness
 from xfc.pipeline import run_gpu_synth
 from xfc.runners.pocl import POCL_LABEL
 from xfc.hardware.load import load

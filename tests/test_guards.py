@@ -1,4 +1,4 @@
-"""Guard zones and NaN pre-fill: the Python buffers (xfc/guards.py), the CPU C harness built for
+"""Guard zones and NaN pre-fill: the Python buffers (xfc/runners/guards.py), the CPU C harness built for
 the host, and the OpenCL harness on PoCL."""
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from support import host_kernel
-from xfc.build.cpu import COMMON_FLAGS, write_sources
-from xfc.build.toolchain import HOST_CC
+from xfc.toolchain.cpu import COMMON_FLAGS, write_sources
+from xfc.toolchain.tools import HOST_CC
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import DeviceError, ToolchainError, VerificationError
-from xfc.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
-from xfc.cpu.mutants import mutate
+from xfc.runners.guards import GUARD_BITS, PREFILL_BITS, GuardedBuffer, guard_floats
+from xfc.testing.mutants import mutate
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec
 from xfc.runners.base import HARNESS_EXIT_GUARD, RunSpec
@@ -168,7 +168,7 @@ def test_c_harness_output_starts_as_nan(tmp_path):
 
 @pytest.fixture(scope="module")
 def pocl(tmp_path_factory):
-    from xfc.build.opencl import build_harness
+    from xfc.toolchain.opencl import build_harness
     from xfc.runners.pocl import device_info
     with pytest.MonkeyPatch.context() as mp:   # keep the harness cache out of $HOME
         mp.setenv("XFC_CACHE_DIR", str(tmp_path_factory.mktemp("xfc-cache")))

@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from xfc.cpu.qarm import SDOT, SMMLA, arm_shape, candidates, group_cycles, in_order, plan_arm_int8
-from xfc.cpu.qcodegen import render_int8_kernel
-from xfc.cpu.qplans import explain, plan_int8
+from xfc.cpu.int8_arm import SDOT, SMMLA, arm_shape, candidates, group_cycles, in_order, plan_arm_int8
+from xfc.cpu.int8_codegen import render_int8_kernel
+from xfc.cpu.int8_synth import explain, plan_int8
 from xfc.errors import DeviceError, OperatorError, XfcError
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
@@ -42,7 +42,7 @@ MM = make_spec("matmul", {"m": 512, "n": 512, "k": 512})
 def test_instruction_follows_the_core_features(hw, cluster, instr):
     plan = plan_int8(CONV, QuantParams(), load(hw), cluster=cluster)
     core = load(hw).cluster(cluster).core
-    assert plan.qisa == instr and plan.target_arch == "aarch64" and plan.qemu_cpu == core.qemu_cpu
+    assert plan.dialect == instr and plan.target_arch == "aarch64" and plan.qemu_cpu == core.qemu_cpu
     assert plan.k_depth == (8 if instr == "smmla" else 4) and plan.gcc_march == core.gcc_march
     used, available = plan.registers
     assert used <= available == 32
@@ -53,7 +53,7 @@ def test_instruction_follows_the_core_features(hw, cluster, instr):
 def test_in_order_core_gets_its_own_tile(spec):
     """A55 (in-order: a 128-bit load blocks the pipe 2 cycles) against A76 (out of order, loads
     hidden): the model picks a tile with fewer loads per dot product on the A55. The split-load
-    variant is never picked by the planner (xfc/cpu/qarm.py: gcc does not pair its loads)."""
+    variant is never picked by the planner (xfc/cpu/int8_arm.py: gcc does not pair its loads)."""
     a55 = plan_int8(spec, QuantParams(), load("cortex-a55"))
     a76 = plan_int8(spec, QuantParams(), load("cortex-a76"))
     assert in_order(load("cortex-a55").cluster().core) and not in_order(load("cortex-a76").cluster().core)
@@ -170,7 +170,7 @@ def test_arm_int8_kernel_matches_the_reference_exactly(hw, instr, op, shape, geo
     q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
     plan, kernel = compile_int8(spec, q, load(hw), tmp_path, threads=2)
     assert isinstance(kernel.runner, QemuRunner) and kernel.runner.cpu == load(hw).cluster().core.qemu_cpu
-    assert plan.qisa == (instr if op != "depthwise" else "neon")
+    assert plan.dialect == (instr if op != "depthwise" else "neon")
     verdict = verify_int8(kernel, seed=11)
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
@@ -193,7 +193,7 @@ def test_forced_tiles_and_load_variants(hw, instr, tile, split, tmp_path):
         q = QuantParams(act_type="int8", a_zero_point=-7, per_channel=True, out_zero_point=3)
         plan = plan_arm_int8(spec, q, load(hw), force_dialect=instr, force_tile=(mr, nv), force_rows=rows,
                              force_split_loads=split)
-        assert (plan.qisa, plan.mr, plan.nv, plan.split_loads) == (instr, mr, nv, split)
+        assert (plan.dialect, plan.mr, plan.nv, plan.split_loads) == (instr, mr, nv, split)
         kernel = stages.realize(plan, tmp_path / spec.name)
         verdict = verify_int8(kernel, seed=mr + nv)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
@@ -242,7 +242,7 @@ def test_smmla_kernel_faults_on_a_core_without_i8mm(tmp_path):
     line naming the -march (so the kernels really use the instruction their plan names)."""
     spec = make_spec("matmul", {"m": 8, "n": 8, "k": 16})
     plan, kernel = compile_int8(spec, QuantParams(), load("cortex-a715"), tmp_path, threads=1)
-    assert plan.qisa == "smmla"
+    assert plan.dialect == "smmla"
     on_a76 = stages.Built(kernel.rendered, kernel.artifact, QemuRunner(cpu="cortex-a76"), 0.0, "")
     x, w, bias = make_qinputs(spec, plan.quant)
     with pytest.raises(DeviceError, match=r"illegal instruction.*-march=armv9-a\+i8mm"):

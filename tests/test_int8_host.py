@@ -58,7 +58,7 @@ def test_int8_kernel_matches_the_reference_exactly(isa, dialect, op, shape, geom
     spec = make_spec(op, shape, bias=True, activation=activation, **geometry)
     q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
     plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=2, flags=FLAGS)
-    assert plan.qisa == dialect
+    assert plan.dialect == dialect
     verdict = verify_int8(kernel, seed=11)
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
@@ -108,10 +108,10 @@ def test_forced_register_tiles_including_multi_row_conv_tiles(isa, dialect, tmp_
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")
-    from xfc.cpu.qplans import plan_int8
+    from xfc.cpu.int8_synth import plan_int8
     spec = make_spec("matmul", {"m": 4, "n": 4, "k": 4})
     plan = plan_int8(spec, QuantParams(), load("host:avx512"), host_flags=frozenset())
-    assert plan.qisa == "avx2"
+    assert plan.dialect == "avx2"
     with pytest.raises(OperatorError, match="vnni"):
         plan_int8(spec, QuantParams(), load("host:avx2"), host_flags=FLAGS, force_dialect="vnni")
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from xfc.cpu.qcodegen import render_int8_kernel
-from xfc.cpu.qplans import QISAS, int8_dialect, plan_int8, registers_needed
+from xfc.cpu.int8_codegen import render_int8_kernel
+from xfc.cpu.int8_synth import INT8_DIALECTS, int8_dialect, plan_int8, registers_needed
 from xfc.errors import OperatorError
 from xfc.hardware.load import load
 from xfc.ops.quant import (MAX_INT8_REDUCTION, QuantParams, accumulators, check_qoutput, clamp_bounds, make_qinputs,
@@ -177,8 +177,8 @@ def test_dialect_follows_the_core_and_the_vnni_flag():
         assert int8_dialect(host, host.cluster(), frozenset({"avx512_vnni"}))[0] == "vnni"
         assert int8_dialect(host, host.cluster(), frozenset())[0] == "avx2"
     assert int8_dialect(load("host:generic"), load("host:generic").cluster())[0] == "generic"
-    # ARM descriptions are planned by xfc.cpu.qarm (tests/test_int8_arm.py); a core without dotprod is refused
-    assert plan_int8(make_spec("matmul", {"m": 4, "n": 4, "k": 4}), QuantParams(), load("snapdragon-865")).qisa == "sdot"
+    # ARM descriptions are planned by xfc.cpu.int8_arm (tests/test_int8_arm.py); a core without dotprod is refused
+    assert plan_int8(make_spec("matmul", {"m": 4, "n": 4, "k": 4}), QuantParams(), load("snapdragon-865")).dialect == "sdot"
     with pytest.raises(OperatorError, match="lacks 'dotprod'"):
         plan_int8(make_spec("matmul", {"m": 4, "n": 4, "k": 4}), QuantParams(), load("cortex-a53"))
 
@@ -197,9 +197,9 @@ def test_register_tile_fits_the_registers(isa, flags):
     for op, shape, geometry in SMALL[:2] + [("matmul", {"m": 512, "n": 512, "k": 512}, {}),
                                             ("conv2d", {"c": 64, "h": 56, "w": 56, "k": 64, "r": 3, "s": 3}, {"pad": "1"})]:
         plan = plan_int8(make_spec(op, shape, **geometry), QuantParams(), hw, host_flags=flags)
-        assert plan.qisa in QISAS
-        assert registers_needed(plan.qisa, plan.mr, plan.nv) <= hw.cluster().core.vector_registers
-        assert plan.nr == plan.nv * {"vnni": 16, "avx2": 8, "generic": 4}[plan.qisa]
+        assert plan.dialect in INT8_DIALECTS
+        assert registers_needed(plan.dialect, plan.mr, plan.nv) <= hw.cluster().core.vector_registers
+        assert plan.nr == plan.nv * {"vnni": 16, "avx2": 8, "generic": 4}[plan.dialect]
 
 
 def test_render_is_deterministic_and_uses_the_dialect():
@@ -208,7 +208,7 @@ def test_render_is_deterministic_and_uses_the_dialect():
     q = QuantParams(act_type="int8", a_zero_point=-3, per_channel=True)
     plan = plan_int8(spec, q, hw)
     a, b = render_int8_kernel(plan), render_int8_kernel(plan)
-    assert a.source == b.source and plan.qisa == "generic"
+    assert a.source == b.source and plan.dialect == "generic"
     assert "vpdpbusd" not in a.source and "maddubs" not in a.source
     if "avx512" in _isas():
         vnni = render_int8_kernel(plan_int8(spec, q, load("host:avx512"), host_flags=frozenset({"avx512_vnni"})))

@@ -1,4 +1,4 @@
-"""xfc.mca: the llvm-mca-16 evaluator of generated AArch64 kernels.
+"""xfc.analysis.mca: the llvm-mca-16 evaluator of generated AArch64 kernels.
 
 unit:     the assembly parser and loop extraction on hand-written snippets (rotated, nested, none,
           calls, numeric labels), spill / move / load classification, the llvm-mca JSON reader,
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xfc import mca
+from xfc.analysis import mca
 from xfc.errors import OperatorError, XfcError
 from xfc.hardware import SHIPPED_ROOT, load
 
@@ -326,7 +326,7 @@ def test_docs_carry_the_model_table():
     text = (REPO / "docs" / "arm-mca.md").read_text()
     begin, end = "<!-- mca-models:begin -->", "<!-- mca-models:end -->"
     block = text[text.index(begin) + len(begin):text.index(end)].strip()
-    assert block == mca.models_markdown(), "regenerate the table in docs/arm-mca.md from xfc.mca.models_markdown()"
+    assert block == mca.models_markdown(), "regenerate the table in docs/arm-mca.md from xfc.analysis.mca.models_markdown()"
 
 
 @unit
@@ -483,7 +483,7 @@ def test_synth_mca_reports_and_keeps_the_loop(tmp_path):
 @emulated
 def test_llvm_mca_evaluator_in_synthesis_and_the_kernel_verifies_under_qemu(tmp_path):
     from support import qemu_run
-    from xfc.build.cpu import build_arm
+    from xfc.toolchain.cpu import build_arm
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.ops import check_output, make_inputs, make_spec
     from xfc.cpu.synth import synthesize_cpu

@@ -1,4 +1,4 @@
-"""Deliberately wrong kernels (xfc/cpu/mutants.py) must fail the suite's checks; the real ones pass.
+"""Deliberately wrong kernels (xfc/testing/mutants.py) must fail the suite's checks; the real ones pass.
 
 Every case runs the same inputs through the unmutated kernel (which must pass) and the mutant
 (which must fail, and fail in the check named: a guard zone, the NaN pre-fill, the worst-case
@@ -13,17 +13,17 @@ import shutil
 import numpy as np
 import pytest
 
-from xfc.build.toolchain import ARM_CC, QEMU
+from xfc.toolchain.tools import ARM_CC, QEMU
 from support import host_kernel, qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu.plans import hand_plan
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.errors import OperatorError, VerificationError
 from xfc.hardware.host import detect_host
-from xfc.cpu.mutants import MUTANTS, mutate
+from xfc.testing.mutants import MUTANTS, mutate
 from xfc.ops.spec import Epilogue, make_spec
 from xfc.ops.reference import check_output, make_inputs, reference
-from xfc.sanitize import host_isas
+from xfc.testing.sanitize import host_isas
 from xfc.cpu.synth import synthesize_cpu
 from xfc.ops.workloads import SUITE, suite_spec
 

@@ -386,7 +386,7 @@ def test_gpu_outputs_are_staged(tmp_path, monkeypatch):
     before = snapshot(dest)
     with pytest.raises(XfcError, match="xfc did not write"):
         run_gpu_synth(spec, hw, tmp_path, verify=False)       # tmp_path holds g/: foreign to xfc
-    import xfc.build.opencl as gpu_build
+    import xfc.toolchain.opencl as gpu_build
     monkeypatch.setenv("XFC_CACHE_DIR", str(tmp_path / "nocache"))
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))           # no gcc: the harness cannot be built
     monkeypatch.setattr(gpu_build, "_harness_cache", {})

@@ -21,7 +21,7 @@ import support
 from support import (ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_plan, mm, needs_arm,
                      why_not_runnable)
 from support import host_kernel, qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.runners.base import Measurement
 from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.plans import hand_plan

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from support import RUNNABLE_ISAS, conv, host_kernel, host_march, host_plan, mm, needs_arm
-from xfc.build.cpu import COMMON_FLAGS, build_arm, write_sources
-from xfc.build.toolchain import HOST_CC
+from xfc.toolchain.cpu import COMMON_FLAGS, build_arm, write_sources
+from xfc.toolchain.tools import HOST_CC
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.plans import hand_plan
 from xfc.errors import DeviceError, VerificationError

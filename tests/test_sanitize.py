@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from xfc.build.toolchain import HOST_CC
-from xfc.cpu.mutants import mutate
-from xfc.sanitize import EDGE_CASES, SANITIZE_FLAGS, host_isas, run_all, sanitize_case
+from xfc.toolchain.tools import HOST_CC
+from xfc.testing.mutants import mutate
+from xfc.testing.sanitize import EDGE_CASES, SANITIZE_FLAGS, host_isas, run_all, sanitize_case
 
 pytestmark = [pytest.mark.host,
               pytest.mark.skipif(shutil.which(HOST_CC) is None, reason="no host gcc")]

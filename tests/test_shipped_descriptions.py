@@ -17,7 +17,7 @@ import support
 import xfc
 from support import needs_arm
 from support import qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.hardware.load import SHIPPED_ROOT, load_path, shipped_files

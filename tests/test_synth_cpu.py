@@ -18,7 +18,7 @@ import support
 import xfc
 from support import ALL_HOST_ISAS, host_description, needs_arm, recorded_host, run_host_plan, with_cores
 from support import qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.ops.reference import make_inputs
 from xfc.ops.spec import make_spec

@@ -9,7 +9,7 @@ import pytest
 
 import support
 from support import conv, needs_arm, qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.winograd import hand_winograd_plan

@@ -12,7 +12,7 @@ import pytest
 
 import support
 from support import RUNNABLE_ISAS, conv, host_kernel, host_march, needs_arm, qemu_run
-from xfc.build.cpu import build_arm
+from xfc.toolchain.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.winograd import hand_winograd_plan
 from xfc.ops.reference import check_winograd_output, make_inputs

@@ -10,7 +10,7 @@ line does. Every function takes an optional `environ` mapping (default os.enviro
   XDG_STATE_HOME, HOME               state_dir(): per-user state that is not a cache (the Ray cluster token)
   ANDROID_ADB_SERVER_HOST / _PORT    adb_server(): where the adb server listens
   XFC_ADB                            adb_binary(): the adb executable used to start a server
-  XFC_TEST_MUTANT                    test_mutant(): TEST-ONLY deliberately wrong kernel (xfc.cpu.mutants)
+  XFC_TEST_MUTANT                    test_mutant(): TEST-ONLY deliberately wrong kernel (xfc.testing.mutants)
   XFC_DEBUG                          debug(): show tracebacks of internal errors
 Other environment reads, each documented where it happens (docs/ARCHITECTURE.md lists them):
 child processes inherit the environment (xfc/build/procs.py adds to it); `xfc tiledb` and
@@ -88,7 +88,7 @@ def adb_binary(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
 
 def test_mutant(environ: Optional[Mapping[str, str]] = None) -> str:
-    """TEST-ONLY: the name of a mutant from xfc.cpu.mutants to apply to rendered kernels ('' = none)."""
+    """TEST-ONLY: the name of a mutant from xfc.testing.mutants to apply to rendered kernels ('' = none)."""
     return _env(environ).get(TEST_MUTANT_ENV, "").strip()
 
 

@@ -1,9 +1,9 @@
 """The layering rules of docs/ARCHITECTURE.md, checked on the import statements of every module
 (an `ast` walk: imports inside functions count too, so a lazy import cannot hide a wrong edge).
 
-Layers, lowest first: leaves (errors, _version, paths, outputs, settings, sigill, guards) ->
-hardware/, ops/ -> the targets cpu/, gpu/ (pure: plans and source text) -> build/, runners/ ->
-pipeline (and the analyses mca, sanitize) -> tiledb/, fuzz, model/, hwprobe/ -> cli/ (the composition root).
+Layers, lowest first: leaves (errors, _version, paths, outputs, settings) -> hardware/, ops/ -> the
+targets cpu/, gpu/ (pure: plans and source text) -> toolchain/, runners/ -> pipeline/ (and analysis/)
+-> tiledb/, testing/, model/, hwprobe/ -> cli/ and api (the composition roots).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-LEAVES = {"xfc.errors", "xfc._version", "xfc.paths", "xfc.outputs", "xfc.settings", "xfc.sigill", "xfc.guards"}
+LEAVES = {"xfc.errors", "xfc._version", "xfc.paths", "xfc.outputs", "xfc.settings"}
 # Modules that may read os.environ or print, besides cli/ and settings.py (docs/ARCHITECTURE.md, exceptions):
 ENVIRON_EXCEPTIONS = {
-    "xfc.build.procs": "passes xfc's own environment through to children (plus the variables a run adds)",
+    "xfc.toolchain.procs": "passes xfc's own environment through to children (plus the variables a run adds)",
     "xfc.tiledb.shipped": "`python -m xfc.tiledb.shipped`, the Makefile's tile-db rebuild: its own small command line",
     "xfc.tiledb.raytoken": "sets Ray's token variables around ray.init and restores them (Ray reads them from "
                            "the environment; never a command line)",
@@ -96,9 +96,9 @@ def test_synthesis_and_spelling_are_separate(target):
 
 
 def test_build_and_runners_stay_below_the_pipeline():
-    above = ["xfc.pipeline", "xfc.cli", "xfc.tiledb", "xfc.fuzz", "xfc.fuzz_run", "xfc.model", "xfc.mca",
-             "xfc.sanitize", "xfc.hwprobe"]
-    assert _violations(["xfc.build"], forbidden=above + ["xfc.runners"]) == []
+    above = ["xfc.pipeline", "xfc.api", "xfc.cli", "xfc.tiledb", "xfc.testing", "xfc.model", "xfc.analysis",
+             "xfc.hwprobe"]
+    assert _violations(["xfc.toolchain"], forbidden=above + ["xfc.runners"]) == []
     assert _violations(["xfc.runners"], forbidden=above + ["xfc.cpu", "xfc.gpu"]) == []
 
 
@@ -117,21 +117,21 @@ def test_build_returns_paths_and_never_loads_or_runs_them():
     """build/ compiles and returns paths: it never loads a library (ctypes) nor imports a runner;
     loading (runners/host.py) and running (runners/) happen above it. Only the host runner loads
     libraries, every dtype's; outputs.py uses ctypes for renameat2, not for kernels."""
-    assert [n for n in FILES if _in(n, "xfc.build") and "ctypes" in _stdlib_imports(n)] == []
+    assert [n for n in FILES if _in(n, "xfc.toolchain") and "ctypes" in _stdlib_imports(n)] == []
     assert [n for n in FILES if _in(n, "xfc") and "ctypes" in _stdlib_imports(n)] == ["xfc.outputs",
                                                                                        "xfc.runners.host"]
-    assert _violations(["xfc.build"], forbidden=["xfc.runners", "xfc.guards"]) == []
+    assert _violations(["xfc.toolchain"], forbidden=["xfc.runners", "xfc.runners.guards"]) == []
 
 
 def test_only_the_chain_builds_and_runs_cpu_kernels():
     """One chain (xfc.pipeline.stages): no other module imports both the CPU kernel builds
-    (xfc.build.cpu) and a runner that would run what they build; synth, bench, compile, fuzz,
+    (xfc.toolchain.cpu) and a runner that would run what they build; synth, bench, compile, fuzz,
     sanitize, model and the tile database call the chain instead."""
     runners = {"xfc.runners", "xfc.runners.host", "xfc.runners.qemu", "xfc.runners.adb", "xfc.runners.pocl"}
     bad = [n for n, deps in GRAPH.items() if _in(n, "xfc") and n != "xfc.pipeline.stages"
-           and "xfc.build.cpu" in deps and deps & runners]
+           and "xfc.toolchain.cpu" in deps and deps & runners]
     assert bad == []
-    assert {"xfc.build.cpu", "xfc.runners.host", "xfc.runners.qemu"} <= GRAPH["xfc.pipeline.stages"]
+    assert {"xfc.toolchain.cpu", "xfc.runners.host", "xfc.runners.qemu"} <= GRAPH["xfc.pipeline.stages"]
 
 
 def test_runners_are_one_interface():
@@ -155,13 +155,13 @@ def test_nothing_but_cli_imports_cli():
 
 
 def test_features_are_reached_from_cli_only():
-    """tiledb, fuzz, model and hwprobe use the library; the library reaches them only through cli/
-    and the Python API's composition root xfc.api (an evaluator object from the tile database is
-    passed in, never imported)."""
-    features = ("xfc.tiledb", "xfc.fuzz", "xfc.fuzz_run", "xfc.model", "xfc.hwprobe")
+    """tiledb, testing (fuzz, sanitize, the test mutants), model and hwprobe use the library; the
+    library reaches them only through cli/ and the Python API's composition root xfc.api (a tile
+    database's evaluator and a test's fault are passed in as objects, never imported)."""
+    features = ("xfc.tiledb", "xfc.testing", "xfc.model", "xfc.hwprobe")
     bad = [f"{n} -> {d}" for n, deps in GRAPH.items() for d in deps
-           if _in(d, *features) and not _in(n, "xfc.cli", "xfc.api", *features)
-           and not (n == "xfc.fuzz_run" and d == "xfc.fuzz")]
+           if _in(d, *features) and not _in(n, "xfc.cli", "xfc.api") and not any(_in(n, f) and _in(d, f)
+                                                                                for f in features)]
     assert bad == []
 
 

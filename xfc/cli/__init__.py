@@ -1,5 +1,5 @@
 """The `xfc` command line: the composition root. It parses arguments, reads settings, calls the
-library (xfc.pipeline, xfc.hardware, xfc.tiledb, xfc.fuzz, xfc.model) and formats its reports;
+library (xfc.pipeline, xfc.hardware, xfc.tiledb, xfc.testing.fuzz, xfc.model) and formats its reports;
 the library never imports it.
 
   main.py     the parser, shared helpers (tables), `xfc hw`, signals and exit statuses; main()

@@ -3,7 +3,7 @@
     xfc fuzz [--cases N | --time S] [--seed S] [--targets host,qemu,pocl] [--hw NAMES] [--jobs J]
     xfc fuzz --replay FILE
 
-Draws cases (xfc.fuzz), runs them in worker processes (xfc.fuzz_run), shows a progress bar on
+Draws cases (xfc.testing.fuzz), runs them in worker processes (xfc.testing.fuzz_run), shows a progress bar on
 stderr and a summary on stdout; shrinks every failure to a small case that fails the same way,
 saves it as JSON and prints the command that reproduces it. Exit status: 0 no failure, 4 some
 case failed (or the replayed case still fails), 3 a missing toolchain, 130 interrupted.
@@ -29,9 +29,9 @@ from .._version import __version__
 from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
 from ..ops.accuracy import format_ratio
 from ..outputs import claim_file, json_is_ours, write_json_result, write_owned_file
-from ..fuzz import (DTYPES, TARGETS, FuzzCase, for_dtypes, choices_from_descriptions, command_text, generate_cases, replay_argv,
+from ..testing.fuzz import (DTYPES, TARGETS, FuzzCase, for_dtypes, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
-from ..fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
+from ..testing.fuzz_run import DEFAULT_TIMEOUT_S, CaseResult, WorkerPool, host_description, host_isas
 
 DEFAULT_SAVE_DIR = Path("xfc-fuzz")
 DEFAULT_CASES = 100
@@ -62,7 +62,7 @@ def hardware_pool(targets, names=None, dtypes=DTYPES):
 
 def check_toolchains(targets) -> None:
     """One-line ToolchainError (exit 3) for a target this machine cannot run."""
-    from ..build.toolchain import ARM_CC, HOST_CC, QEMU, require_tool
+    from ..toolchain.tools import ARM_CC, HOST_CC, QEMU, require_tool
     if "host" in targets:
         require_tool(HOST_CC)
         if not host_isas():
@@ -71,7 +71,7 @@ def check_toolchains(targets) -> None:
         require_tool(ARM_CC)
         require_tool(QEMU)
     if "pocl" in targets:
-        from ..build.opencl import build_harness
+        from ..toolchain.opencl import build_harness
         from ..runners.pocl import device_info
         device_info(build_harness())  # builds the shared harness once, before the workers need it
 

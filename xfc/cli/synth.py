@@ -147,7 +147,7 @@ def cmd_synth(args) -> int:
         if args.target != "cpu" or hw.target_arch != "aarch64":
             raise OperatorError(f"--mca analyses AArch64 CPU kernels with llvm-mca-16; not available for "
                                 f"{'--target gpu' if args.target != 'cpu' else f'{hw.name} ({hw.target_arch})'}")
-        from ..mca import require_tools
+        from ..analysis.mca import require_tools
         require_tools()
     progress = None if quiet else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     if args.quant is not None and args.dtype != "int8":
@@ -202,7 +202,7 @@ def test_fault():
     name = settings.test_mutant()
     if not name:
         return None
-    from ..cpu.mutants import mutate
+    from ..testing.mutants import mutate
     return lambda rendered: mutate(rendered, name)
 
 

@@ -44,14 +44,14 @@ def _evaluators(text: str, hw, db_path: Path, args=None) -> list:
                                "shipped tile_db/")
             out += [HostMicroKernelEvaluator(), HostOperatorEvaluator()]
         elif name == "llvm-mca":
-            from .. import mca
+            from ..analysis import mca
             if hw.target_arch != "aarch64":
                 raise XfcError(f"--evaluators llvm-mca analyses AArch64 kernels; {hw.name} is {hw.target_arch}")
             mca.require_tools()
             out.append(McaMicroKernelEvaluator())
         elif kind == "llvm-mca":
             raise XfcError(f"--evaluators {name}: give 'llvm-mca'; the model comes from each core's entry in "
-                           "xfc.mca.MODELS")
+                           "xfc.analysis.mca.MODELS")
         elif kind == "adb" and getattr(args, "executor", "local") == "ray":
             # the phone hangs off some node of the cluster: the node holding it attaches there
             from ..tiledb.ray_executor import ClusterDevice

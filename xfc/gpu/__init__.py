@@ -1,5 +1,5 @@
 """The GPU target: OpenCL kernel synthesis for mobile GPUs (Arm Mali, Qualcomm Adreno). Pure;
-nothing here builds or runs (xfc.build.opencl builds the harness, xfc.runners.pocl runs it,
+nothing here builds or runs (xfc.toolchain.opencl builds the harness, xfc.runners.pocl runs it,
 xfc.pipeline.run_gpu_synth joins them).
 
     from xfc.gpu import synthesize_gpu

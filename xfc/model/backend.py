@@ -5,11 +5,11 @@ and run it where it was asked to run.
 runners and the build move):
 
   CPU synthesis       xfc.cpu.synth.synthesize_cpu (the tile database's evaluator when given)
-  CPU render/build    xfc.cpu.codegen.render_cpu_kernel, xfc.build.cpu.build_host / build_arm
+  CPU render/build    xfc.cpu.codegen.render_cpu_kernel, xfc.toolchain.cpu.build_host / build_arm
   CPU runs            host: ctypes (xfc.runners.host.HostKernel, in-process); ARM: the static aarch64 harness through
                       xfc.runners (get_runner('qemu') or an ADB serial; RunSpec, times-file protocol)
   GPU                 xfc.gpu.synth.synthesize_gpu, xfc.gpu.codegen.render_kernel, the shape-free
-                      OpenCL harness (xfc.build.opencl) run on PoCL (xfc.runners.pocl): host CPU,
+                      OpenCL harness (xfc.toolchain.opencl) run on PoCL (xfc.runners.pocl): host CPU,
                       never a phone GPU timing
 
 Every built layer is a LayerKernel that runs like xfc.runners.host.HostKernel: `prepack(weight)` once,
@@ -255,7 +255,7 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
 
 
 def _build_gpu(synthesis: LayerSynthesis, name: str, layer_dir: Path, runnable: bool) -> LayerKernel:
-    from ..build import opencl
+    from ..toolchain import opencl
     from ..outputs import write_atomic
     from ..gpu import codegen
     plan = synthesis.result.plan

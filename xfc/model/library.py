@@ -34,7 +34,7 @@ import numpy as np
 
 from .._version import __version__
 from ..cpu.winograd import packed_floats as winograd_packed_floats
-from ..build.toolchain import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, require_tool, run
+from ..toolchain.tools import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, require_tool, run
 from ..outputs import write_atomic
 from ..errors import ToolchainError
 from ..paths import TEMPLATES_DIR

@@ -22,7 +22,7 @@ from ..errors import OperatorError
 ACTIVATIONS = ("none", "relu", "relu6")
 OPERATORS = ("matmul", "conv2d", "depthwise")
 # Element types: fp32 everywhere; fp16 on the GPU target; int8 (xfc.ops.quant: ONNX QLinear*
-# semantics) on x86-64 host kernels (xfc.cpu.qplans). Each target refuses a type it lacks.
+# semantics) on x86-64 host kernels (xfc.cpu.int8_synth). Each target refuses a type it lacks.
 DTYPES = ("fp32", "fp16", "int8")
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..build import opencl
+from ..toolchain import opencl
 from ..errors import VerificationError
 from ..gpu import codegen as gpu_codegen
 from ..gpu.ir import PREDICTION_LABEL, GpuKernelPlan

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from ..build.cpu import build_arm, build_host, build_sanitized
-from ..build.toolchain import RUN_TIMEOUT_S
+from ..toolchain.cpu import build_arm, build_host, build_sanitized
+from ..toolchain.tools import RUN_TIMEOUT_S
 from ..cpu.codegen import render_cpu_kernel
 from ..cpu.ir import CpuKernelPlan
-from ..cpu.qcodegen import render_int8_kernel
-from ..cpu.qplan import QPlan
+from ..cpu.int8_codegen import render_int8_kernel
+from ..cpu.int8_plan import Int8Plan
 from ..errors import OperatorError
 from ..ops.dtypes import Check, Operands, check, merge_checks, output_type
 from ..runners import Measurement, RunSpec
@@ -38,7 +38,7 @@ from ..runners.host import HostKernel, HostRunner
 from ..runners.qemu import LocalRunner, QemuRunner, qemu_cpu_models
 
 # plan type -> renderer: the plan says what it is, the table says who spells it
-RENDERERS: Mapping[type, Callable] = {CpuKernelPlan: render_cpu_kernel, QPlan: render_int8_kernel}
+RENDERERS: Mapping[type, Callable] = {CpuKernelPlan: render_cpu_kernel, Int8Plan: render_int8_kernel}
 ENTRY_POINTS = ("per-call", "pre-packed")    # weights packed inside every call; packed once by <fn>_prepack
 
 

@@ -50,8 +50,8 @@ def _plan_fp16(spec, hw, *, cluster, threads, evaluator, constants, lowering, qu
 
 
 def _plan_int8(spec, hw, *, cluster, threads, evaluator, constants, lowering, quant):
-    from ..cpu.qplan import Int8Synthesis
-    from ..cpu.qplans import plan_int8
+    from ..cpu.int8_plan import Int8Synthesis
+    from ..cpu.int8_synth import plan_int8
     from ..hardware.host import read_flags
     start = time.perf_counter()
     flags = frozenset(read_flags()) if hw.kind == "host" else frozenset()   # avx512_vnni: not in the description
@@ -98,7 +98,7 @@ def run_synth(spec, hw, out_dir: Path, *, dtype=FP32, quant=None, cluster=None, 
         report["build_seconds"] = built.build_seconds
         say(f"built in {built.build_seconds:.2f} s ({built.compiler})")
         if mca:   # static analysis of the inner FMA loop; the loop goes beside the kernel
-            from ..mca import analyze_kernel   # an optional analysis: imported only when asked for
+            from ..analysis.mca import analyze_kernel   # an optional analysis: imported only when asked for
             analysis = analyze_kernel(built.rendered, synthesis.cluster.core)
             report["mca"] = {**analysis.as_dict(), "summary": analysis.summary_lines()}
             (staging.path / "mca_loop.s").write_text(analysis.loop_text)

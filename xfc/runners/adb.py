@@ -23,7 +23,7 @@ from xfc.errors import DeviceError
 from xfc.runners.base import (WHERE_VIRTUAL, HarnessRunner, RunContext, harness_args, hexmask,
                               load_output, parse_report, report_from_times, where_adb)
 from xfc.hardware.identity import DeviceIdentity, cpu_features_text, identity_from, match_identity, parse_getprop
-from xfc.sigill import illegal_instruction_message, is_illegal_instruction
+from xfc.runners.sigill import illegal_instruction_message, is_illegal_instruction
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The host runner: a kernel built for this machine (a .so from xfc.build.cpu.build_host), loaded
+"""The host runner: a kernel built for this machine (a .so from xfc.toolchain.cpu.build_host), loaded
 with ctypes and run in this process, whatever its dtype.
 
 HostKernel is the callable kernel of the Python API (xfc.compile) and of xfc.model. Its entry
@@ -9,7 +9,7 @@ kernels (x, w, bias, mult). `kernel(*operands)` packs the weights inside the cal
 times either in C with the library's bench entry points. HostRunner puts it behind the one runner
 interface (xfc.runners.base.Runner): a RunSpec naming the library -> a Measurement.
 
-Every call runs on guarded copies of its buffers (xfc.guards: float outputs start as NaN, integer
+Every call runs on guarded copies of its buffers (xfc.runners.guards: float outputs start as NaN, integer
 outputs run twice into two pre-fill bytes so an element never written shows) and checks the guard
 zones afterwards (VerificationError naming the buffer).
 """
@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import DeviceError, OperatorError, ToolchainError, VerificationError
-from ..guards import GuardedBuffer
+from .guards import GuardedBuffer
 from .base import Measurement, Runner, RunSpec
 
 WHERE_HOST = "host"

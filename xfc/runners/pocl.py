@@ -1,4 +1,4 @@
-"""Running OpenCL kernels on the host through the shape-free harness (xfc.build.opencl) and PoCL.
+"""Running OpenCL kernels on the host through the shape-free harness (xfc.toolchain.opencl) and PoCL.
 
 PoCL runs the kernels on the host CPU: its timings are never phone GPU timings (POCL_LABEL;
 every Measurement from here is `emulated`). The harness reads a kernel file's `// xfc-launch:`
@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 
-from ..build import procs
-from ..build.toolchain import APT_PACKAGES as TOOL_PACKAGES
+from ..toolchain import procs
+from ..toolchain.tools import APT_PACKAGES as TOOL_PACKAGES
 from ..errors import ToolchainError
 from .base import (HARNESS_EXIT_GUARD, Measurement, Runner, RunSpec, guard_violation, load_output, parse_report,
                    stage_inputs)

@@ -16,11 +16,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from xfc.build import procs
+from xfc.toolchain import procs
 from xfc.errors import DeviceError, ToolchainError
 from xfc.runners.base import (HARNESS_EXIT_GUARD, HARNESS_EXIT_UNWRITTEN, HarnessRunner, RunContext, guard_violation,
                               harness_args, load_output, parse_report, report_from_times, where_qemu)
-from xfc.sigill import illegal_instruction_message, is_illegal_instruction
+from xfc.runners.sigill import illegal_instruction_message, is_illegal_instruction
 
 WHERE_LOCAL = "host (native harness program)"
 

@@ -81,7 +81,7 @@ def run_node(args: Sequence[str], environ: Mapping[str, str], adb_host: Optional
              adb_port: Optional[int], kind: str, token: str) -> None:
     """Run `ray start --block ...` (requiring token) until it stops or xfc is interrupted; either
     way no process of the node is left. A node that stops by itself is ToolchainError (exit 3)."""
-    from ..build.procs import stop_session
+    from ..toolchain.procs import stop_session
     from .raytoken import node_environ
     require_ray()
     env = dict(node_environ(environ, token), XFC_CLUSTER_NODE=kind)

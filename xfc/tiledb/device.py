@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..build.toolchain import ARM_CC, COMPILE_TIMEOUT_S, require_tool, run
+from ..toolchain.tools import ARM_CC, COMPILE_TIMEOUT_S, require_tool, run
 from ..cpu.tiles import MicroTile, MicroTileScore
 from ..errors import DeviceError, HardwareError, VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription

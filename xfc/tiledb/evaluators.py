@@ -27,7 +27,7 @@ from ..errors import VerificationError, XfcError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..cpu.tiles import MicroTile, MicroTileScore
 from ..cpu.cost_model import DEFAULT_CONSTANTS, StaticEvaluator
-from ..build.toolchain import run
+from ..toolchain.tools import run
 from . import hostcc
 from .fingerprint import fingerprint, label
 from .plancache import PlanCache, cached_synthesis
@@ -236,15 +236,15 @@ MCA_KC = 256   # deep enough that GCC keeps the K loop (no full unroll); llvm-mc
 class McaMicroKernelEvaluator:
     """Renders a tile's micro-kernel (hand_plan with the tile's MR, NR and A load width, on a
     problem with no tails), compiles it with xfc's ARM flags and runs llvm-mca-16 on its K loop
-    (xfc.mca). cycles_per_k = the loop's cycles on the core's FMA pipes (rescaled where the
-    LLVM model has other pipes, see xfc.mca.MODELS) / the k steps one iteration covers.
+    (xfc.analysis.mca). cycles_per_k = the loop's cycles on the core's FMA pipes (rescaled where the
+    LLVM model has other pipes, see xfc.analysis.mca.MODELS) / the k steps one iteration covers.
 
     Results are cached per (tile, -march, model, compiler version), so `evaluate` (synthesis)
     and `measure` (tile-DB rows) never compile or analyse one tile twice. Thread-safe.
     """
 
     def __init__(self):
-        from .. import mca
+        from ..analysis import mca
         self._mca = mca
         self._lock = threading.Lock()
         self._cache: dict[tuple, tuple] = {}
@@ -267,7 +267,7 @@ class McaMicroKernelEvaluator:
         return render_cpu_kernel(plan)
 
     def analyze(self, tile: MicroTile, core: CpuCore, isa: str):
-        """(xfc.mca.McaResult, k steps per loop iteration) for the tile on the core (cached)."""
+        """(xfc.analysis.mca.McaResult, k steps per loop iteration) for the tile on the core (cached)."""
         model = self._mca.model_for(core)
         key = (tile, isa, core.gcc_march, model, self._mca.compiler_version(), self._mca.llvm_mca_version())
         with self._lock:

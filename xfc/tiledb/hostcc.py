@@ -1,6 +1,6 @@
 """The host C compiler and the machine's conditions around a measurement.
 
-Subprocesses go through xfc.build.toolchain.run (argument lists, timeouts, one-line errors).
+Subprocesses go through xfc.toolchain.tools.run (argument lists, timeouts, one-line errors).
 Conditions are read from sysfs/procfs where the machine offers them and recorded as null where
 it does not (containers and VMs often hide cpufreq and thermal zones).
 """
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..build.toolchain import HOST_CC, require_tool, run
+from ..toolchain.tools import HOST_CC, require_tool, run
 
 COMPILE_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 120

@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Optional
 
 from .._version import __version__
 from ..errors import ToolchainError, XfcError
-from ..build.toolchain import run
+from ..toolchain.tools import run
 from ..hardware.host import HostMeasurement, parse_cpuinfo, read_caches
 from . import hostcc
 from .locations import user_db_path

@@ -3,7 +3,7 @@
 Pure. A case (FuzzCase) is a frozen dataclass that round-trips through JSON. Case `index` of
 seed `seed` is a deterministic function of (seed, index, targets, hardware pool): drawing 10 or
 10,000 cases gives the same first ten. Shrinking takes the predicate that runs a case as an
-argument, so it is tested with fakes. Running a case lives in xfc.fuzz_run, the command line
+argument, so it is tested with fakes. Running a case lives in xfc.testing.fuzz_run, the command line
 (`xfc fuzz`) in xfc.cli.fuzz.
 
 Sizes are biased toward the values where kernels break: 1, primes, powers of two +/- 1 and the
@@ -18,8 +18,8 @@ import shlex
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-from .errors import OperatorError, XfcError
-from .ops.spec import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
+from ..errors import OperatorError, XfcError
+from ..ops.spec import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
 
 CASE_FORMAT = 1
 TARGETS = ("host", "qemu", "pocl")
@@ -179,7 +179,7 @@ class FuzzCase:
         if not isinstance(quant, str) or (quant and dtype != "int8"):
             raise fail("quant", "must be a `--quant` string, and only for dtype int8")
         if quant:
-            from .ops.quant import parse_quant
+            from ..ops.quant import parse_quant
             try:
                 parse_quant(quant)
             except OperatorError as exc:

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from .errors import VerificationError
+from ..errors import VerificationError
 
 GUARD_BITS = 0x7FA5A5A5      # signalling NaN with a recognisable payload
 PREFILL_BITS = 0x7FC0DEAD    # quiet NaN: "never written"

@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .build.cpu import SANITIZE_FLAGS  # noqa: F401  (re-exported: the flags of a sanitized build, build/cpu.py)
-from .build.toolchain import HOST_CC
-from .cpu.plans import hand_plan
-from .errors import DeviceError, ToolchainError, VerificationError
-from .ops.spec import make_spec
+from ..toolchain.cpu import SANITIZE_FLAGS  # noqa: F401  (re-exported: the flags of a sanitized build, build/cpu.py)
+from ..toolchain.tools import HOST_CC
+from ..cpu.plans import hand_plan
+from ..errors import DeviceError, ToolchainError, VerificationError
+from ..ops.spec import make_spec
 
 SANITIZER_ENV = {
     # abort_on_error=0 keeps the exit status (1) instead of a signal; leaks are errors too
@@ -51,7 +51,7 @@ def host_isas(cpu_flags: Optional[set[str]] = None) -> list[str]:
                     break
         except OSError:
             pass
-    from .hardware.host import supported_isas
+    from ..hardware.host import supported_isas
     return list(supported_isas(cpu_flags))
 
 
@@ -103,7 +103,7 @@ THREADS = (1, 2, 3)
 
 def plan_for(case: EdgeCase, isa: str, threads: int):
     """hand_plan with the case's overrides; 0 means "the ISA's lanes" for nr / nc (tile-sized)."""
-    from .cpu.isa import ISA_TABLE
+    from ..cpu.isa import ISA_TABLE
     overrides = dict(case.plan)
     lanes = ISA_TABLE[isa].hand_lanes
     for key in ("nr", "nc"):
@@ -128,8 +128,8 @@ def sanitize_case(case: EdgeCase, isa: str, threads: int, work_dir: Path,
                   fault=None) -> list[SanitizeResult]:
     """Build one case with ASan + UBSan and run both entry points through the chain
     (xfc.pipeline.stages, sanitized=True). fault: a deliberately wrong kernel (tests only)."""
-    from .ops.dtypes import FP32, make_operands
-    from .pipeline import stages
+    from ..ops.dtypes import FP32, make_operands
+    from ..pipeline import stages
     plan = plan_for(case, isa, threads)
     spec = plan.spec
     built = stages.realize(plan, work_dir, fault=fault, sanitized=True)

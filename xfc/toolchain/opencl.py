@@ -17,7 +17,7 @@ from ..errors import ToolchainError
 from ..gpu.codegen import render_harness
 from . import procs
 from ..outputs import write_atomic
-from .toolchain import APT_PACKAGES as TOOL_PACKAGES
+from .tools import APT_PACKAGES as TOOL_PACKAGES
 
 APT_PACKAGES = TOOL_PACKAGES["opencl"]
 HARNESS_COMPILE_TIMEOUT_S = 180

@@ -1,5 +1,5 @@
-"""The int8 plan type (QPlan): what xfc.cpu.qplans (x86 hosts) and xfc.cpu.qarm (AArch64) produce
-and xfc.cpu.qcodegen renders. A module of its own so that both planners import it without
+"""The int8 plan type (Int8Plan): what xfc.cpu.int8_synth (x86 hosts) and xfc.cpu.int8_arm (AArch64) produce
+and xfc.cpu.int8_codegen renders. A module of its own so that both planners import it without
 importing each other."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from ..ops.spec import OperatorSpec
 
 
 @dataclass(frozen=True)
-class QPlan:
+class Int8Plan:
     spec: OperatorSpec
     quant: QuantParams                 # out_scale resolved
-    qisa: str                          # one of QISAS
+    dialect: str                          # one of INT8_DIALECTS
     lowering: str                      # 'gemm' | 'implicit_gemm' | 'direct_depthwise'
     mr: int
     nv: int
@@ -43,7 +43,7 @@ class QPlan:
         return INT8
 
     def summary(self) -> dict:
-        out = {"dialect": self.qisa, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
+        out = {"dialect": self.dialect, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
                "tile_rows": self.tile_rows, "threads": self.threads}
         if self.target_arch == "aarch64" and self.lowering != "direct_depthwise":
             out.update(k_depth=self.k_depth, registers_used=self.registers[0], registers_available=self.registers[1],
@@ -56,18 +56,18 @@ class Int8Synthesis:
     """An int8 plan with its explanation and report keys: what the chain reads of a synthesis
     (the fp32 and fp16 planners return xfc.cpu.explain.CpuSynthesis, with the same methods)."""
 
-    plan: QPlan
+    plan: Int8Plan
     seconds: float = 0.0
 
     def explain(self) -> str:
         return "\n".join([*self.plan.header_lines, *("  " + r for r in self.plan.reasons)])
 
     def summary_line(self) -> str:
-        return f"int8 {self.plan.qisa} tile {self.plan.mr}x{self.plan.nr}"
+        return f"int8 {self.plan.dialect} tile {self.plan.mr}x{self.plan.nr}"
 
     def report(self) -> dict:
         plan = self.plan
         return {"tiles": {"mr": plan.mr, "nr": plan.nr} if plan.lowering != "direct_depthwise" else None,
-                "predicted_gflops": plan.predicted_gops, "quantization": plan.quant.as_dict(), "dialect": plan.qisa,
+                "predicted_gflops": plan.predicted_gops, "quantization": plan.quant.as_dict(), "dialect": plan.dialect,
                 "lowering": plan.lowering, "tile_summary": plan.summary(), "threads": plan.threads,
                 "predicted_bound": "compute (int8 issue model)", "explain": self.explain()}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..cpu.codegen import RenderedKernel
 from ..outputs import write_atomic
-from .toolchain import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool, run
+from .tools import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool, run
 
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Wno-unused-function")
 

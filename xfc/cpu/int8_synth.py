@@ -1,9 +1,9 @@
 """int8 host kernel planning: which dialect, which register tile, how many threads.
 
-Pure: (spec, quantization, hardware, cluster, threads, host flags) -> QPlan. The fp32 synthesizer
+Pure: (spec, quantization, hardware, cluster, threads, host flags) -> Int8Plan. The fp32 synthesizer
 (synth.py) is not involved, so fp32 plans cannot change because of anything here.
 
-Dialects (templates/cpu/qdialect.h.j2):
+Dialects (templates/cpu/int8_dialect.h.j2):
   vnni     AVX-512 VNNI vpdpbusd: one instruction = 16 lanes x 4 u8*s8 products into int32.
   avx2     vpmaddwd on even/odd bytes widened in place: 2 vpmaddwd + 2 vpaddd per 8 lanes x 4
            products (vpmaddubsw would saturate its int16 pair sums, so it is not used).
@@ -37,9 +37,9 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .isa import isa_for
-from .qplan import Int8Synthesis, QPlan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
+from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
-QISAS = ("vnni", "avx2", "generic")
+INT8_DIALECTS = ("vnni", "avx2", "generic")
 LANES = {"vnni": 16, "avx2": 8, "generic": 4}          # int32 lanes per vector
 DOT_RATE = {"vnni": 1.0, "avx2": 0.5, "generic": 0.25}
 MAX_MR = 16
@@ -47,14 +47,14 @@ MAX_NV = 4
 VNNI_FLAG = "avx512_vnni"
 
 
-def registers_needed(qisa: str, mr: int, nv: int) -> int:
-    if qisa == "avx2":
+def registers_needed(dialect: str, mr: int, nv: int) -> int:
+    if dialect == "avx2":
         return mr * nv + 2 * nv + 2 + 1       # even/odd column halves, even/odd row value, the vpmaddwd result
     return mr * nv + nv + 1 + 1                # column vectors, the broadcast row value, one spare
 
 
 @dataclass(frozen=True)
-class QTile:
+class Int8Tile:
     mr: int
     nv: int
     lanes: int
@@ -72,7 +72,7 @@ def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: froze
     description lists only the features of its fp32 path, so VNNI is read from the flags)."""
     if hw.target_arch != "x86_64":
         raise OperatorError(f"int8_dialect picks x86 dialects; {hw.name} ({hw.target_arch}) is planned by "
-                            f"xfc.cpu.qarm (plan_int8 dispatches there)")
+                            f"xfc.cpu.int8_arm (plan_int8 dispatches there)")
     isa = isa_for(cluster.core)
     features = set(cluster.core.features) | set(host_flags)
     if isa == "avx512":
@@ -96,7 +96,7 @@ class GemmShape:
 
 def gemm_shape(spec: OperatorSpec) -> GemmShape:
     m, n, k = gemm_view(spec)
-    if isinstance(spec, Conv2dSpec):     # k groups: 4 input channels of one tap (qgemm.c.j2)
+    if isinstance(spec, Conv2dSpec):     # k groups: 4 input channels of one tap (int8_gemm.c.j2)
         return GemmShape(m, spec.out_w, spec.out_h, spec.r * spec.s * math.ceil(spec.c / 4))
     return GemmShape(m, n, 1, math.ceil(k / 4))
 
@@ -109,17 +109,17 @@ def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: f
     return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, column_tiles))
 
 
-def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) -> tuple[QTile, int]:
+def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int) -> tuple[Int8Tile, int]:
     """The register tile with the shortest modelled time, and how many tiles were scored."""
     core = cluster.core
-    lanes = LANES[qisa]
-    dots = core.fma_per_cycle * DOT_RATE[qisa]
+    lanes = LANES[dialect]
+    dots = core.fma_per_cycle * DOT_RATE[dialect]
     loads = core.load_rules.vector_loads_per_cycle
     clock_hz = cluster.clock_ghz * 1e9
     best, key_best, scored = None, None, 0
     for nv in range(1, MAX_NV + 1):
         for mr in range(1, MAX_MR + 1):
-            if registers_needed(qisa, mr, nv) > core.vector_registers:
+            if registers_needed(dialect, mr, nv) > core.vector_registers:
                 continue
             cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
             for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or shape.column_rows > 1)]:
@@ -127,7 +127,7 @@ def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) 
                 seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows)
                 key = (round(seconds * 1e12), -mr * nv, mr, rows)
                 if key_best is None or key < key_best:
-                    best, key_best = QTile(mr, nv, lanes, cycles, seconds, rows), key
+                    best, key_best = Int8Tile(mr, nv, lanes, cycles, seconds, rows), key
     if best is None:
         raise OperatorError(f"no int8 register tile fits {core.vector_registers} vector registers")
     return best, scored
@@ -136,66 +136,66 @@ def choose_tile(qisa: str, shape: GemmShape, cluster: CpuCluster, threads: int) 
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
-              force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> QPlan:
+              force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> Int8Plan:
     """The int8 plan. force_dialect / force_tile / force_rows (tests, benchmarks): a narrower
     dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile.
-    AArch64 descriptions are planned by xfc.cpu.qarm (sdot / smmla)."""
+    AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
-        from .qarm import plan_arm_int8
+        from .int8_arm import plan_arm_int8
         return plan_arm_int8(spec, quant, hw, cluster=cluster, threads=threads, function_name=function_name,
                              force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows)
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
-    qisa, why = int8_dialect(hw, cl, host_flags)
+    dialect, why = int8_dialect(hw, cl, host_flags)
     if force_dialect is not None:
-        allowed = QISAS[QISAS.index(qisa):]
+        allowed = INT8_DIALECTS[INT8_DIALECTS.index(dialect):]
         if force_dialect not in allowed:
             raise OperatorError(f"int8 dialect '{force_dialect}' is not available on {hw.name} "
                                 f"(available: {', '.join(allowed)})")
-        qisa, why = force_dialect, f"forced by the caller (core offers {qisa})"
+        dialect, why = force_dialect, f"forced by the caller (core offers {dialect})"
     threads = threads or cl.count
     if threads < 1:
         raise OperatorError(f"--threads must be >= 1, got {threads}")
     march = cl.core.gcc_march
-    name = function_name or ("xfc_q_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{quant.act_type}_{qisa}_t{threads}")
+    name = function_name or ("xfc_q_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{quant.act_type}_{dialect}_t{threads}")
     header = [f"xfc int8 CPU kernel: {spec.describe()}", f"quantization: {quant.describe()}",
-              f"dialect={qisa} ({why}) threads={threads}"]
+              f"dialect={dialect} ({why}) threads={threads}"]
     reasons = [f"dialect: {why}"]
     if isinstance(spec, DepthwiseSpec):
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
         reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
-        return QPlan(spec, quant, qisa, "direct_depthwise", 1, 1, LANES[qisa], min(threads, spec.n * spec.c), name,
+        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, LANES[dialect], min(threads, spec.n * spec.c), name,
                      march, None, tuple(header), tuple(reasons))
     m, n, k = gemm_view(spec)
     shape = gemm_shape(spec)
     if force_tile is not None:
         mr, nv = force_tile
-        if registers_needed(qisa, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
+        if registers_needed(dialect, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
             raise OperatorError(f"int8 tile {mr}x{nv} vectors does not fit {cl.core.vector_registers} registers")
-        cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[qisa]), float(cl.core.fma_latency_cycles))
+        cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[dialect]), float(cl.core.fma_latency_cycles))
         rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
-        tile = QTile(mr, nv, LANES[qisa], cycles,
-                     _tile_seconds(shape, mr, nv * LANES[qisa], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
-        reasons.append(f"register tile {mr}x{nv * LANES[qisa]} ({rows} output row(s)): forced by the caller")
+        tile = Int8Tile(mr, nv, LANES[dialect], cycles,
+                     _tile_seconds(shape, mr, nv * LANES[dialect], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
+        reasons.append(f"register tile {mr}x{nv * LANES[dialect]} ({rows} output row(s)): forced by the caller")
     else:
-        tile, scored = choose_tile(qisa, shape, cl, threads)
+        tile, scored = choose_tile(dialect, shape, cl, threads)
         reasons.append(
             f"register tile {tile.mr}x{tile.nr}{f' as {tile.tile_rows} output rows' if tile.tile_rows > 1 else ''} "
             f"({tile.mr * tile.nv} accumulators, "
-            f"{registers_needed(qisa, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
+            f"{registers_needed(dialect, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
-            f"({cl.core.fma_per_cycle * DOT_RATE[qisa]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
+            f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
     threads = max(1, min(threads, math.ceil(shape.column_rows / tile.tile_rows)
                          * math.ceil(shape.run / (tile.nr // tile.tile_rows))))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
                   + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else ""))
-    return QPlan(spec, quant, qisa, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
+    return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                  tuple(header), tuple(reasons), tile.tile_rows)
 
 
-def explain(plan: QPlan) -> str:
+def explain(plan: Int8Plan) -> str:
     return Int8Synthesis(plan).explain()
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..errors import OperatorError
 from ..ops.spec import gemm_view
-from .codegen import RenderedKernel
+from ..cpu.codegen import RenderedKernel
 
 
 @dataclass(frozen=True)

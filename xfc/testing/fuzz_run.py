@@ -9,12 +9,12 @@ case's seed and compares with the float64 reference (xfc.ops.check_output / xfc.
         qemu-aarch64 -cpu <plan.qemu_cpu>, per call and with the pre-packed entry point
   pocl  synthesize the OpenCL kernel, run it on PoCL (fp32, or fp16 storage for dtype fp16)
 
-Failure classes (xfc.fuzz.FAILURE_CLASSES): 'wrong' output, 'crash' (the kernel or the worker
+Failure classes (xfc.testing.fuzz.FAILURE_CLASSES): 'wrong' output, 'crash' (the kernel or the worker
 died, or the run failed), 'timeout', 'build' (the compiler rejected generated code), 'rejected'
 (synthesis refused a valid request: a generator or synthesizer bug) and 'error' (an unexpected
 Python exception in xfc).
 
-WorkerPool runs cases in worker processes (`python -m xfc.fuzz_run WORKDIR`, one JSON line per
+WorkerPool runs cases in worker processes (`python -m xfc.testing.fuzz_run WORKDIR`, one JSON line per
 case each way), each in its own session so that a timeout or Ctrl-C can kill the worker with
 its compilers and emulators; TMPDIR points into the pool's scratch directory, so whatever they
 leave behind is removed with it.
@@ -35,10 +35,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from .build import procs
-from .errors import ToolchainError, VerificationError, XfcError
+from ..toolchain import procs
+from ..errors import ToolchainError, VerificationError, XfcError
 from .fuzz import FuzzCase
-from .paths import IMPORT_ROOT
+from ..paths import IMPORT_ROOT
 
 DEFAULT_TIMEOUT_S = 120.0
 CASES_PER_WORKER = 150        # a worker loads one shared object per host case: start afresh now and then
@@ -49,7 +49,7 @@ WORKER_STOP_GRACE_S = procs.GRACE_S + 1.0
 
 @dataclass(frozen=True)
 class CaseResult:
-    status: str                         # 'pass' or one of xfc.fuzz.FAILURE_CLASSES
+    status: str                         # 'pass' or one of xfc.testing.fuzz.FAILURE_CLASSES
     detail: str = ""                    # one line: what failed, where
     seconds: float = 0.0
     error_ratio: Optional[float] = None  # worst |error| / bound over the checked outputs
@@ -73,7 +73,7 @@ class CaseResult:
 # ---------------------------------------------------------------------------------------------
 
 def host_cpuinfo() -> dict:
-    from .hardware.host import parse_cpuinfo
+    from ..hardware.host import parse_cpuinfo
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
@@ -84,7 +84,7 @@ def host_isas(cpuinfo: Optional[dict] = None) -> tuple[str, ...]:
     """ISAs this machine runs, native first (empty when the host is not x86-64)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return ()
-    from .hardware.host import supported_isas
+    from ..hardware.host import supported_isas
     return supported_isas((cpuinfo or host_cpuinfo())["flags"])
 
 
@@ -95,7 +95,7 @@ def host_description(isa: str):
     """The host description as a machine whose widest ISA is `isa` (the flags above it removed),
     so the synthesizer picks that ISA's lanes, registers and -march."""
     if isa not in _HOST_CACHE:
-        from .hardware.host import X86_64_V3_FLAGS, X86_64_V4_FLAGS, describe_host, read_caches
+        from ..hardware.host import X86_64_V3_FLAGS, X86_64_V4_FLAGS, describe_host, read_caches
         info = host_cpuinfo()
         if isa not in host_isas(info):
             raise ToolchainError(f"this host cannot run isa {isa} (its CPU flags lack part of what {isa} code needs)")
@@ -132,12 +132,12 @@ def _phase(status: str, what: str, fn, *args, **kwargs):
 
 def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
     """One CPU case through the chain (xfc.pipeline.stages): plan, build, both entry points, verdict."""
-    from .cpu.synth import synthesize_cpu
-    from .hardware.load import load
-    from .ops.dtypes import make_operands
-    from .ops.quant import parse_quant
-    from .pipeline import stages
-    from .pipeline.synth import plan_cpu
+    from ..cpu.synth import synthesize_cpu
+    from ..hardware.load import load
+    from ..ops.dtypes import make_operands
+    from ..ops.quant import parse_quant
+    from ..pipeline import stages
+    from ..pipeline.synth import plan_cpu
     hw = host_description(case.isa) if case.target == "host" else _phase("rejected", "hardware", load, case.hw)
     quant = parse_quant(case.quant) if case.dtype == "int8" else None
     if case.dtype == "fp32":   # the case's ISA forced (a narrower dialect than the core's, generic on ARM)
@@ -159,8 +159,8 @@ def _run_cpu(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
 
 
 def _run_pocl(case: FuzzCase, spec, work_dir: Path) -> tuple[float, str]:
-    from .pipeline import run_gpu_synth
-    from .hardware.load import load
+    from ..pipeline import run_gpu_synth
+    from ..hardware.load import load
     hw = _phase("rejected", "hardware", load, case.hw)
     try:
         report = run_gpu_synth(spec, hw, work_dir, dtype=case.dtype, verify=True, seed=case.seed).to_dict()
@@ -227,7 +227,7 @@ class _Worker:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "worker.log"
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "xfc.fuzz_run", str(self.dir)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "xfc.testing.fuzz_run", str(self.dir)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env, start_new_session=True, cwd=str(self.dir))
         os.set_blocking(self.proc.stdout.fileno(), False)

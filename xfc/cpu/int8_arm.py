@@ -1,8 +1,8 @@
 """ARM int8 planning (issue 13): which dot-product instruction and which MR x NR register tile.
 
-Pure: (spec, quantization, hardware, cluster, threads) -> QPlan (xfc.cpu.qplans), rendered by the
-same templates as the host path (templates/cpu/qgemm.c.j2 with the `sdot` / `smmla` pieces of
-qdialect.h.j2; depthwise: qdepthwise.c.j2 compiled for the core's -march).
+Pure: (spec, quantization, hardware, cluster, threads) -> Int8Plan (xfc.cpu.int8_synth), rendered by the
+same templates as the host path (templates/cpu/int8_gemm.c.j2 with the `sdot` / `smmla` pieces of
+int8_dialect.h.j2; depthwise: int8_depthwise.c.j2 compiled for the core's -march).
 
 Instructions (both signed x signed, int32 accumulation):
   sdot   (dotprod, Armv8.2+): SDOT Vd.4S, Vn.16B, Vm.4B[lane]: 4 int32 lanes, each += a 4-deep dot
@@ -25,7 +25,7 @@ Issue model, per k group of the register tile (one instruction per accumulator r
   in-order (pipeline: in_order, ld128 not dual-issued with the SIMD pipe, e.g. A55 / A510):
            cycles = max(instructions / rate + loads * ld128_blocking_cycles, latency)
     the split-load variant (only when forced: force_split_loads): each 128-bit operand is loaded
-    as `ldr d` + `ldr x` + `ins` (templates/cpu/qgemm.c.j2, xfc_ld128), the A55 trick of
+    as `ldr d` + `ldr x` + `ins` (templates/cpu/int8_gemm.c.j2, xfc_ld128), the A55 trick of
     onnxruntime's hand-written kernel, and would cost
            cycles = max(instructions / rate + loads + max(0, 2 * loads - instructions) / 2, latency)
     if every 64-bit load issued beside a dot product. gcc schedules the three instructions of each
@@ -50,7 +50,7 @@ from ..errors import OperatorError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
-from .qplan import QPlan
+from .int8_plan import Int8Plan
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators, NEON by the compiler)")
         reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
-        return QPlan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
+        return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
                      core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
                      target_arch="aarch64")
     m, n, k = gemm_view(spec)
@@ -285,7 +285,7 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
     header.append(f"{lowering}: M={m} N={n} K={k}, {tile.dot.name} register tile MR={tile.mr} NR={tile.nr}, "
                   f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else "")
                   + (", split 64-bit operand loads (in-order variant)" if tile.split_loads else ""))
-    return QPlan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
+    return Int8Plan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
                  core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
                  qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
                  ops_per_cycle=tile.ops_per_cycle,

@@ -11,10 +11,10 @@ from typing import Optional
 
 import numpy as np
 
-from .ops.dtypes import FP16, make_operands
-from .ops.fp16 import Fp16Bound
-from .pipeline import stages
-from .pipeline.synth import plan_cpu
+from ..ops.dtypes import FP16, make_operands
+from ..ops.fp16 import Fp16Bound
+from ..pipeline import stages
+from ..pipeline.synth import plan_cpu
 
 RUN_TIMEOUT_S = 900
 
@@ -53,7 +53,7 @@ def run_fp16_case(spec, hw, work: Path, *, cluster: Optional[str] = None, thread
     """Build and run spec's fp16 kernel for hw under qemu through the chain (xfc.pipeline.stages);
     inputs (a, b, bias) default to make_inputs(spec, seed); they are rounded to fp16 (the kernel's
     and the reference's values). mutant: a deliberately wrong kernel (xfc/cpu/mutants.py, tests only)."""
-    from .cpu.mutants import mutate
+    from .mutants import mutate
     synthesis, _ = plan_cpu(spec, hw, FP16, cluster=cluster, threads=threads)
     plan = synthesis.plan
     fault = (lambda rendered: mutate(rendered, mutant)) if mutant else None
@@ -72,6 +72,6 @@ def run_fp16_case(spec, hw, work: Path, *, cluster: Optional[str] = None, thread
 
 
 def _bound(spec, plan, operands) -> Fp16Bound:
-    from .ops.fp16 import fp16_bound
+    from ..ops.fp16 import fp16_bound
     a, b, bias = operands.arrays
     return fp16_bound(spec, a, b, bias, plan.gemm.kc if plan.gemm is not None else None)

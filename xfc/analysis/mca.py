@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .build import procs
-from .cpu.isa import isa_for
-from .errors import OperatorError, ToolchainError, XfcError
+from ..toolchain import procs
+from ..cpu.isa import isa_for
+from ..errors import OperatorError, ToolchainError, XfcError
 
 LLVM_MCA = "llvm-mca-16"
 LLVM_MCA_PACKAGE = "llvm-16"
@@ -456,7 +456,7 @@ def require_llvm_mca() -> str:
 
 def require_tools() -> None:
     """ToolchainError (exit 3, one line) unless llvm-mca-16 and the aarch64 cross compiler exist."""
-    from .build.toolchain import ARM_CC, require_tool
+    from ..toolchain.tools import ARM_CC, require_tool
     require_llvm_mca()
     require_tool(ARM_CC)
 
@@ -484,7 +484,7 @@ def _version_line(tool: str) -> str:
 
 
 def compiler_version() -> str:
-    from .build.toolchain import ARM_CC, require_tool
+    from ..toolchain.tools import ARM_CC, require_tool
     return _version_line(require_tool(ARM_CC))
 
 
@@ -525,9 +525,9 @@ _MCA_CACHE = _Memo()
 
 
 def assembly_command(rendered, kernel_c: Path, asm_out: Path) -> list[str]:
-    """xfc's ARM build command (xfc.build.cpu.arm_compile_command) for the kernel alone, with -S:
+    """xfc's ARM build command (xfc.toolchain.cpu.arm_compile_command) for the kernel alone, with -S:
     the same compiler and flags, no harness, the output an assembly file."""
-    from .build.cpu import arm_compile_command
+    from ..toolchain.cpu import arm_compile_command
     harness = Path(f"{rendered.function_name}_harness.c")
     argv = arm_compile_command(rendered, kernel_c, harness, asm_out)
     if argv.count(harness.name) != 1:
@@ -539,7 +539,7 @@ def assembly_command(rendered, kernel_c: Path, asm_out: Path) -> list[str]:
 def compile_to_assembly(rendered, timeout_s: float = 180.0) -> str:
     """The kernel's AArch64 assembly, compiled with xfc's ARM build flags (cached per source,
     command and compiler version)."""
-    from .build.toolchain import ARM_CC, require_tool
+    from ..toolchain.tools import ARM_CC, require_tool
     require_tool(ARM_CC)
     probe = assembly_command(rendered, Path("kernel.c"), Path("kernel.s"))
     key = (hashlib.sha256(rendered.source.encode()).hexdigest(), tuple(probe), compiler_version())
@@ -890,8 +890,8 @@ def gemm_stage_kernel(rendered) -> tuple:
     plan = rendered.plan
     if plan.lowering != "winograd":
         return rendered, ""
-    from .cpu.codegen import render_cpu_kernel
-    from .cpu.winograd import gemm_problem
+    from ..cpu.codegen import render_cpu_kernel
+    from ..cpu.winograd import gemm_problem
     problem = gemm_problem(plan.spec, plan.winograd_m)
     gemm_plan = dataclasses.replace(plan, spec=problem, lowering="gemm", winograd_m=0,
                                     function_name=f"{plan.function_name}_gemm_stage")
@@ -904,7 +904,7 @@ def gemm_stage_kernel(rendered) -> tuple:
 
 def analyze_synthesis(result) -> McaResult:
     """analyze_kernel for a CpuSynthesis (xfc.cpu.synth.synthesize_cpu's result)."""
-    from .cpu.codegen import render_cpu_kernel
+    from ..cpu.codegen import render_cpu_kernel
     return analyze_kernel(render_cpu_kernel(result.plan), result.cluster.core)
 
 

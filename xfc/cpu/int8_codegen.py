@@ -1,5 +1,5 @@
-"""int8 code generation: a QPlan -> C source of the kernel (templates/cpu/qgemm.c.j2 or
-qdepthwise.c.j2, dialect pieces in qdialect.h.j2) and of its harness (harness_int8.c.j2: the timing
+"""int8 code generation: a Int8Plan -> C source of the kernel (templates/cpu/int8_gemm.c.j2 or
+int8_depthwise.c.j2, dialect pieces in int8_dialect.h.j2) and of its harness (harness_int8.c.j2: the timing
 entry points, and a main speaking the CPU harness protocol of xfc/runners/base.py).
 
 C entry points (dimensions and quantization constants are compile-time; scales are not):
@@ -26,7 +26,7 @@ from ..ops.quant import channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import RenderedKernel
-from .qplans import QPlan
+from .int8_synth import Int8Plan
 
 
 _ENV = None
@@ -51,7 +51,7 @@ def _conv(spec) -> dict:
             "oh": spec.out_h, "ow": spec.out_w}
 
 
-def _shift(plan: QPlan) -> tuple[int, int]:
+def _shift(plan: Int8Plan) -> tuple[int, int]:
     """(XOR applied to every activation byte, the zero point in the shifted domain). x86: u8 x s8
     dot products, activations made unsigned (int8 ^ 0x80 = x + 128). ARM sdot/smmla: s8 x s8,
     activations made signed (uint8 ^ 0x80 = x - 128); xfc/cpu/qarm.py derives the correction."""
@@ -62,18 +62,18 @@ def _shift(plan: QPlan) -> tuple[int, int]:
     return q.shift, q.a_zero_point + q.shift
 
 
-def render_context(plan: QPlan) -> tuple[str, dict]:
+def render_context(plan: Int8Plan) -> tuple[str, dict]:
     spec, q = plan.spec, plan.quant
     qlo, qhi = clamp_bounds(spec, q)
     x86 = plan.target_arch != "aarch64"
-    ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.qisa, "op": spec.name,
+    ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.dialect, "op": spec.name,
            "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": x86, "march": plan.gcc_march,
            "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
            "act_signed": q.act_type == "int8", "za": q.a_zero_point}
     if isinstance(spec, DepthwiseSpec):
         ctx.update({"conv": _conv(spec), "batch": spec.n, "hp": spec.h + spec.pad_top + spec.pad_bottom,
                     "wp": spec.w + spec.pad_left + spec.pad_right})
-        return "cpu/qdepthwise.c.j2", ctx
+        return "cpu/int8_depthwise.c.j2", ctx
     m, n, k = gemm_view(spec)
     kd = plan.k_depth
     k4 = math.ceil(k / kd) * kd
@@ -108,10 +108,10 @@ def render_context(plan: QPlan) -> tuple[str, dict]:
                     "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd,
                     "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
                               for v in range(plan.nv)]})
-    return "cpu/qgemm.c.j2", ctx
+    return "cpu/int8_gemm.c.j2", ctx
 
 
-def render_int8_kernel(plan: QPlan) -> RenderedKernel:
+def render_int8_kernel(plan: Int8Plan) -> RenderedKernel:
     """Kernel and harness sources for a plan (deterministic: same plan, same text). The harness
     (templates/cpu/harness_int8.c.j2) holds the timing loops and, for a program (the static aarch64
     build run under qemu, or a host harness program), a main speaking every CPU harness's protocol."""
@@ -125,8 +125,8 @@ def render_int8_kernel(plan: QPlan) -> RenderedKernel:
             out_bytes=int(np.prod(spec.output_shape)))
     except jinja2.TemplateError as exc:
         raise OperatorError(f"rendering {template} for {plan.function_name} failed: {exc}") from exc
-    return RenderedKernel(source, harness, plan.function_name, plan.qisa, plan)
+    return RenderedKernel(source, harness, plan.function_name, plan.dialect, plan)
 
 
-def output_dtype(plan: QPlan):
+def output_dtype(plan: Int8Plan):
     return np_type(plan.quant.out_type)
