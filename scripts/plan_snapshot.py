@@ -63,6 +63,8 @@ ADDED_FIELDS: dict[str, str] = {
     "guarded_vector_store": "the GPU matmul store shape, decided by the template before; now a plan field",
     "report.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
     "report.json.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
+    "report.dtype": "issue 31: every CPU report names its dtype (it was only given for fp16 and int8)",
+    "report.json.dtype": "issue 31: every CPU report names its dtype (it was only given for fp16 and int8)",
 }
 
 # Values a restructure moved from one field to another: before the restructure, hand plans took
