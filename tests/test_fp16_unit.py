@@ -8,7 +8,8 @@ import pytest
 
 from support import recorded_host
 from xfc.cpu.codegen import render_cpu_kernel
-from xfc.cpu.fp16 import FP16_ISA, check_fp16_target, fp16_cluster, synthesize_fp16
+from xfc.cpu.config import FP16_ISA, cpu_config, fma_rate, gcc_march
+from xfc.cpu.fp16 import check_fp16_target, synthesize_fp16
 from xfc.cpu.isa import isa_row
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import MicroTile, enumerate_micro_tiles
@@ -57,10 +58,17 @@ def test_cache_tiles_use_2_byte_elements(core):
 def test_fp16_fma_rate_comes_from_the_description_and_predictions_double():
     hw = load("cortex-a76")
     assert hw.cluster().core.fp16_fma_per_cycle == 2.0
-    assert fp16_cluster(hw.cluster()).core.fma_per_cycle == 2.0
-    assert fp16_cluster(hw.cluster()).core.gcc_march.count("fp16") == 1
+    core = hw.cluster().core
+    assert fma_rate(core, FP16_ISA) == 2.0 and gcc_march(core, FP16_ISA).count("fp16") == 1
     spec = make_spec("matmul", dict(m=512, n=512, k=512))
-    p16 = synthesize_fp16(spec, hw, threads=1).estimate
+    before = hw
+    fp16 = synthesize_fp16(spec, hw, threads=1)
+    p16 = fp16.estimate
+    # issue 31: the description is never rewritten for a dtype; the plan carries the fp16 -march
+    assert hw == before and hw.cluster().core.gcc_march == core.gcc_march
+    assert fp16.plan.gcc_march == gcc_march(core, FP16_ISA) and fp16.plan.dtype.name == "fp16"
+    cfg = cpu_config(core, "fp16")
+    assert (cfg.dialect, cfg.lanes, cfg.instruction, cfg.issue_per_cycle) == (FP16_ISA, 8, "FMLA .8h", 2.0)
     p32 = synthesize_cpu(spec, hw, threads=1, lowering="direct").estimate
     peak32 = hw.cluster().peak_gflops_per_core
     assert p32.predicted_gflops <= peak32 < p16.predicted_gflops <= 2 * peak32

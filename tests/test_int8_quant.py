@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from xfc.cpu.int8_codegen import render_int8_kernel
-from xfc.cpu.int8_synth import INT8_DIALECTS, int8_dialect, plan_int8, registers_needed
+from xfc.cpu.config import INT8_DIALECTS, int8_dialect, int8_registers as registers_needed
+from xfc.cpu.int8_synth import plan_int8
 from xfc.errors import OperatorError
 from xfc.hardware.load import load
 from xfc.ops.quant import (MAX_INT8_REDUCTION, QuantParams, accumulators, check_qoutput, clamp_bounds, make_qinputs,
@@ -174,9 +175,9 @@ def test_verdict_reports_share_and_lsb():
 def test_dialect_follows_the_core_and_the_vnni_flag():
     host = load("host:avx512") if "avx512" in _isas() else None
     if host is not None:
-        assert int8_dialect(host, host.cluster(), frozenset({"avx512_vnni"}))[0] == "vnni"
-        assert int8_dialect(host, host.cluster(), frozenset())[0] == "avx2"
-    assert int8_dialect(load("host:generic"), load("host:generic").cluster())[0] == "generic"
+        assert int8_dialect(host.cluster().core, frozenset({"avx512_vnni"}))[0] == "vnni"
+        assert int8_dialect(host.cluster().core, frozenset())[0] == "avx2"
+    assert int8_dialect(load("host:generic").cluster().core)[0] == "generic"
     # ARM descriptions are planned by xfc.cpu.int8_arm (tests/test_int8_arm.py); a core without dotprod is refused
     assert plan_int8(make_spec("matmul", {"m": 4, "n": 4, "k": 4}), QuantParams(), load("snapdragon-865")).dialect == "sdot"
     with pytest.raises(OperatorError, match="lacks 'dotprod'"):
