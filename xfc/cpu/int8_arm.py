@@ -187,8 +187,8 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
         reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
         return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
-                     core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
-                     target_arch="aarch64")
+                        core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
+                        target_arch="aarch64")
     m, n, k = gemm_view(spec)
     if force_tile is not None:
         mr, nv = force_tile
@@ -248,8 +248,17 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
     header.append(f"{lowering}: M={m} N={n} K={k}, {tile.dot.name} register tile MR={tile.mr} NR={tile.nr}, "
                   f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else "")
                   + (", split 64-bit operand loads (in-order variant)" if tile.split_loads else ""))
+    reasons.append("k loops not unrolled: copies of the k step interleaved by the scheduler spill operands "
+                   "(llvm-mca, benchmarks/arm_int8_mca.py)")
     return Int8Plan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
-                 core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
-                 qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
-                 ops_per_cycle=tile.ops_per_cycle,
-                 registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers))
+                    core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
+                    qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
+                    ops_per_cycle=tile.ops_per_cycle,
+                    registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers),
+                    activation_offset=signed_offset(quant), k_unroll=1,
+                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
+
+
+def signed_offset(quant: QuantParams) -> int:
+    """s8 x s8 dot products (sdot, smmla): uint8 activations are made signed by x ^ 0x80 = x - 128."""
+    return -128 if quant.act_type == "uint8" else 0

@@ -41,6 +41,9 @@ from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type liv
 
 MAX_MR = 16
 MAX_NV = 4
+# u8 x s8 dot products (vpdpbusd, vpmaddwd on zero-extended bytes): int8 activations are made unsigned
+# by x ^ 0x80 = x + 128 (QuantParams.shift), uint8 ones are used as they are.
+DEPTHWISE_TARGET_PRAGMA = {"vnni": "avx2,fma,avx512f,avx512bw,avx512vl", "avx2": "avx2,fma", "generic": ""}
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,12 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     if isinstance(spec, DepthwiseSpec):
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
         reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
-        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, INT8_LANES[dialect], min(threads, spec.n * spec.c), name,
-                     march, None, tuple(header), tuple(reasons))
+        pragma = DEPTHWISE_TARGET_PRAGMA[dialect]
+        if pragma:
+            reasons.append(f"depthwise rows vectorized by gcc for `#pragma GCC target(\"{pragma}\")` (the {dialect} "
+                           f"dialect's instructions)")
+        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, INT8_LANES[dialect], min(threads, spec.n * spec.c),
+                        name, march, None, tuple(header), tuple(reasons), target_pragma=pragma)
     m, n, k = gemm_view(spec)
     shape = gemm_shape(spec)
     if force_tile is not None:
@@ -166,7 +173,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
                   + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else ""))
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
-                 tuple(header), tuple(reasons), tile.tile_rows)
+                    tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
+                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
 
 
 def explain(plan: Int8Plan) -> str:
