@@ -65,6 +65,10 @@ ADDED_FIELDS: dict[str, str] = {
     "report.json.code_shape": "the synthesis report lists the plan's code-shape fields beside its tiles",
     "report.dtype": "issue 31: every CPU report names its dtype (it was only given for fp16 and int8)",
     "report.json.dtype": "issue 31: every CPU report names its dtype (it was only given for fp16 and int8)",
+    "spec.epilogue.residual": "the network runtime's residual epilogue (issue 32): False for every kernel "
+                              "before it, which renders unchanged",
+    "spec.epilogue.alpha": "the slope of the network runtime's leakyrelu epilogue (issue 32): 0.0 for every "
+                           "kernel before it, which renders unchanged",
 }
 
 # Values a restructure moved from one field to another: before the restructure, hand plans took

@@ -27,7 +27,7 @@ from typing import Optional
 import jinja2
 
 from ..errors import OperatorError
-from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
+from ..ops.spec import NETWORK_ACTIVATIONS, Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..ops.dtypes import kernel_abi
 from ..paths import TEMPLATES_DIR
 from . import neon_asm, winograd
@@ -103,6 +103,10 @@ def validate_plan(plan: CpuKernelPlan) -> None:
     if plan.lowering not in allowed:
         raise OperatorError(f"plan lowering '{plan.lowering}' does not fit {spec.name} "
                             f"(expected {' or '.join(repr(a) for a in allowed)})")
+    if spec.epilogue.extended and row.elem_type != "float":
+        raise OperatorError(f"epilogue '{spec.epilogue.describe()}' is for fp32 kernels (isa {plan.isa})")
+    if spec.epilogue.residual and plan.lowering == "direct_depthwise":
+        raise OperatorError("a residual epilogue is fused into GEMM and Winograd kernels, not depthwise ones")
     expected = plan.lowering
     if expected == winograd.LOWERING:
         winograd.validate(plan)
@@ -242,6 +246,10 @@ def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
         "has_mask": row.has_mask,
         "has_bias": spec.epilogue.bias,
         "activation": spec.epilogue.activation,
+        "alpha": f"{spec.epilogue.alpha!r}f",   # leakyrelu's slope as a C float literal
+        "network_activation": spec.epilogue.activation in NETWORK_ACTIVATIONS,
+        "residual": spec.epilogue.residual,
+        "threads_symbol": None,   # render_cpu_kernel(threads_symbol=...): the thread count is a variable
         "epilogue_text": spec.epilogue.describe(),
         "problem_text": spec.describe(),
         "arg_doc": {"matmul": "in0=A[batch,M,K], in1=B[batch,K,N], bias[N], out=C[batch,M,N]",
@@ -430,9 +438,16 @@ def render_context(plan: CpuKernelPlan) -> tuple[str, dict]:
     return "cpu/gemm.c.j2", gemm_context(plan)
 
 
-def render_cpu_kernel(plan: CpuKernelPlan) -> RenderedKernel:
-    """Render the kernel and harness C sources for a plan (deterministic: same plan, same text)."""
+def render_cpu_kernel(plan: CpuKernelPlan, threads_symbol: Optional[str] = None) -> RenderedKernel:
+    """Render the kernel and harness C sources for a plan (deterministic: same plan, same text).
+    threads_symbol: the name of a thread-local `int` (defined elsewhere, e.g. by the network runtime,
+    which sets it to the thread count chosen at create) that replaces the plan's constant thread count
+    in the OpenMP regions; None: the plan's count."""
     template_name, ctx = render_context(plan)
+    if threads_symbol is not None:
+        if not _C_IDENT.match(threads_symbol):
+            raise OperatorError(f"threads_symbol '{threads_symbol}' is not a C identifier")
+        ctx["threads_symbol"] = threads_symbol
     env = _env()
     try:
         source = env.get_template(template_name).render(**ctx)

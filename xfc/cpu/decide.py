@@ -102,7 +102,7 @@ def depthwise_ukernel(row: IsaRow, core: Optional[CpuCore], spec: DepthwiseSpec,
     description, inline assembly (registers from the plan; GCC spills the intrinsics loop:
     ../shared/reference/arm-mca.md) when taps, accumulators, activation constants and two input
     vectors fit the register file and every offset encodes in one q load/store; else intrinsics."""
-    if core is None or not row.lane_indexed:
+    if core is None or not row.lane_indexed or spec.epilogue.extended:   # the asm loop spells relu / relu6 only
         return "intrinsics"
     regs = neon_asm.depthwise_registers(spec.r * spec.s, oh_rows, ow_vectors, spec.epilogue.activation)
     block = ow_vectors * lanes
@@ -119,6 +119,11 @@ def depthwise_ukernel(row: IsaRow, core: Optional[CpuCore], spec: DepthwiseSpec,
 
 def depthwise_code_shape(row: IsaRow, spec: DepthwiseSpec, lanes: int, ow_vectors: int,
                          ukernel: str = "intrinsics") -> dict:
-    """The code-shape fields of a DepthwiseSchedule (ir.DepthwiseSchedule.CODE_SHAPE_FIELDS)."""
-    return {"row_tail": row_tail(row, lanes, spec.out_w, ow_vectors),
+    """The code-shape fields of a DepthwiseSchedule (ir.DepthwiseSchedule.CODE_SHAPE_FIELDS). The
+    half-width tail spells relu / relu6 only: an extended epilogue (Epilogue.extended) takes the
+    masked or buffered tail."""
+    tail = row_tail(row, lanes, spec.out_w, ow_vectors)
+    if tail == "half_width" and spec.epilogue.extended:
+        tail = "masked" if row.has_mask else "buffer"
+    return {"row_tail": tail,
             "stage_copy": "run" if spec.stride_w == 1 else "strided", "ukernel": ukernel}

@@ -191,6 +191,9 @@ def synthesize_gpu(spec: OperatorSpec, hw, dtype: str = "fp32",
     hw_name, gpu = gpu_of(hw)
     if not isinstance(spec, (MatmulSpec, Conv2dSpec, DepthwiseSpec)):
         raise OperatorError(f"GPU synthesis does not support operator {getattr(spec, 'name', spec)!r}")
+    if spec.epilogue.extended:
+        raise OperatorError(f"GPU kernels fuse bias and relu / relu6; epilogue '{spec.epilogue.describe()}' is for "
+                            f"the CPU network runtime")
     if gpu.family not in ("mali", "adreno"):
         raise HardwareError(f"GPU family '{gpu.family}' of '{hw_name}' is not supported (expected mali or adreno)")
     cap = _check_request(gpu, hw_name, dtype, max_work_group_size)

@@ -41,16 +41,67 @@ def make_inputs(spec: OperatorSpec, seed: int = 0) -> tuple[np.ndarray, np.ndarr
     return (a * scale).astype(np.float32), (b * scale).astype(np.float32), bias
 
 
-def _epilogue(out: np.ndarray, bias: np.ndarray, spec: OperatorSpec, bias_axis: int) -> np.ndarray:
+# The activations of an epilogue (Epilogue.activation), as ONNX defines them:
+#   hardswish  x * max(0, min(1, x/6 + 1/2))      sigmoid  1 / (1 + exp(-x))
+#   silu       x * sigmoid(x)                     leakyrelu  x if x >= 0 else alpha x
+# Lipschitz constants (how much an input error can grow) and the rounding units an fp32 evaluation
+# spends, relative to ACTIVATION_MAGNITUDE (exp is evaluated to within 2 units by the kernels'
+# polynomial; a sigmoid then adds an addition and a division; hardswish's clamp argument, the
+# product with x and the scaling by 1/6 round three times, relative to |x| (not |y|: for x near -3
+# the result is much smaller than its factors)).
+ACTIVATION_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "sigmoid": 0.25, "silu": 1.1,
+                        "leakyrelu": 1.0}
+ACTIVATION_UNITS = {"none": 0, "relu": 0, "relu6": 0, "hardswish": 4, "sigmoid": 8, "silu": 10, "leakyrelu": 1}
+
+
+def activate(y: np.ndarray, activation: str, alpha: float = 0.0) -> np.ndarray:
+    """An epilogue activation in y's dtype (the float64 oracle)."""
+    if activation == "relu":
+        return np.maximum(y, 0)
+    if activation == "relu6":
+        return np.clip(y, 0, 6)
+    if activation == "hardswish":
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    if activation == "sigmoid":
+        return 1 / (1 + np.exp(-y))
+    if activation == "silu":
+        return y / (1 + np.exp(-y))
+    if activation == "leakyrelu":
+        return np.where(y >= 0, y, alpha * y)
+    return y
+
+
+def activation_lipschitz(activation: str, alpha: float = 0.0) -> float:
+    return max(1.0, abs(alpha)) if activation == "leakyrelu" else ACTIVATION_LIPSCHITZ[activation]
+
+
+def activation_bound(pre_bound, pre: np.ndarray, activation: str, alpha: float = 0.0) -> np.ndarray:
+    """Bound on |act(y~) - act(y)| given |y~ - y| <= pre_bound at the computed pre-activation pre
+    (float64): the activation's Lipschitz constant times pre_bound, plus its own evaluation
+    roundings (ACTIVATION_UNITS of the larger of |act(pre)| and, for hardswish, |pre|)."""
+    out = activation_lipschitz(activation, alpha) * np.asarray(pre_bound, np.float64)
+    units = ACTIVATION_UNITS[activation]
+    if units:
+        pre = np.asarray(pre, np.float64)
+        reach = np.abs(pre) + out
+        magnitude = np.abs(activate(pre, activation, alpha)) + out
+        if activation == "hardswish":
+            magnitude = np.maximum(magnitude, reach)
+        out = out + _gamma(units) * magnitude + np.finfo(np.float32).tiny
+    return out
+
+
+def _epilogue(out: np.ndarray, bias: np.ndarray, spec: OperatorSpec, bias_axis: int,
+              residual: Optional[np.ndarray] = None) -> np.ndarray:
     if spec.epilogue.bias:
         shape = [1] * out.ndim
         shape[bias_axis] = -1
         out = out + bias.astype(out.dtype).reshape(shape)
-    if spec.epilogue.activation == "relu":
-        out = np.maximum(out, 0)
-    elif spec.epilogue.activation == "relu6":
-        out = np.clip(out, 0, 6)
-    return out
+    if spec.epilogue.residual:
+        if residual is None:
+            raise ValueError(f"{spec.describe()}: the reference needs the residual addend")
+        out = out + np.asarray(residual).astype(out.dtype).reshape(out.shape)
+    return activate(out, spec.epilogue.activation, spec.epilogue.alpha)
 
 
 def _windows(x: np.ndarray, spec: _WindowedSpec) -> np.ndarray:
@@ -65,18 +116,19 @@ def _windows(x: np.ndarray, spec: _WindowedSpec) -> np.ndarray:
 
 
 def reference(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
-              dtype=np.float64) -> np.ndarray:
-    """The numpy oracle. Computed in float64 by default so that it is exact enough to judge fp32."""
+              dtype=np.float64, residual: Optional[np.ndarray] = None) -> np.ndarray:
+    """The numpy oracle. Computed in float64 by default so that it is exact enough to judge fp32.
+    residual: the addend of an epilogue with a residual (what the output buffer holds on entry)."""
     a = a.astype(dtype)
     b = b.astype(dtype)
     if isinstance(spec, MatmulSpec):
-        return _epilogue(np.matmul(a, b), bias, spec, bias_axis=2)
+        return _epilogue(np.matmul(a, b), bias, spec, bias_axis=2, residual=residual)
     windows = _windows(a, spec)
     if isinstance(spec, Conv2dSpec):
         out = np.einsum("ncxyrs,kcrs->nkxy", windows, b, optimize=True)
     else:
         out = np.einsum("ncxyrs,crs->ncxy", windows, b[:, 0], optimize=True)
-    return _epilogue(out, bias, spec, bias_axis=1)
+    return _epilogue(out, bias, spec, bias_axis=1, residual=residual)
 
 
 def magnitude(spec: OperatorSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -123,12 +175,43 @@ def check_output(spec: OperatorSpec, got: np.ndarray, a: np.ndarray, b: np.ndarr
     sqrt(K) limit. The statistical model assumes inputs with random mantissas (make_inputs).
     winograd_m: the output of a Winograd plan with that tile size (CpuKernelPlan.winograd_m) is
     judged under its own derived bound (xfc/ops/winograd.py); 0: a direct plan."""
+    if spec.epilogue.residual:
+        raise ValueError(f"{spec.describe()}: a residual epilogue needs its addend: check_extended_output")
+    if spec.epilogue.extended:
+        return check_extended_output(spec, got, a, b, bias, winograd_m=winograd_m)
     if winograd_m:
         return check_winograd_output(spec, winograd_m, got, a, b, bias)
     mag = magnitude(spec, a, b, bias)
     k = spec.reduction_size
     variance = variance_bound(k, mag) if statistical else None
     return judge(reference(spec, a, b, bias), got, error_bound(spec, a, b, bias, mag), variance, k)
+
+
+def check_extended_output(spec: OperatorSpec, got, a: np.ndarray, b: np.ndarray, bias: Optional[np.ndarray],
+                          residual: Optional[np.ndarray] = None, winograd_m: int = 0) -> Verdict:
+    """The verdict for a kernel whose epilogue is extended (Epilogue.extended: a residual addend
+    and/or a network activation). The pre-activation y = W x + b + r is bounded as for a plain
+    kernel (the K-derived bound, or the Winograd bound for a Winograd plan) plus the two roundings
+    of the residual add, gamma_2 (|r| + |y|); the activation then scales it by its Lipschitz
+    constant and adds its own evaluation roundings (activation_bound). No RMS check: its model
+    counts the roundings of a plain dot product."""
+    from .spec import Epilogue
+    plain = _replace_epilogue(spec, Epilogue(bias=spec.epilogue.bias))
+    pre = reference(plain, a, b, bias)
+    if winograd_m:
+        pre_bound = winograd_error_bound(plain, a, b, bias, winograd_m)
+    else:
+        pre_bound = error_bound(plain, a, b, bias)
+    if spec.epilogue.residual:
+        r = np.asarray(residual, np.float64).reshape(pre.shape)
+        pre = pre + r
+        pre_bound = pre_bound + _gamma(2) * (np.abs(r) + np.abs(pre))
+    expected = activate(pre, spec.epilogue.activation, spec.epilogue.alpha)
+    return judge(expected, got, activation_bound(pre_bound, pre, spec.epilogue.activation, spec.epilogue.alpha))
+
+
+def _replace_epilogue(spec: OperatorSpec, epilogue) -> OperatorSpec:
+    return type(spec)(**spec.shape_dict(), epilogue=epilogue)
 
 
 def check_winograd_output(spec: Conv2dSpec, m: int, got, a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Verdict:

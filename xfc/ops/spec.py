@@ -19,7 +19,11 @@ import numpy as np
 
 from ..errors import OperatorError
 
-ACTIVATIONS = ("none", "relu", "relu6")
+ACTIVATIONS = ("none", "relu", "relu6")   # what `xfc synth --activation` and the fuzzer choose from
+# Epilogues the network runtime fuses besides (xfc/model/runtime): CPU fp32 kernels only; every other
+# target refuses them. leakyrelu takes its slope from Epilogue.alpha.
+NETWORK_ACTIVATIONS = ("hardswish", "sigmoid", "silu", "leakyrelu")
+ALL_ACTIVATIONS = ACTIVATIONS + NETWORK_ACTIVATIONS
 OPERATORS = ("matmul", "conv2d", "depthwise")
 # Element types: fp32 everywhere; fp16 on the GPU target; int8 (xfc.ops.quant: ONNX QLinear*
 # semantics) on x86-64 host kernels (xfc.cpu.int8_synth). Each target refuses a type it lacks.
@@ -28,16 +32,33 @@ DTYPES = ("fp32", "fp16", "int8")
 
 @dataclass(frozen=True)
 class Epilogue:
+    """What a kernel does to each accumulated output, in this order: + bias, + residual, activation.
+
+    residual: the output buffer holds an addend on entry (a residual Add fused into the layer that
+    produces its other input), read before it is overwritten: out = act(acc + bias + out_in).
+    alpha: the slope of leakyrelu (0 for every other activation)."""
+
     bias: bool = False
-    activation: str = "none"  # one of ACTIVATIONS
+    activation: str = "none"  # one of ALL_ACTIVATIONS
+    residual: bool = False
+    alpha: float = 0.0
 
     def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
+        if self.activation not in ALL_ACTIVATIONS:
             raise OperatorError(
-                f"unknown activation '{self.activation}' (expected one of {', '.join(ACTIVATIONS)})")
+                f"unknown activation '{self.activation}' (expected one of {', '.join(ALL_ACTIVATIONS)})")
+        if self.alpha and self.activation != "leakyrelu":
+            raise OperatorError(f"epilogue alpha={self.alpha:g} is the slope of leakyrelu, not of '{self.activation}'")
+
+    @property
+    def extended(self) -> bool:
+        """Uses what only the network runtime's CPU fp32 kernels do: a residual or a network activation."""
+        return self.residual or self.activation in NETWORK_ACTIVATIONS
 
     def describe(self) -> str:
-        parts = (["bias"] if self.bias else []) + ([self.activation] if self.activation != "none" else [])
+        act = f"leakyrelu{self.alpha:g}" if self.activation == "leakyrelu" else self.activation
+        parts = (["bias"] if self.bias else []) + (["residual"] if self.residual else []) \
+            + ([act] if self.activation != "none" else [])
         return "+".join(parts) if parts else "none"
 
 
@@ -277,9 +298,11 @@ def parse_shape(op: str, text: str) -> dict[str, int]:
 
 
 def make_spec(op: str, shape: dict[str, int], *, stride: str | tuple = "1", pad: str | tuple = "0",
-              dilation: str | tuple = "1", bias: bool = False, activation: str = "none") -> OperatorSpec:
-    """Build and validate a spec from CLI-style pieces. stride/pad/dilation accept '1', '1,2', (1, 2)."""
-    epilogue = Epilogue(bias=bias, activation=activation)
+              dilation: str | tuple = "1", bias: bool = False, activation: str = "none", residual: bool = False,
+              alpha: float = 0.0) -> OperatorSpec:
+    """Build and validate a spec from CLI-style pieces. stride/pad/dilation accept '1', '1,2', (1, 2).
+    residual / alpha: the network runtime's epilogue extensions (Epilogue)."""
+    epilogue = Epilogue(bias=bias, activation=activation, residual=residual, alpha=alpha)
     if op == "matmul":
         return _validate(MatmulSpec(m=shape["m"], n=shape["n"], k=shape["k"], batch=shape.get("batch", 1),
                                     epilogue=epilogue))
