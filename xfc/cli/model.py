@@ -41,6 +41,8 @@ def cmd_model(args) -> int:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     if args.dtype != "fp32":
         raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
+    if args.embed_weights and args.emit != "lib":
+        raise OperatorError("--embed-weights compiles the weights into the network library: add --emit lib")
     input_shapes = parse_input_shapes(args.input_shape)
     hw = load(args.hw)
     check_request(hw, args.target, args.device, args.emit, args.bench)
@@ -51,7 +53,7 @@ def cmd_model(args) -> int:
                        threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
-                       bench=args.bench, repeat=args.repeat, progress=progress)
+                       bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -95,8 +97,11 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
     p.add_argument("--bench", action="store_true",
                    help="--hw host: time every covered layer (weights pre-packed) and compare with onnxruntime's "
-                        "per-node profiler times (same thread count; fused nodes matched to layers)")
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per layer for --bench (default 20)")
+                        "per-node profiler times (same thread count; fused nodes matched to layers); with --emit lib: "
+                        "the whole network's benchmark program against onnxruntime's session.run (host), under qemu "
+                        "(ARM, emulated) or on --device")
+    p.add_argument("--repeat", type=int, default=20,
+                   help="timed runs per layer (per round of the network with --emit lib) for --bench (default 20)")
     p.add_argument("--device", metavar="SERIAL|qemu", default=None,
                    help="ARM descriptions: run the layers under qemu-aarch64 ('qemu', the default for --verify) or on "
                         "an ADB device (a serial, see 'xfc devices'; implies --verify). The virtual device's and "
@@ -104,9 +109,13 @@ def register(sub) -> None:
     p.add_argument("--adb-host", default=None, help="adb server host (default: 127.0.0.1)")
     p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
     p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
-                   help="kernels (one per distinct layer, with its harness; default) or lib (a static library "
-                        "lib<xfc_model>-<abi>.a for the description's ABI with a C header, CMakeLists.txt, "
-                        "manifest.json and weight blobs, written into DIR itself, beside report.json)")
+                   help="kernels (one per distinct layer, with its harness; default) or lib (the whole network in C: "
+                        "a static library lib<xfc_model>-<abi>.a for the description's ABI with its C API header, the "
+                        "weights file, the benchmark program's source, CMakeLists.txt and manifest.json, written into "
+                        "DIR itself, beside report.json; --verify / --bench then run the network's benchmark program: "
+                        "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device)")
+    p.add_argument("--embed-weights", action="store_true",
+                   help="with --emit lib: compile the weights into the library (<name>_create_embedded)")
     p.add_argument("--explain", action="store_true",
                    help="print each distinct layer's tile program and the constraint behind each level")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

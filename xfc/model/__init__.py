@@ -12,7 +12,9 @@ One concern per module, data flowing one way:
     run.py       --verify: run the network with xfc kernels + onnx.reference, compare with
                  onnxruntime under the propagated bound
     bench.py     --bench: time the layers; on the host, match onnxruntime's profiled nodes to them
-    library.py   --emit lib: static library, header, CMakeLists.txt, manifest, weight blobs
+    library.py   the toolchain per ABI and the C names of --emit lib
+    runtime/     --emit lib: the whole network in C (lowering, arena, C runtime, benchmark program,
+                 --verify / --bench of the network; see runtime/__init__.py)
     report.py    the report (JSON) and its table
     pipeline.py  load -> map -> synthesize -> build -> verify -> bench -> [library] -> report, into an OutputDir
     xfc/cli/model.py   the `xfc model` sub-command

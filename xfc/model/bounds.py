@@ -25,6 +25,11 @@ arithmetic; any summation order, FMA or not):
 * BatchNormalization on its own: |s| e + gamma_6 (|s| (|x~| + e + |mean|) + |beta|).
 * Conv, ConvTranspose, Gemm, MatMul that xfc does not cover: the layer rule with K of the node
   (ConvTranspose: an upper bound on the terms per output).
+* Sigmoid, HardSwish, LeakyRelu (and the epilogues of those names): their Lipschitz constant
+  times e, plus their own evaluation roundings (xfc.ops.reference.activation_bound: exp is assumed
+  to be evaluated within 2 units, in xfc and in the other runtime); HardSigmoid: |alpha| e +
+  gamma_2 (|alpha x~| + |beta|).
+* Resize / Upsample with mode nearest: data movement.
 * Integer outputs (Shape, ...) are exact when their inputs are; any other op has no rule here
   (bound None, reported).
 
@@ -42,6 +47,7 @@ from typing import Optional, Sequence
 import numpy as np
 from onnx import helper
 
+from ..ops.reference import activation_bound
 from .nodes import run_node, variant
 
 UNIT = 2.0 ** -24
@@ -58,6 +64,15 @@ MOVEMENT = {   # op -> input indices that carry data (None: all inputs)
 AVERAGES = frozenset({"AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum"})
 BILINEAR = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 BN_UNITS = 6
+
+
+# ONNX activations with an error rule, as xfc.ops.reference's epilogue activations
+ACTIVATIONS = {"Sigmoid": "sigmoid", "HardSwish": "hardswish", "LeakyRelu": "leakyrelu"}
+
+
+def _mode(node) -> str:
+    mode = _attr(node, "mode", b"nearest")
+    return mode.decode() if isinstance(mode, bytes) else str(mode)
 
 
 def gamma(n: int) -> float:
@@ -186,8 +201,18 @@ def propagate(node, opset: int, ins: Sequence[Optional[np.ndarray]], bounds: Seq
     ay = np.abs(y.astype(np.float64))
     if op in LIPSCHITZ_ONE:
         return [bounds[0], *rest]
-    if op in MOVEMENT:
-        data = range(len(ins)) if MOVEMENT[op] is None else MOVEMENT[op]
+    if op in ACTIVATIONS:
+        x, e = present[0]
+        alpha = float(_attr(node, "alpha", 0.01)) if op == "LeakyRelu" else 0.0
+        return [activation_bound(_full(e, x), np.asarray(x, np.float64), ACTIVATIONS[op], alpha), *rest]
+    if op == "HardSigmoid":
+        x, e = present[0]
+        alpha, beta = float(_attr(node, "alpha", 0.2)), float(_attr(node, "beta", 0.5))
+        return [abs(alpha) * _full(e, x) + gamma(2) * (abs(alpha) * np.abs(x.astype(np.float64)) + abs(beta)) + TINY,
+                *rest]
+    nearest = op in ("Resize", "Upsample") and _mode(node) == "nearest"
+    if op in MOVEMENT or nearest:
+        data = (0,) if nearest else range(len(ins)) if MOVEMENT[op] is None else MOVEMENT[op]
         feeds = {}
         for idx, (name, x) in enumerate(zip(node.input, ins)):
             if name and x is not None:

@@ -61,6 +61,8 @@ class Layer:
     bias_magnitude: np.ndarray       # float64 magnitude of the bias before the fold's roundings (bounds)
     fold_units: int                  # rounding units that folding may add, in xfc or another runtime
     flops: int                       # FLOPs of every ONNX node the layer runs (coverage.py)
+    groups: int = 1                  # > 1: a grouped convolution (mapping.map_network(grouped=True)): spec is one
+                                     # group's with batch 1; weight [K, C/groups, R, S] and bias [K] of all groups
 
     @property
     def label(self) -> str:

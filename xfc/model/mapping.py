@@ -64,11 +64,13 @@ class _Core:
     fold_units: int = 0
     bias_magnitude: Optional[np.ndarray] = None
     notes: list = field(default_factory=list)
+    groups: int = 1                       # grouped convolution: shape is one group's (batch 1)
 
 
 class _Mapper:
-    def __init__(self, loaded: LoadedModel):
+    def __init__(self, loaded: LoadedModel, grouped: bool = False):
         self.loaded = loaded
+        self.grouped = grouped
         self.path = loaded.path
         self.nodes = [n for n in loaded.model.graph.node
                       if not ((n.op_type == "Constant" and _is_default_domain(n))
@@ -160,6 +162,9 @@ class _Mapper:
             return _Core(op="conv2d", shape=dict(n=n, c=c, h=h, w=w, k=m, r=kh, s=kw), out_shape=(), **common)
         if group == c and m == c:
             return _Core(op="depthwise", shape=dict(n=n, c=c, h=h, w=w, r=kh, s=kw), out_shape=(), **common)
+        if self.grouped:   # one conv2d kernel per group and batch item (the network runtime loops over them)
+            return _Core(op="conv2d", shape=dict(n=1, c=cg, h=h, w=w, k=m // group, r=kh, s=kw), out_shape=(),
+                         groups=group, **common)
         if group == c:
             return f"depthwise convolution with channel multiplier {m // c} (xfc depthwise has multiplier 1)"
         return f"grouped convolution with group {group} (xfc covers group 1 and group = channels)"
@@ -301,7 +306,7 @@ class _Mapper:
         (core, activation, absorbed indices, fused op types)."""
         taken, fused, activation = [], [], "none"
         tensor = core.output
-        channels = core.shape.get("k", core.shape.get("c")) if core.op != "matmul" else core.shape["n"]
+        channels = core.shape.get("k", core.shape.get("c")) * core.groups if core.op != "matmul" else core.shape["n"]
         j, why = self.single_consumer(tensor)
         if core.op != "matmul" and j is not None and self.nodes[j].op_type == "BatchNormalization" \
                 and _is_default_domain(self.nodes[j]):
@@ -390,9 +395,10 @@ class _Mapper:
             self.absorbed.update(taken)
             run = [i, *taken]
             weight = None if core.weight is None else np.ascontiguousarray(core.weight, dtype=np.float32)
-            bias = np.zeros(spec.operand_shapes[2], np.float32) if core.bias is None else core.bias.astype(np.float32)
+            bias_floats = spec.operand_shapes[2][0] * core.groups
+            bias = np.zeros(bias_floats, np.float32) if core.bias is None else core.bias.astype(np.float32)
             magnitude = (core.bias_magnitude if core.bias_magnitude is not None
-                         else np.abs(core.bias) if core.bias is not None else np.zeros(spec.operand_shapes[2]))
+                         else np.abs(core.bias) if core.bias is not None else np.zeros(bias_floats))
             out_shape = self.loaded.shape(core.output) or tuple(spec.output_shape)
             steps.append(Layer(
                 name=self.names[i], op_type=node.op_type, fused_ops=tuple(fused),
@@ -400,10 +406,12 @@ class _Mapper:
                 notes=tuple(core.notes), spec=spec, feed=core.feed,
                 output=core.output, out_shape=tuple(out_shape), weight=weight, bias=bias,
                 bias_magnitude=np.asarray(magnitude, dtype=np.float64), fold_units=core.fold_units,
-                flops=sum(self.flops(j) or 0 for j in run)))
+                flops=sum(self.flops(j) or 0 for j in run), groups=core.groups))
         return MappedNetwork(loaded=self.loaded, steps=tuple(steps))
 
 
-def map_network(loaded: LoadedModel) -> MappedNetwork:
-    """Map every node of a loaded model (see the module docstring)."""
-    return _Mapper(loaded).run()
+def map_network(loaded: LoadedModel, grouped: bool = False) -> MappedNetwork:
+    """Map every node of a loaded model (see the module docstring). grouped: also map grouped
+    convolutions (1 < group, not depthwise) to one conv2d spec per group (Layer.groups; the
+    network runtime, xfc/model/runtime, runs them)."""
+    return _Mapper(loaded, grouped).run()

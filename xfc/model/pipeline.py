@@ -52,8 +52,9 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
 
 
 def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False) -> None:
-    """Refuse combinations that cannot work before anything is read or built (exit 2)."""
-    if bench and (target != "cpu" or (hw.target_arch != "x86_64" and device is None)):
+    """Refuse combinations that cannot work before anything is read or built (exit 2). With --emit lib,
+    --bench on an ARM description without --device runs the network's program under qemu (emulated)."""
+    if bench and (target != "cpu" or (hw.target_arch != "x86_64" and device is None and emit != "lib")):
         raise OperatorError(f"--bench times host kernels against onnxruntime (--hw host), or ARM kernels on a device "
                             f"(--device SERIAL, or qemu: emulated); not {hw.name}"
                             f"{' --target gpu' if target == 'gpu' else ' without --device'}")
@@ -87,14 +88,22 @@ def verified_on(hw, target: str, kernels) -> str:
 def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = None, threads: Optional[int] = None,
               verify: bool = False, explain: bool = False, force: bool = False, seed: int = 0,
               target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
-              toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20, progress: Optional[Callable[[str], None]] = None) -> dict:
+              toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20,
+              progress: Optional[Callable[[str], None]] = None, embed_weights: bool = False) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
     xfc Runner for that device when the caller made one already (it read the device's identity);
-    toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain)."""
+    toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain).
+    emit 'lib': the whole network as a C library and benchmark program (runtime/network.py)."""
     from .run import verify_network
     say = progress or (lambda msg: None)
     check_request(hw, target, device, emit, bench)
+    if emit == "lib":
+        from .runtime.network import run_network_model
+        return run_network_model(path, hw, out_dir, input_shapes=input_shapes, cluster=cluster, threads=threads,
+                                 verify=verify, explain=explain, force=force, seed=seed, device=device, runner=runner,
+                                 toolchain_env=toolchain_env, bench=bench, repeat=repeat, embed_weights=embed_weights,
+                                 progress=progress)
     placement = backend.Placement(device=device, runner=runner)
     what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.
@@ -104,10 +113,8 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
                                              progress=progress, target=target)
         _refuse_nothing_covered(path, net, cov, verify=verify, emit=emit, bench=bench)
         kernels = {}
-        # --emit lib without --verify: the library replaces the per-layer harness builds.
-        per_layer = syntheses if (emit == "kernels" or verify or bench) else {}
-        for i, (spec, syn) in enumerate(per_layer.items(), start=1):
-            say(f"building kernel {i}/{len(per_layer)}: {names[spec]} ({spec.describe()})")
+        for i, (spec, syn) in enumerate(syntheses.items(), start=1):
+            say(f"building kernel {i}/{len(syntheses)}: {names[spec]} ({spec.describe()})")
             kernel = backend.build_layer_kernel(spec, hw, name=names[spec], work_dir=Path(scratch), cluster=cluster,
                                                 threads=threads, synthesis=syn, target=target, placement=placement,
                                                 runnable=verify or bench)
@@ -130,10 +137,6 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
                                    seed=seed, compare=hw.target_arch == "x86_64", progress=progress)
         report = build_report(net, cov, syntheses, names, hw=hw, cluster=cluster, threads=threads, kernels=kernels,
                               verification=verification, explain=explain, target=target, bench=timing)
-        if emit == "lib":
-            from .library import emit_library
-            report["library"] = emit_library(net, syntheses, names, hw, staging.path, Path(path).stem,
-                                             scratch=Path(scratch), progress=progress, env=toolchain_env) if syntheses else None
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
     report["output_dir"] = str(out_dir)

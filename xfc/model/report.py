@@ -8,6 +8,7 @@ from .._version import __version__
 from ..ops.accuracy import format_ratio
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec
 from .coverage import Coverage, nothing_covered
+from .runtime.report import network_lines
 
 PREDICTION_NOTE = ("predicted by xfc's cost model (static: register/cache model only; calibrated: micro-tiles "
                    "scored from a measured tile database), not a measurement")
@@ -196,8 +197,9 @@ def format_report(report: dict, explain: bool = False) -> str:
             out.append(f"  onnxruntime fused into other nodes (their time included there): "
                        f"{', '.join(bench['onnxruntime_fused_away'])}")
         out.append(f"  note: {bench['note']}")
+    out += network_lines(report)
     v = report["verification"]
-    if v is not None:
+    if v is not None and not report.get("network"):
         parts = [f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}"]
         parts.append(f"  layers: {v['layers_checked'] - len(v['layers_failed'])} of {v['layers_checked']} match "
                      f"their ONNX nodes (float64) within the local bound (worst {format_ratio(v['worst_layer_ratio'])}x)"
@@ -214,9 +216,10 @@ def format_report(report: dict, explain: bool = False) -> str:
         out += parts
     lib = report.get("library")
     if lib:
-        out.append(f"library: {lib['library']} ({lib['abi']}, {lib['functions']} layer functions, built with "
-                   f"{lib['compiler']}); {lib['header']}, {lib['cmake']} (add_subdirectory; target "
-                   f"{lib['cmake_target']}), {lib['manifest']}")
+        out.append(f"library: {lib['library']} ({lib['abi']}, the network runtime and {lib['functions']} kernels, built "
+                   f"with {lib['compiler']}); {lib['header']}, {lib['weights']}, {lib['benchmark_source']}, "
+                   f"{lib['cmake']} (add_subdirectory; target {lib['cmake_target']}; builds {lib['benchmark_program']}), "
+                   f"{lib['manifest']}")
     if report.get("output_dir"):
         out.append(f"output: {report['output_dir']}")
     return "\n".join(out)

@@ -1,0 +1,495 @@
+"""Render the network runtime's C sources and build its library (`xfc model --emit lib`).
+
+Files, with <p> = xfc_<model> (library.c_identifier) and <abi> = x86_64 or arm64-v8a:
+
+    <p>.h                 the C API (templates/runtime/network.h.j2)
+    <p>.c                 the steps, the runtime ops, create / run / destroy (network.c.j2, ops.c.j2)
+    <p>_kNN_<op>.c        one kernel per distinct layer spec (xfc.cpu.codegen, thread count a variable)
+    <p>.weights           64-byte header (magic, sizes, digest), then the payload: every layer's weights
+                          (all groups), then the constants section (biases, the ops' constants); raw fp32
+    <p>_weights.c         --embed-weights: the weights file compiled in (.incbin)
+    lib<p>-<abi>.a        all of the above compiled for the ABI
+    benchmark_<name>.c    the benchmark program (benchmark.c.j2); CMakeLists.txt builds it
+    CMakeLists.txt, manifest.json
+
+Every decision (where each tensor lives, which step copies a residual, the tables of every op) is
+made here or in arena.py / lower.py; the templates spell them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from math import prod
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+import jinja2
+import numpy as np
+
+from ..._version import __version__
+from ...toolchain.tools import COMPILE_TIMEOUT_S, require_tool, run
+from ...cpu.isa import ISA_TABLE
+from ...outputs import write_atomic
+from ...paths import TEMPLATES_DIR
+from ..library import LIB_FLAGS, abi_for, c_identifier, packed_floats, select_toolchain
+from .arena import ALIGN_FLOATS, ArenaPlan, plan_arena
+from .program import KernelStep, OpStep, Program
+
+WEIGHTS_MAGIC = b"XFCWGT01"
+HEADER_BYTES = 64
+DEFAULT_WARMUP = 3
+DEFAULT_RUNS = 20
+PROGRAM_FLAGS = ("-O2", "-std=gnu11", "-fopenmp", "-Wall")
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
+
+
+def c_string(text: str) -> str:
+    """A C string literal (octal escapes for anything but printable ASCII)."""
+    out = []
+    for byte in text.encode():
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127 and ch != "?":
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def c_float(value: float) -> str:
+    if np.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    return f"{float(np.float32(value))!r}f"
+
+
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """The weights file's payload: weights section, then constants section (floats)."""
+
+    data: np.ndarray                  # float32, little-endian
+    const_section: int                # floats before the constants section
+    weight_offsets: Mapping[int, int]  # kernel step index -> weights offset (payload)
+    bias_offsets: Mapping[int, int]    # kernel step index -> bias offset (constants section)
+    const_offsets: Mapping[str, int]   # op constant -> offset (constants section)
+    digest: str                        # 32 hex digits
+
+    @property
+    def const_floats(self) -> int:
+        return int(self.data.size) - self.const_section
+
+    def file_bytes(self) -> bytes:
+        header = bytearray(HEADER_BYTES)
+        header[0:8] = WEIGHTS_MAGIC
+        header[8:16] = int(self.data.size).to_bytes(8, "little")
+        header[16:24] = int(self.const_section).to_bytes(8, "little")
+        header[24:56] = self.digest.encode()
+        return bytes(header) + np.ascontiguousarray(self.data, "<f4").tobytes()
+
+
+def build_payload(program: Program, identity: str) -> Payload:
+    weights, consts = [], []
+    w_size, c_size = 0, 0
+    weight_offsets, bias_offsets, const_offsets = {}, {}, {}
+
+    def put(chunks, size, array):
+        array = np.ascontiguousarray(np.asarray(array, np.float32).reshape(-1))
+        pad = _align(array.size) - array.size
+        chunks.append(array)
+        if pad:
+            chunks.append(np.zeros(pad, np.float32))
+        return size + array.size + pad
+
+    for i, step in enumerate(program.steps):
+        if isinstance(step, KernelStep):
+            if step.weight_tensor is None:
+                weight_offsets[i] = w_size
+                w_size = put(weights, w_size, step.layer.weight)
+            bias_offsets[i] = c_size
+            c_size = put(consts, c_size, step.layer.bias)
+    for name, value in program.constants.items():
+        const_offsets[name] = c_size
+        c_size = put(consts, c_size, value)
+    data = np.concatenate(weights + consts) if (weights or consts) else np.zeros(0, np.float32)
+    h = hashlib.sha256(identity.encode())
+    h.update(np.ascontiguousarray(data, "<f4").tobytes())
+    return Payload(data=data.astype(np.float32), const_section=w_size, weight_offsets=weight_offsets,
+                   bias_offsets=bias_offsets, const_offsets=const_offsets, digest=h.hexdigest()[:32])
+
+
+class _Spelling:
+    """Pointer expressions and per-step render data."""
+
+    def __init__(self, program: Program, plan: ArenaPlan, payload: Payload, functions: Mapping, packed: Mapping):
+        self.program, self.plan, self.payload = program, plan, payload
+        self.functions, self.packed = functions, packed
+
+    def ptr(self, tensor: str) -> str:
+        place = self.plan.places[tensor]
+        base = {"arena": "a", "input": f"in[{place.index}]", "output": f"out[{place.index}]"}[place.where]
+        return f"{base} + {place.offset}" if place.offset else base
+
+    def const(self, name: str) -> str:
+        off = self.payload.const_offsets[name]
+        return f"k + {off}" if off else "k"
+
+    def outputs(self, step) -> list[dict]:
+        return [{"c_name": c_string(t), "ptr": self.ptr(t), "floats": self.program.floats(t)} for t in step.outputs]
+
+    def step(self, i: int, step) -> dict:
+        base = {"index": i, "tables": [], "outputs": self.outputs(step)}
+        if isinstance(step, KernelStep):
+            return {**base, **self.kernel(i, step)}
+        return {**base, **self.op(i, step)}
+
+    def kernel(self, i: int, step: KernelStep) -> dict:
+        spec = step.spec
+        function = self.functions[spec]
+        nodes = ", ".join(step.nodes[:4]) + (f", ... ({len(step.nodes)} nodes)" if len(step.nodes) > 4 else "")
+        d = {"op": "kernel", "function": function, "x": self.ptr(step.input), "y": self.ptr(step.output),
+             "bias": f"k + {self.payload.bias_offsets[i]}" if self.payload.bias_offsets[i] else "k",
+             "grouped": step.groups > 1, "packed": step.weight_tensor is None, "residual_copy": None,
+             "comment": f"{step.label} [{nodes}] -> {function}"
+                        + (f", {step.groups} groups" if step.groups > 1 else "")
+                        + (f", residual '{step.residual}'" if step.residual else "")}
+        d["w"] = (f"pw + {self.packed[i]}" if self.packed[i] else "pw") if step.weight_tensor is None \
+            else self.ptr(step.weight_tensor)
+        if step.residual is not None and i not in self.plan.residual_inplace:
+            d["residual_copy"] = {"src": self.ptr(step.residual), "dst": self.ptr(step.output),
+                                  "floats": self.program.floats(step.output)}
+        if step.groups > 1:
+            x_shape, y_shape = self.program.shapes[step.input], self.program.shapes[step.output]
+            d.update(batch=step.batch, groups=step.groups, x_batch=prod(x_shape[1:]),
+                     x_group=prod(spec.operand_shapes[0][1:]), y_batch=prod(y_shape[1:]),
+                     y_group=prod(spec.output_shape[1:]), w_group=_align(self.packed_floats(spec)),
+                     b_group=spec.operand_shapes[2][0])
+        return d
+
+    def packed_floats(self, spec) -> int:
+        return self.packed["floats"][spec]
+
+    def op(self, i: int, step: OpStep) -> dict:
+        p = step.params
+        first_in = step.inputs[0] if step.inputs else None
+        d = {"op": step.op, "comment": f"{step.op} [{', '.join(step.nodes) or step.name}] "
+                                       f"{' '.join(step.inputs)} -> {' '.join(step.outputs)}"}
+        if i in self.plan.inplace_steps:
+            d["comment"] += " (in place)"
+        if step.op in ("relu", "hardswish", "sigmoid", "silu", "clip", "leakyrelu", "hardsigmoid", "copy"):
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), n=self.program.floats(step.outputs[0]))
+            d["args"] = {"clip": lambda: [c_float(p["lo"]), c_float(p["hi"])],
+                         "leakyrelu": lambda: [c_float(p["alpha"])],
+                         "hardsigmoid": lambda: [c_float(p["alpha"]), c_float(p["beta"])]}.get(step.op, list)()
+        elif step.op == "affine":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], c=p["c"], inner=p["inner"],
+                     scale=self.const(step.constants[0]), shift=self.const(step.constants[1]))
+        elif step.op in ("add", "sub", "mul", "div", "expand"):
+            operands = [self.const(t) if t in step.constants else self.ptr(t) for t in step.inputs]
+            d.update(a=operands[0], b=operands[1] if len(operands) > 1 else "NULL", y=self.ptr(step.outputs[0]))
+            d["tables"] = [("sa", p["a_strides"], "long"), ("sb", p["b_strides"], "long"), ("dims", p["dims"], "long")]
+        elif step.op in ("maxpool", "avgpool"):
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), p=p)
+        elif step.op in ("global_avgpool", "global_maxpool"):
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], inner=p["inner"])
+        elif step.op == "concat":
+            d.update(srcs=[self.ptr(t) for t in step.inputs], y=self.ptr(step.outputs[0]), outer=p["outer"])
+            d["tables"] = [("chunks", p["chunks"], "long")]
+        elif step.op == "split":
+            d.update(x=self.ptr(first_in), dsts=[self.ptr(t) for t in step.outputs], outer=p["outer"])
+            d["tables"] = [("chunks", p["chunks"], "long")]
+        elif step.op == "strided_copy":
+            x = self.ptr(first_in)
+            d.update(x=f"{x} + {p['offset']}" if p["offset"] else x, y=self.ptr(step.outputs[0]))
+            d["tables"] = [("dims", p["dims"], "long"), ("strides", p["strides"], "long")]
+        elif step.op == "pad":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), value=c_float(p["value"]),
+                     out_floats=p["out_floats"], offset=p["offset"])
+            d["tables"] = [("dims", p["dims"], "long"), ("strides", p["strides"], "long")]
+        elif step.op == "resize_nearest":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), p=p)
+            d["tables"] = [("rows", p["rows"], "int"), ("cols", p["cols"], "int")]
+        elif step.op == "softmax":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], n=p["n"], inner=p["inner"])
+        else:
+            raise ValueError(f"no spelling for runtime op {step.op}")
+        if step.op == "copy":
+            d["n"] = p.get("floats", self.program.floats(step.outputs[0]))
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """Every source file of the network runtime, and what was decided for it."""
+
+    prefix: str
+    name: str                        # the model's C identifier (benchmark_<name>)
+    files: Mapping[str, str]         # file name -> text
+    kernel_files: tuple[str, ...]
+    network_file: str
+    weights_file: str
+    weights: bytes
+    plan: ArenaPlan
+    payload: Payload
+    functions: Mapping               # spec -> C function
+    march: str
+    packed_floats: int
+    manifest: dict
+
+
+def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, model_name: str, *,
+                   embed_weights: bool = False, default_threads: int = 1) -> Rendered:
+    """Plan the arena and render every source of the network runtime (pure: no files written)."""
+    from ...cpu.codegen import render_cpu_kernel
+    name = c_identifier(model_name)
+    prefix = f"xfc_{name}"
+    threads_symbol = f"{prefix}_threads_now"
+    plan = plan_arena(program)
+    functions, kernel_sources, kernel_info, packed_per_spec = {}, {}, [], {}
+    isa, march = None, ""
+    for spec in program.distinct_specs():
+        function = f"{prefix}_{names[spec]}"
+        functions[spec] = function
+        kplan = dataclasses.replace(syntheses[spec].result.plan, function_name=function)
+        rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol)
+        kernel_sources[f"{function}.c"] = rendered.source
+        packed_per_spec[spec] = packed_floats(rendered)
+        isa = isa or kplan.isa
+        march = march or kplan.gcc_march
+        kernel_info.append({"function": function, "spec": spec.describe(), "lowering": kplan.lowering,
+                            "isa": kplan.isa, "packed_floats": packed_per_spec[spec],
+                            "tiles": syntheses[spec].tiles})
+    if isa is None:
+        raise ValueError("render_network needs at least one kernel step (pipeline refuses a network with none)")
+    identity = f"{prefix} {__version__} " + " ".join(f"{s.label}:{','.join(s.inputs)}>{','.join(s.outputs)}"
+                                                      for s in program.steps)
+    payload = build_payload(program, identity)
+    packed_offsets, packed_total, prepacks = {}, 0, []
+    for i, step in enumerate(program.steps):
+        if isinstance(step, KernelStep) and step.weight_tensor is None:
+            per_group = _align(packed_per_spec[step.spec])
+            packed_offsets[i] = packed_total
+            prepacks.append({"function": functions[step.spec], "groups": step.groups,
+                             "weight_offset": payload.weight_offsets[i],
+                             "weight_group": prod(step.spec.operand_shapes[1]),
+                             "packed_offset": packed_total, "packed_group": per_group,
+                             "comment": f"'{step.name}' ({step.label})"})
+            packed_total += per_group * step.groups
+        else:
+            packed_offsets[i] = 0
+    spelling = _Spelling(program, plan, payload, functions, {**packed_offsets, "floats": packed_per_spec})
+    steps = [spelling.step(i, s) for i, s in enumerate(program.steps)]
+    row = ISA_TABLE[isa] if isa else None
+    weights_file = f"{prefix}.weights"
+    io = [{"name": t, "c_name": c_string(t), "shape": list(program.shapes[t]), "floats": program.floats(t)}
+          for t in program.inputs]
+    oo = [{"name": t, "c_name": c_string(t), "shape": list(program.shapes[t]), "floats": program.floats(t)}
+          for t in program.outputs]
+    kernel_count = len(program.kernel_steps)
+    header_lines = [
+        f"hardware: {hw.name}, isa {isa} ({row.lanes[0] if row and row.lanes else '?'} fp32 lanes), kernels synthesized "
+        f"for {default_threads} thread{'s' if default_threads != 1 else ''} (the count is chosen at create)",
+        f"steps: {len(program.steps)} ({kernel_count} kernel calls, {len(program.steps) - kernel_count} runtime ops), "
+        f"{len(functions)} distinct kernels, {len(program.aliases)} aliases (no copy), {len(program.folded)} nodes "
+        f"folded at load",
+        f"arena: {plan.arena_bytes} bytes in {plan.buffers} buffers, liveness lower bound {plan.lower_bound_bytes} bytes "
+        f"(x{plan.ratio:.3f}); {len(plan.inplace_steps)} ops and {len(plan.residual_inplace)} residual kernels in place",
+        f"weights: {payload.data.size * 4} bytes in {weights_file}, packed at create into {packed_total * 4} bytes",
+        "layout: NCHW fp32 between every two steps (the layout every kernel reads and writes): no conversion inserted",
+    ] + [f"fused: {note}" for note in program.notes[:40]]
+    context = {
+        "prefix": prefix, "macro": prefix.upper(), "name": name, "model": model_name, "model_json": json.dumps(model_name)[1:-1],
+        "version": __version__, "hardware": hw.name, "abi": abi_for(hw), "isa": isa or "-", "lanes": row.lanes[0] if row and row.lanes else 4,
+        "dialect_template": row.prelude if row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
+        "header_lines": header_lines, "inputs": io, "outputs": oo, "steps": steps, "prepacks": prepacks,
+        "kernels": [{"function": f} for f in functions.values()],
+        "arena_floats": plan.arena_floats, "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+        "packed_floats": packed_total, "packed_bytes": packed_total * 4, "const_floats": payload.const_floats,
+        "const_bytes": payload.const_floats * 4, "weights_floats": int(payload.data.size),
+        "const_section": payload.const_section, "digest": payload.digest, "file_bytes": HEADER_BYTES + payload.data.size * 4,
+        "weights_file": weights_file, "embedded": embed_weights, "default_threads": default_threads,
+        "io_floats": sum(_align(t["floats"]) for t in io + oo), "default_warmup": DEFAULT_WARMUP,
+        "default_runs": DEFAULT_RUNS, "abis": [abi_for(hw)],
+    }
+    env = _templates()
+    files = {f"{prefix}.h": env.get_template("runtime/network.h.j2").render(**context),
+             f"{prefix}.c": env.get_template("runtime/network.c.j2").render(**context),
+             f"benchmark_{name}.c": env.get_template("runtime/benchmark.c.j2").render(**context),
+             "CMakeLists.txt": env.get_template("runtime/CMakeLists.txt.j2").render(**context),
+             **kernel_sources}
+    if embed_weights:
+        files[f"{prefix}_weights.c"] = _embed_source(prefix, weights_file)
+    manifest = _manifest(program, plan, payload, context, kernel_info, functions, packed_offsets, prefix)
+    return Rendered(prefix=prefix, name=name, files=files, kernel_files=tuple(kernel_sources),
+                    network_file=f"{prefix}.c", weights_file=weights_file, weights=payload.file_bytes(), plan=plan,
+                    payload=payload, functions=functions, march=march or "", packed_floats=packed_total,
+                    manifest=manifest)
+
+
+def _embed_source(prefix: str, weights_file: str) -> str:
+    return (f"/* {prefix}_weights.c: the weights file {weights_file} compiled into the library (--embed-weights);\n"
+            f" * generated. Assembled from {weights_file} in the directory the compiler runs in. */\n"
+            f"__asm__(\".section .rodata\\n\"\n"
+            f"        \".balign 64\\n\"\n"
+            f"        \".globl {prefix}_embedded_weights\\n\"\n"
+            f"        \"{prefix}_embedded_weights:\\n\"\n"
+            f"        \".incbin \\\"{weights_file}\\\"\\n\"\n"
+            f"        \".globl {prefix}_embedded_weights_end\\n\"\n"
+            f"        \"{prefix}_embedded_weights_end:\\n\"\n"
+            f"        \".previous\\n\");\n")
+
+
+def _manifest(program: Program, plan: ArenaPlan, payload: Payload, context: dict, kernel_info, functions,
+              packed_offsets, prefix: str) -> dict:
+    steps = []
+    for i, s in enumerate(program.steps):
+        entry = {"index": i, "kind": s.kind, "op": s.label, "name": s.name, "nodes": list(s.nodes),
+                 "inputs": list(s.inputs), "outputs": list(s.outputs)}
+        if isinstance(s, KernelStep):
+            entry.update(function=functions[s.spec], spec=s.spec.describe(), groups=s.groups,
+                         notes=list(s.layer.notes),
+                         weights=None if s.weight_tensor else {
+                             "payload_offset_floats": payload.weight_offsets[i],
+                             "shape": [s.layer.weight.shape[0], *s.spec.operand_shapes[1][1:]] if s.groups > 1
+                             else list(s.spec.operand_shapes[1])},
+                         bias={"constants_offset_floats": payload.bias_offsets[i],
+                               "floats": int(np.asarray(s.layer.bias).size)},
+                         packed_offset_floats=packed_offsets.get(i), residual=s.residual,
+                         residual_in_place=i in plan.residual_inplace if s.residual else None)
+        else:
+            entry.update(params={k: v for k, v in s.params.items() if k not in ("rows", "cols")},
+                         in_place=i in plan.inplace_steps)
+        steps.append(entry)
+    tensors = {t: {"shape": list(program.shapes[t]), "where": plan.places[t].where,
+                   "offset_floats": plan.places[t].offset, **({"alias_of": program.aliases[t][0]}
+                                                              if t in program.aliases else {}),
+                   **({"lifetime_steps": list(plan.lifetimes[t])} if t in plan.lifetimes else {})}
+               for t in program.shapes}
+    return {
+        "xfc_library": 2, "xfc_version": __version__, "model": context["model"], "hardware": context["hardware"],
+        "header": f"{prefix}.h", "cmake": "CMakeLists.txt", "cmake_target": prefix,
+        "benchmark": {"source": f"benchmark_{context['name']}.c", "program": f"benchmark_{context['name']}"},
+        "weights": {"file": context["weights_file"], "bytes": context["file_bytes"], "digest": payload.digest,
+                    "embedded": context["embedded"], "header_bytes": HEADER_BYTES,
+                    "constants_section_offset_floats": payload.const_section,
+                    "layout": "64-byte header (magic XFCWGT01, payload floats u64, constants section offset u64, "
+                              "digest[32]), then raw little-endian fp32: every layer's weights (all groups, "
+                              "in the kernel's layout), then the constants section (biases, the ops' constants)"},
+        "sizes": {"arena_bytes": plan.arena_bytes, "arena_lower_bound_bytes": plan.lower_bound_bytes,
+                  "arena_to_lower_bound": plan.ratio, "arena_buffers": plan.buffers,
+                  "packed_weight_bytes": context["packed_bytes"], "constant_bytes": context["const_bytes"],
+                  "weights_file_bytes": context["file_bytes"]},
+        "threads": {"default": context["default_threads"], "note": "kernels synthesized for the default; create "
+                                                                   "takes any count"},
+        "layout": "NCHW fp32 between every two steps: no layout conversion inserted",
+        "inputs": [{"name": t["name"], "shape": t["shape"]} for t in context["inputs"]],
+        "outputs": [{"name": t["name"], "shape": t["shape"]} for t in context["outputs"]],
+        "functions": kernel_info, "steps": steps, "tensors": tensors, "folded_nodes": list(program.folded),
+        "notes": list(program.notes),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------------------------
+
+def compile_objects(rendered: Rendered, src_dir: Path, obj_dir: Path, tools, progress=None, *,
+                    pic: bool = True) -> list[Path]:
+    """Compile the kernels, the network and (embedded) the weights in src_dir into obj_dir."""
+    say = progress or (lambda msg: None)
+    march = rendered.march or ("armv8-a" if tools.abi == "arm64-v8a" else "native")
+    flags = [*LIB_FLAGS] if pic else [f for f in LIB_FLAGS if f != "-fPIC"]
+    sources = [*rendered.kernel_files, rendered.network_file]
+    if f"{rendered.prefix}_weights.c" in rendered.files:
+        sources.append(f"{rendered.prefix}_weights.c")
+    objects = []
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    for i, source in enumerate(sources, start=1):
+        obj = obj_dir / (Path(source).stem + ".o")
+        say(f"--emit lib: compiling {source} for {tools.abi} ({i}/{len(sources)})")
+        run([tools.cc, *flags, f"-march={march}", "-c", str(src_dir / source), "-o", str(obj)],
+            f"{tools.abi} compile of {source}", COMPILE_TIMEOUT_S, cwd=src_dir)
+        objects.append(obj)
+    return objects
+
+
+def write_sources(rendered: Rendered, directory: Path) -> None:
+    for name, text in rendered.files.items():
+        write_atomic(directory / name, text)
+    write_atomic(directory / rendered.weights_file, rendered.weights)
+
+
+def build_archive(rendered: Rendered, objects, tools, scratch: Path) -> Path:
+    archive = scratch / f"lib{rendered.prefix}-{tools.abi}.a"
+    if archive.exists():
+        archive.unlink()
+    run([tools.ar, "rcs", str(archive), *map(str, objects)], f"archiving {archive.name}", COMPILE_TIMEOUT_S)
+    return archive
+
+
+def build_program(rendered: Rendered, src_dir: Path, archive: Path, out: Path, tools, *, static: bool) -> Path:
+    """The benchmark program linked against the archive (static for aarch64: runs under qemu or on a phone)."""
+    argv = [tools.cc, *PROGRAM_FLAGS, f"-I{src_dir}", str(src_dir / f"benchmark_{rendered.name}.c"), str(archive),
+            "-lm", "-o", str(out)]
+    if static:
+        argv.insert(1, "-static")
+    run(argv, f"{tools.abi} link of benchmark_{rendered.name}", COMPILE_TIMEOUT_S)
+    return out
+
+
+def build_shared(rendered: Rendered, objects, out: Path, tools) -> Path:
+    """A shared library of the same objects (the Python API loads it with ctypes)."""
+    run([tools.cc, "-shared", "-fopenmp", *map(str, objects), "-lm", "-o", str(out)],
+        f"link of {out.name}", COMPILE_TIMEOUT_S)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What emit_network_library compiled (in scratch): to link the benchmark program or a shared library."""
+
+    tools: object                    # library.Toolchain
+    source_dir: Path
+    archive: Path
+    objects: tuple[Path, ...]
+
+
+def emit_network_library(rendered: Rendered, hw, lib_dir: Path, scratch: Path, *, env=None,
+                         progress: Optional[Callable[[str], None]] = None) -> tuple[dict, Built]:
+    """Write the sources, the weights, the archive for the description's ABI and the manifest into
+    lib_dir (a staging directory); objects are compiled in scratch. Returns the report's 'library'
+    and what was built."""
+    say = progress or (lambda msg: None)
+    tools = select_toolchain(abi_for(hw), env or {})
+    require_tool(tools.cc)
+    require_tool(tools.ar)
+    lib_dir, scratch = Path(lib_dir), Path(scratch)
+    src = scratch / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    write_sources(rendered, src)
+    objects = compile_objects(rendered, src, scratch / "obj", tools, progress)
+    archive = build_archive(rendered, objects, tools, scratch)
+    for name in rendered.files:
+        shutil.copy2(src / name, lib_dir / name)
+    shutil.copy2(src / rendered.weights_file, lib_dir / rendered.weights_file)
+    shutil.copy2(archive, lib_dir / archive.name)
+    manifest = {**rendered.manifest, "abis": {tools.abi: {"library": archive.name, "compiler": tools.label}}}
+    write_atomic(lib_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    say(f"--emit lib: {archive.name} ({tools.abi}: {len(rendered.kernel_files)} kernels, the network runtime) with "
+        f"{rendered.prefix}.h, benchmark_{rendered.name}.c, CMakeLists.txt, {rendered.weights_file} and manifest.json, "
+        f"into the output directory")
+    return {"abi": tools.abi, "compiler": tools.label, "library": archive.name, "header": f"{rendered.prefix}.h",
+            "cmake": "CMakeLists.txt", "manifest": "manifest.json", "cmake_target": rendered.prefix,
+            "functions": len(rendered.kernel_files), "weights": rendered.weights_file,
+            "benchmark_source": f"benchmark_{rendered.name}.c", "benchmark_program": f"benchmark_{rendered.name}",
+            "embedded_weights": f"{rendered.prefix}_weights.c" in rendered.files,
+            **rendered.manifest["sizes"]}, Built(tools=tools, source_dir=src, archive=archive, objects=tuple(objects))

@@ -1,0 +1,180 @@
+"""`xfc model NET.onnx --emit lib [--verify] [--bench]`: the whole network as a C library.
+
+    load -> lower (fold, map, runtime ops, fusion; lower.py) -> synthesize every distinct kernel ->
+    plan the arena and render (arena.py, emit.py) -> compile the library for the description's ABI ->
+    [build the benchmark program: natively, or static for aarch64] -> [--verify: run it with step
+    dumps where the network runs -- host, qemu-aarch64, a device -- and check it (check.py)] ->
+    [--bench: time it; on the host beside onnxruntime's whole session.run, same inputs and threads]
+    -> report, into the output directory (xfc.outputs.OutputDir).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from ...errors import OperatorError
+from ...outputs import OutputDir
+from .. import backend
+from ..coverage import coverage
+from ..load import load_model
+from ..report import build_report
+from ..run import make_feeds, run_onnxruntime
+from .emit import build_program, emit_network_library, render_network
+from .lower import lower_network
+
+BENCH_ROUNDS = 3     # program and onnxruntime alternate this many times; the medians' median is reported
+
+
+def kernel_names(specs) -> dict:
+    """k01_conv2d, k02_depthwise, ... in order of first use."""
+    return {spec: f"k{i:02d}_{spec.name}" for i, spec in enumerate(specs, start=1)}
+
+
+def network_summary(lowered, rendered, syntheses) -> dict:
+    program, plan = lowered.program, rendered.plan
+    kernels = program.kernel_steps
+    return {
+        "steps": len(program.steps), "kernel_calls": len(kernels), "runtime_ops": len(program.steps) - len(kernels),
+        "aliases": len(program.aliases), "folded_nodes": len(program.folded),
+        "distinct_kernels": len(rendered.functions),
+        "arena_bytes": plan.arena_bytes, "arena_lower_bound_bytes": plan.lower_bound_bytes,
+        "arena_to_lower_bound": plan.ratio, "arena_buffers": plan.buffers,
+        "in_place_ops": len(plan.inplace_steps), "residuals_in_place": len(plan.residual_inplace),
+        "packed_weight_bytes": rendered.packed_floats * 4, "weights_file_bytes": len(rendered.weights),
+        "layout": "NCHW fp32 between every two steps (what every kernel reads and writes): no conversion inserted",
+        "fusions": list(program.notes),
+        "ops": sorted({s.label for s in program.steps if s.kind == "op"}),
+        "kernels": [{"function": rendered.functions[spec], "spec": spec.describe(),
+                     "lowering": syntheses[spec].result.plan.lowering, "tiles": syntheses[spec].tiles,
+                     "calls": sum(1 for s in kernels if s.spec == spec)} for spec in rendered.functions],
+    }
+
+
+def _program_runner(hw, device, runner, cluster):
+    from .execute import AdbProgram, HostProgram, QemuProgram
+    if hw.target_arch == "x86_64":
+        return HostProgram()
+    if device in (None, "qemu"):
+        return None   # qemu: the -cpu model comes from a plan (run_network_model)
+    return AdbProgram(runner, hw.cluster(cluster).cpu_ids)
+
+
+def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, threads=None, verify=False,
+                      explain=False, force=False, seed=0, device=None, runner=None, toolchain_env=None,
+                      bench=False, repeat=20, embed_weights=False,
+                      progress: Optional[Callable[[str], None]] = None) -> dict:
+    """The work behind `xfc model --emit lib` (module docstring); returns the report."""
+    from .execute import QemuProgram
+    say = progress or (lambda msg: None)
+    what = f"xfc model {Path(path).name} for {hw.name} (network library)"
+    with OutputDir(Path(out_dir), what=what, force=force) as staging, \
+            tempfile.TemporaryDirectory(prefix="xfc-net-") as scratch:
+        scratch = Path(scratch)
+        loaded = load_model(path, input_shapes)
+        lowered = lower_network(loaded, Path(path).stem)
+        program, net = lowered.program, lowered.net
+        cov = coverage(net)
+        if not program.kernel_steps:
+            raise OperatorError(f"{path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
+                                f"for the library to synthesize")
+        report_specs = net.distinct_specs()
+        kernel_specs = program.distinct_specs()
+        syntheses = {}
+        for spec in dict.fromkeys((*report_specs, *kernel_specs)):
+            syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads)
+        first = syntheses[kernel_specs[0]].result
+        default_threads = threads or first.cluster.count
+        names = kernel_names(kernel_specs)
+        say(f"lowered {len(program.steps)} steps ({len(program.kernel_steps)} kernel calls, {len(kernel_specs)} distinct "
+            f"kernels; {len(program.folded)} nodes folded, {len(program.aliases)} aliases); synthesized in "
+            f"{sum(s.seconds for s in syntheses.values()) * 1e3:.1f} ms")
+        rendered = render_network(program, syntheses, names, hw, Path(path).stem, embed_weights=embed_weights,
+                                  default_threads=default_threads)
+        say(f"arena {rendered.plan.arena_bytes} bytes, liveness lower bound {rendered.plan.lower_bound_bytes} bytes "
+            f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * 4} bytes")
+        library, built = emit_network_library(rendered, hw, staging.path, scratch, env=toolchain_env, progress=progress)
+        verification = timing = None
+        if verify or bench:
+            exe = build_program(rendered, built.source_dir, built.archive, scratch / f"benchmark_{rendered.name}",
+                                built.tools, static=hw.target_arch != "x86_64")
+            shutil.copy2(exe, staging.path / exe.name)
+            library["benchmark_program"] = exe.name
+            prog_runner = _program_runner(hw, device, runner, cluster)
+            if prog_runner is None:
+                prog_runner = QemuProgram(first.plan.qemu_cpu or "max")
+            feeds = make_feeds(net, seed)
+            if verify:
+                verification = _verify(lowered, rendered, syntheses, feeds, exe, staging.path, scratch, prog_runner,
+                                       default_threads, seed, say)
+            if bench:
+                timing = _bench(lowered, rendered, feeds, exe, staging.path, scratch, prog_runner, hw,
+                                threads or default_threads, repeat, say)
+        report = build_report(net, cov, {s: syntheses[s] for s in report_specs}, kernel_names(report_specs), hw=hw,
+                              cluster=cluster, threads=threads, explain=explain)
+        report["network"] = network_summary(lowered, rendered, syntheses)
+        report["library"] = library
+        if verification is not None:
+            from .check import BOUND_NOTE
+            report["verification"] = verification.to_dict(BOUND_NOTE)
+        report["network_bench"] = timing
+        (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        staging.commit()
+    report["output_dir"] = str(out_dir)
+    return report
+
+
+def _write_inputs(program, feeds, directory: Path) -> tuple[Path, ...]:
+    paths = []
+    for i, name in enumerate(program.inputs):
+        p = directory / f"input{i}.f32"
+        np.ascontiguousarray(feeds[name], "<f4").tofile(p)
+        paths.append(p)
+    return tuple(paths)
+
+
+def _verify(lowered, rendered, syntheses, feeds, exe, weights_dir, scratch, prog_runner, threads, seed, say):
+    from .check import verify_program
+    from .execute import ProgramRequest
+    program = lowered.program
+    run_dir = scratch / "verify"
+    (run_dir / "outputs").mkdir(parents=True)
+    (run_dir / "dump").mkdir()
+    inputs = _write_inputs(program, feeds, run_dir)
+    say(f"verify: running benchmark_{rendered.name} once with step dumps on {prog_runner.where}")
+    prog_runner.run(ProgramRequest(binary=exe, weights=weights_dir / rendered.weights_file, inputs=inputs,
+                                   outputs_dir=run_dir / "outputs", dump_dir=run_dir / "dump", warmup=0, runs=1,
+                                   threads=threads, output_count=len(program.outputs),
+                                   step_outputs=tuple(len(s.outputs) for s in program.steps)))
+    dumps = [[np.fromfile(run_dir / "dump" / f"step{i}_{k}.f32", "<f4") for k in range(len(s.outputs))]
+             for i, s in enumerate(program.steps)]
+    outputs = [np.fromfile(run_dir / "outputs" / f"output{j}.f32", "<f4") for j in range(len(program.outputs))]
+    expected, label = run_onnxruntime(_original(lowered), feeds)
+    say(f"verify: checking {len(program.steps)} steps on their own inputs (float64 onnx.reference) and "
+        f"{len(outputs)} output(s) against onnxruntime")
+    winograd = {spec: int(syntheses[spec].result.plan.winograd_m or 0) for spec in program.distinct_specs()}
+    return verify_program(program, lowered.folded_loaded.opset, lowered.folded_loaded.constants, feeds, dumps, outputs,
+                          expected, label, winograd=winograd, where=prog_runner.where,
+                          emulated=prog_runner.emulated, seed=seed)
+
+
+class _Original:
+    """run.run_onnxruntime reads net.loaded (the model as loaded: shapes fixed, nothing folded)."""
+
+    def __init__(self, loaded):
+        self.loaded = loaded
+
+
+def _original(lowered):
+    return _Original(lowered.original)
+
+
+def _bench(lowered, rendered, feeds, exe, weights_dir, scratch, prog_runner, hw, threads, repeat, say):
+    from .bench import bench_program
+    return bench_program(lowered, rendered, feeds, exe, weights_dir / rendered.weights_file, scratch, prog_runner,
+                         threads=threads, runs=repeat, compare=hw.target_arch == "x86_64", say=say,
+                         rounds=BENCH_ROUNDS)

@@ -1,0 +1,54 @@
+"""The lines `xfc model --emit lib` prints about the network (report.format_report calls network_lines)."""
+from __future__ import annotations
+
+from ...ops.accuracy import format_ratio
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def network_lines(report: dict) -> list[str]:
+    net = report.get("network")
+    if not net:
+        return []
+    out = [f"network: {net['steps']} steps in C ({net['kernel_calls']} kernel calls of {net['distinct_kernels']} "
+           f"distinct kernels, {net['runtime_ops']} runtime ops: {', '.join(net['ops']) or 'none'}); "
+           f"{net['aliases']} aliases (no copy), {net['folded_nodes']} nodes folded at load",
+           f"  arena {_mib(net['arena_bytes'])} ({net['arena_bytes']} bytes, {net['arena_buffers']} buffers), liveness "
+           f"lower bound {net['arena_lower_bound_bytes']} bytes: x{net['arena_to_lower_bound']:.3f}; in place: "
+           f"{net['in_place_ops']} ops, {net['residuals_in_place']} residual kernels",
+           f"  packed weights {_mib(net['packed_weight_bytes'])}, weights file {_mib(net['weights_file_bytes'])}; "
+           f"{net['layout']}"]
+    fused = [f for f in net["fusions"] if "fused" in f]
+    if fused:
+        out.append(f"  fused into kernels: {len(fused)} ({'; '.join(fused[:3])}{'; ...' if len(fused) > 3 else ''})")
+    v = report.get("verification")
+    if v is not None:
+        out.append(f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}")
+        steps = v["steps"]
+        kinds = sorted({s["bound_kind"] for s in steps})
+        out.append(f"  steps: {len(steps) - len(v['layers_failed'])} of {len(steps)} match their ONNX nodes (float64, "
+                   f"on the C network's own inputs) within the local bound (worst {format_ratio(v['worst_layer_ratio'])}x; "
+                   f"bounds: {', '.join(kinds)})" + (f"; failed: {', '.join(v['layers_failed'][:5])}"
+                                                      if v["layers_failed"] else ""))
+        for c in v["outputs"]:
+            share = c["max_bound"] / c["max_abs_output"] if c["max_abs_output"] else float("inf")
+            out.append(f"  output '{c['name']}': max abs error {c['max_abs_error']:.3g} vs onnxruntime, {c['bound_kind']} "
+                       f"bound {c['max_bound']:.3g} ({format_ratio(c['error_to_bound_ratio'])}x of it; the bound is "
+                       f"{share * 100:.2g}% of the largest |output|)")
+        if v["ops_without_error_rule"]:
+            out.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (heuristic tolerance, labelled)")
+    b = report.get("network_bench")
+    if b:
+        x = b["xfc"]
+        threads = f"{b['threads']} thread{'s' if b['threads'] != 1 else ''}"
+        line = (f"bench: xfc {x['median_ms']:.4g} ms (median of {b['rounds']} round medians, {b['runs']} runs each, "
+                f"p10 {x['p10_ms']:.4g}, p90 {x['p90_ms']:.4g}; {threads}) on {x['measured_on']}")
+        out.append(line + (" -- EMULATED: not phone timing" if x["emulated"] else ""))
+        if b["onnxruntime"]:
+            o = b["onnxruntime"]
+            out.append(f"  onnxruntime {o['median_ms']:.4g} ms ({o['label']}): xfc is {b['speedup']:.3g}x onnxruntime "
+                       f"(> 1: faster)")
+        out.append(f"  note: {b['note']}")
+    return out
