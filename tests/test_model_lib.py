@@ -1,6 +1,7 @@
-"""`xfc model --emit lib`: the static library, header, CMakeLists.txt and manifest, linked into a
-small C program through CMake (natively, and for aarch64 run under qemu-aarch64), whose output is
-checked against the float64 numpy reference; the toolchain choice per ABI (the NDK when
+"""`xfc model --emit lib`: the network library (static library, C API header, weights file,
+benchmark program source, CMakeLists.txt, manifest), linked into a small C app through CMake and
+built on its own through its CMakeLists.txt (benchmark_<name>), natively and for aarch64 (run under
+qemu-aarch64), checked against onnxruntime; the toolchain choice per ABI (the NDK when
 ANDROID_NDK_HOME is set)."""
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from xfc.errors import ToolchainError  # noqa: E402
 from xfc.model.library import c_identifier, ndk_host_tag, select_toolchain  # noqa: E402
 from xfc.model.load import load_model  # noqa: E402
 from xfc.model.mapping import map_network  # noqa: E402
-from xfc.ops.reference import check_output  # noqa: E402
 
 HAVE_CMAKE = shutil.which("cmake") is not None
 HAVE_ARM = bool(shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")
@@ -34,36 +34,39 @@ ARM_SYSROOT = "/usr/aarch64-linux-gnu"
 APP_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "@HEADER@"
 
-static float *load(const char *path, long n)
-{
-    float *p = malloc(sizeof(float) * (size_t)n);
-    FILE *f = fopen(path, "rb");
-    if (!p || !f || fread(p, sizeof(float), (size_t)n, f) != (size_t)n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
-    fclose(f);
-    return p;
-}
-
-static void save(const char *path, const float *p, long n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, sizeof(float), (size_t)n, f) != (size_t)n || fclose(f)) { fprintf(stderr, "cannot write %s\n", path); exit(2); }
-}
-
-/* app IN WEIGHTS BIAS OUT_PACKED OUT_PLAIN: one layer, with pre-packed weights and without. */
+/* app WEIGHTS IN0 ... OUT0 ...: the network through its C API, as an app uses it */
 int main(int argc, char **argv)
 {
-    if (argc != 6) return 2;
-    float *in = load(argv[1], @M@_IN_FLOATS), *w = load(argv[2], @M@_WEIGHT_FLOATS), *b = load(argv[3], @M@_BIAS_FLOATS);
-    float *packed = malloc(sizeof(float) * (size_t)@M@_PACKED_FLOATS);
-    float *out = malloc(sizeof(float) * (size_t)@M@_OUT_FLOATS);
-    if (!packed || !out || @F@_packed_floats() != @M@_PACKED_FLOATS) return 3;
-    if (@F@_prepack(w, packed) || @F@_packed(in, packed, b, out)) return 4;
-    save(argv[4], out, @M@_OUT_FLOATS);
-    if (@F@(in, w, b, out)) return 4;
-    save(argv[5], out, @M@_OUT_FLOATS);
-    printf("%s %s\n", @V@, @F@ != 0 ? "ok" : "");
+    if (argc != 2 + 2 * @P@_input_count() - (@P@_input_count() - @P@_output_count())) return 2;
+    if (@P@_create("/nonexistent/weights", 1) != NULL || !strstr(@P@_last_error(NULL), "cannot open")) return 5;
+    @P@ *net = @P@_create(argv[1], 1);
+    if (!net) { fprintf(stderr, "%s\n", @P@_last_error(NULL)); return 3; }
+    const float *in[@M@_INPUT_COUNT];
+    float *out[@M@_OUTPUT_COUNT];
+    for (int i = 0; i < @P@_input_count(); i++) {
+        long n = @P@_input_floats(i);
+        float *p = malloc(sizeof(float) * (size_t)n);
+        FILE *f = fopen(argv[2 + i], "rb");
+        if (!p || !f || fread(p, sizeof(float), (size_t)n, f) != (size_t)n) return 2;
+        fclose(f);
+        in[i] = p;
+        printf("input %s rank %d", @P@_input_name(i), @P@_input_rank(i));
+        for (int d = 0; d < @P@_input_rank(i); d++) printf(" %ld", @P@_input_shape(i)[d]);
+        printf("\n");
+    }
+    for (int j = 0; j < @P@_output_count(); j++) out[j] = malloc(sizeof(float) * (size_t)@P@_output_floats(j));
+    if (@P@_run(net, in, out) != @M@_OK) { fprintf(stderr, "%s\n", @P@_last_error(net)); return 4; }
+    for (int j = 0; j < @P@_output_count(); j++) {
+        FILE *f = fopen(argv[2 + @P@_input_count() + j], "wb");
+        long n = @P@_output_floats(j);
+        if (!f || fwrite(out[j], sizeof(float), (size_t)n, f) != (size_t)n || fclose(f)) return 2;
+        printf("output %s %ld floats\n", @P@_output_name(j), n);
+    }
+    printf("arena %zu threads %d version %s\n", @P@_arena_bytes(), @P@_threads(net), @M@_VERSION);
+    @P@_destroy(net);
     return 0;
 }
 """
@@ -75,53 +78,34 @@ add_executable(app app.c)
 target_link_libraries(app PRIVATE @TARGET@)
 """
 
+CROSS = ["-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64", "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc"]
+
 
 def emit(tmp_path, capsys, hw: str, model) -> tuple[Path, dict, Path]:
     path = tmp_path / "Res-Net.onnx"
     onnx.save(model, str(path))
     out_dir = tmp_path / f"lib-{hw}"
-    code = main(["model", str(path), "--hw", hw, "--emit", "lib", "--json", "-o", str(out_dir)])
+    code = main(["model", str(path), "--hw", hw, "--emit", "lib", "--verify", "--threads", "2", "--json",
+                 "-o", str(out_dir)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     report = json.loads(captured.out)
     return out_dir, report, path
 
 
-def build_app(tmp_path, lib_dir: Path, manifest: dict, layer: dict, cross: bool) -> Path:
-    app = tmp_path / ("app-arm" if cross else "app-host")
-    app.mkdir()
-    function = layer["function"]
-    prefix = manifest["cmake_target"]
-    text = (APP_C.replace("@HEADER@", manifest["header"]).replace("@M@", function.upper())
-            .replace("@F@", function).replace("@V@", f"{prefix.upper()}_VERSION"))
-    (app / "app.c").write_text(text)
-    (app / "CMakeLists.txt").write_text(APP_CMAKE.replace("@TARGET@", prefix))
-    build = app / "build"
-    configure = ["cmake", "-S", str(app), "-B", str(build), f"-DXFC_LIB={lib_dir}"]
-    if cross:
-        configure += ["-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
-                      "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc"]
+def cmake_build(source: Path, build: Path, cross: bool, extra=()):
+    configure = ["cmake", "-S", str(source), "-B", str(build), *extra] + (CROSS if cross else [])
     for argv in (configure, ["cmake", "--build", str(build)]):
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return build / "app"
 
 
-def run_layer(tmp_path, app: Path, lib_dir: Path, layer: dict, spec, cross: bool):
-    rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, size=spec.operand_shapes[0]).astype(np.float32)
-    w = np.fromfile(lib_dir / layer["weights"]["file"], "<f4").reshape(layer["weights"]["shape"])
-    b = np.fromfile(lib_dir / layer["bias"]["file"], "<f4").reshape(layer["bias"]["shape"])
-    files = [tmp_path / n for n in ("in.f32", "packed.f32", "plain.f32")]
-    x.tofile(files[0])
-    argv = [str(app), str(files[0]), str(lib_dir / layer["weights"]["file"]), str(lib_dir / layer["bias"]["file"]),
-            str(files[1]), str(files[2])]
-    if cross:
-        # Dynamically linked (libgomp.so through OpenMP::OpenMP_C, as in an app): the cross sysroot's loader.
+def run(argv, cross: bool):
+    if cross:   # dynamically linked (libgomp.so through OpenMP::OpenMP_C, as in an app): the cross sysroot's loader
         argv = ["qemu-aarch64", "-cpu", "max", "-L", ARM_SYSROOT, *argv]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
-    return spec, x, w, b, [np.fromfile(f, "<f4").reshape(spec.output_shape) for f in files[1:]], proc.stdout
+    return proc.stdout
 
 
 def check_library(tmp_path, capsys, hw: str, cross: bool):
@@ -129,36 +113,60 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
     lib_dir, report, path = emit(tmp_path, capsys, hw, model)
     manifest = json.loads((lib_dir / "manifest.json").read_text())
     lib = report["library"]
-    assert manifest["cmake_target"] == lib["cmake_target"] == "xfc_res_net"
+    prefix = manifest["cmake_target"]
+    assert prefix == lib["cmake_target"] == "xfc_res_net"
     abi = "arm64-v8a" if cross else "x86_64"
     assert lib["abi"] == abi and (lib_dir / lib["library"]).is_file()
-    # No harness and no main in the library: only the four functions per distinct layer.
+    v = report["verification"]
+    assert v["verified"] and v["emulated"] == cross and all(c["bound_kind"] == "derived" for c in v["outputs"])
+    # The library holds the C API, the kernels' four entry points and the thread-count variable: no main.
     nm = "aarch64-linux-gnu-nm" if cross else "nm"
     listing = subprocess.run([nm, "-g", "-P", "--defined-only", str(lib_dir / lib["library"])], capture_output=True,
                              text=True, timeout=60, check=True).stdout
-    symbols = [ln.split()[0] for ln in listing.splitlines() if len(ln.split()) >= 2 and not ln.endswith(":")]
-    functions = [f["function"] for f in manifest["functions"]]
-    expected = {f + suffix for f in functions for suffix in ("", "_prepack", "_packed", "_packed_floats")}
-    assert set(symbols) == expected and len(functions) == report["nodes"]["distinct_layers"]
-    # Every covered ONNX node is in the manifest, with the network's (folded) weights as its blob.
+    symbols = {ln.split()[0] for ln in listing.splitlines() if len(ln.split()) >= 2 and not ln.endswith(":")}
+    api = {f"{prefix}_{name}" for name in (
+        "create", "create_from_buffer", "run", "destroy", "last_error", "threads", "input_count", "output_count",
+        "input_name", "output_name", "input_rank", "output_rank", "input_shape", "output_shape", "input_floats",
+        "output_floats", "arena_bytes", "packed_weight_bytes", "set_step_callback", "step_count", "threads_now")}
+    kernels = {f["function"] + suffix for f in manifest["functions"] for suffix in ("", "_prepack", "_packed",
+                                                                                   "_packed_floats")}
+    assert symbols == api | kernels
+    assert len(manifest["functions"]) == report["network"]["distinct_kernels"]
+    # Every layer's weights are in the weights file where the manifest says (after the 64-byte header).
     net = map_network(load_model(path))
-    by_node = {layer["node"]: layer for layer in manifest["layers"]}
-    assert list(by_node) == [layer.name for layer in net.layers]
-    for layer in net.layers:
-        entry = by_node[layer.name]
-        blob = np.fromfile(lib_dir / entry["weights"]["file"], "<f4").reshape(entry["weights"]["shape"])
-        assert np.array_equal(blob, layer.weight) and entry["output"]["tensor"] == layer.output
-        assert entry["input"]["shape"] == list(layer.spec.operand_shapes[0])
-    # One layer (a Conv with BatchNormalization folded and Relu fused) through a CMake-built program.
-    layer = by_node["rb0_conv1"]
-    assert "BatchNormalization" in layer["op"]
-    app = build_app(tmp_path, lib_dir, manifest, layer, cross)
-    spec = next(item.spec for item in net.layers if item.name == "rb0_conv1")
-    spec, x, w, b, outs, stdout = run_layer(tmp_path, app, lib_dir, layer, spec, cross)
-    assert stdout.split()[0] == report["xfc_version"]
-    for out in outs:
-        verdict = check_output(spec, out, x, w, b)
-        assert verdict.ok, verdict.reason
+    payload = np.fromfile(lib_dir / manifest["weights"]["file"], "<f4", offset=manifest["weights"]["header_bytes"])
+    kernel_steps = [s for s in manifest["steps"] if s["kind"] == "kernel"]
+    first = next(layer for layer in net.layers if layer.name == "stem")
+    step = next(s for s in kernel_steps if s["name"] == "stem")
+    offset, shape = step["weights"]["payload_offset_floats"], step["weights"]["shape"]
+    assert np.array_equal(payload[offset:offset + int(np.prod(shape))].reshape(shape), first.weight)
+    # The graph's input, as --verify fed it (seed 0), through an app linked with CMake and through the
+    # benchmark program its own CMakeLists.txt builds: both equal, and within the verified bound of onnxruntime.
+    x = np.random.default_rng(0).uniform(-1.0, 1.0, size=(1, 3, 7, 7)).astype(np.float32)
+    x.tofile(tmp_path / "x.f32")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "app.c").write_text(APP_C.replace("@HEADER@", manifest["header"]).replace("@P@", prefix)
+                               .replace("@M@", prefix.upper()))
+    (app / "CMakeLists.txt").write_text(APP_CMAKE.replace("@TARGET@", prefix))
+    cmake_build(app, app / "build", cross, [f"-DXFC_LIB={lib_dir}"])
+    stdout = run([str(app / "build" / "app"), str(lib_dir / manifest["weights"]["file"]), str(tmp_path / "x.f32"),
+                  str(tmp_path / "app_out.f32")], cross)
+    assert "input x rank 4 1 3 7 7" in stdout and f"version {report['xfc_version']}" in stdout, stdout
+    cmake_build(lib_dir, tmp_path / "bench-build", cross)
+    program = tmp_path / "bench-build" / manifest["benchmark"]["program"]
+    assert (program.parent / manifest["weights"]["file"]).is_file()   # copied beside the program
+    (tmp_path / "outs").mkdir()
+    line = run([str(program), "--input", str(tmp_path / "x.f32"), "--runs", "3", "--warmup", "1", "--threads", "1",
+                "--outputs", str(tmp_path / "outs")], cross)
+    timing = json.loads(line)
+    assert timing["runs"] == 3 and timing["threads"] == 1 and timing["arena_bytes"] == report["network"]["arena_bytes"]
+    assert 0 < timing["p10_ms"] <= timing["median_ms"] <= timing["p90_ms"]
+    got = np.fromfile(tmp_path / "outs" / "output0.f32", "<f4")
+    assert np.array_equal(got, np.fromfile(tmp_path / "app_out.f32", "<f4"))
+    import onnxruntime as ort
+    (expected,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert np.max(np.abs(got - expected.reshape(-1))) <= v["outputs"][0]["max_bound"]
 
 
 @pytest.mark.host
