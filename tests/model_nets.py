@@ -183,3 +183,145 @@ def clip_attr_net(seed: int = 4) -> onnx.ModelProto:
     t = b.node("Clip", [b.conv(t, 4, 4, name="b")], name="clip0", min=0.0)
     t = b.node("Clip", [b.conv(t, 4, 4, name="c")], name="clip11", min=-1.0, max=1.0)
     return b.model({"x": [1, 3, 6, 6]}, [t], opset=9)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CNN families of the network runtime's tests (xfc model --emit lib): squeeze-excitation with
+# hard-swish, a bottleneck ResNet, grouped convolution with channel shuffle, Concat with an
+# upsampling path. Ragged sizes; every runtime op of xfc/model/runtime/lower.py appears somewhere.
+# ---------------------------------------------------------------------------------------------
+
+def _shape_of(b: Builder, x: str, index: int) -> str:
+    """Shape(x)[index] as a 1-element int64 vector, the way exporters compute reshape targets."""
+    shape = b.node("Shape", [x], name=b.name("shape"))
+    picked = b.node("Gather", [shape, b.const(np.array(index, np.int64), "idx")], name=b.name("gather"), axis=0)
+    return b.node("Unsqueeze", [picked, b.const(np.array([0], np.int64), "axes")], name=b.name("unsqueeze"))
+
+
+def flatten_by_shape(b: Builder, x: str) -> str:
+    """Reshape(x, [Shape(x)[0], -1]) written as exporters do (Shape, Gather, Unsqueeze, Concat): folded at load."""
+    target = b.node("Concat", [_shape_of(b, x, 0), b.const(np.array([-1], np.int64), "minus1")],
+                    name=b.name("concat_shape"), axis=0)
+    return b.node("Reshape", [x, target], name=b.name("flatten"))
+
+
+def se_block(b: Builder, x: str, c: int, squeeze: int, prefix: str) -> str:
+    """Squeeze-excitation: GlobalAveragePool, 1x1 reduce + Relu, 1x1 expand + HardSigmoid, Mul (broadcast)."""
+    s = b.node("GlobalAveragePool", [x], name=f"{prefix}_gap")
+    s = b.node("Relu", [b.conv(s, c, squeeze, k=1, pad=0, name=f"{prefix}_reduce")], name=f"{prefix}_relu")
+    s = b.node("HardSigmoid", [b.conv(s, squeeze, c, k=1, pad=0, name=f"{prefix}_expand")], name=f"{prefix}_hsig",
+               alpha=1.0 / 6, beta=0.5)
+    return b.node("Mul", [x, s], name=f"{prefix}_scale")
+
+
+def mobilenet_v3_net(c: int = 8, hw: int = 13, seed: int = 5, batch: int = 1) -> onnx.ModelProto:
+    """MobileNetV3-like: stem + HardSwish, an inverted residual block with squeeze-excitation and
+    hard-swish, a block with SiLU written as x * Sigmoid(x) and a LeakyRelu, a residual, an average
+    pool (ceil_mode, count_include_pad), the exporters' Shape/Gather/Concat flatten, classifier + Softmax."""
+    b = Builder(seed)
+    t = b.node("HardSwish", [b.bn(b.conv("x", 3, c, stride=2, bias=False, name="stem"), c, name="stem_bn")],
+               name="stem_hswish")
+    e = b.node("HardSwish", [b.conv(t, c, 3 * c, k=1, pad=0, name="b1_expand")], name="b1_hswish1")
+    e = b.node("HardSwish", [b.conv(e, 3 * c, 3 * c, k=3, pad=1, group=3 * c, name="b1_dw")], name="b1_hswish2")
+    e = se_block(b, e, 3 * c, 4, "b1_se")
+    t = b.node("Add", [t, b.conv(e, 3 * c, c, k=1, pad=0, name="b1_project")], name="b1_add")
+    s = b.conv(t, c, 2 * c, k=3, pad=1, name="b2_conv")
+    t = b.node("Mul", [s, b.node("Sigmoid", [s], name="b2_sigmoid")], name="b2_silu")
+    t = b.node("LeakyRelu", [b.conv(t, 2 * c, 2 * c, k=1, pad=0, name="b2_pw")], name="b2_leaky", alpha=0.1)
+    t = b.node("AveragePool", [t], name="avgpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+               ceil_mode=1, count_include_pad=1)
+    t = flatten_by_shape(b, t)
+    side = (hw - 1) // 2 + 1                      # after the stride-2 stem
+    pooled = -(-(side - 1) // 2) + 1              # 3x3 / 2, pad 1, ceil_mode
+    features = 2 * c * pooled * pooled
+    y = b.node("Gemm", [t, b.const(b.rand(10, features, scale=0.2)), b.const(b.rand(10, scale=0.1), "b")],
+               name="classifier", transB=1)
+    y = b.node("Softmax", [y], name="softmax", axis=1)
+    return b.model({"x": [batch, 3, hw, hw]}, [y])
+
+
+def bottleneck_net(c: int = 8, hw: int = 9, seed: int = 6, batch: int = 1) -> onnx.ModelProto:
+    """ResNet-50-like bottlenecks (1x1 reduce, 3x3, 1x1 expand, BatchNormalization folded, residual Add + Relu),
+    one with a strided projection shortcut; a BatchNormalization that cannot fold (after an Add)."""
+    b = Builder(seed)
+    t = b.node("Relu", [b.bn(b.conv("x", 3, 4 * c, k=3, pad=1, bias=False, name="stem"), 4 * c, name="stem_bn")],
+               name="stem_relu")
+
+    def bottleneck(x, c_in, mid, c_out, stride, prefix):
+        y = b.node("Relu", [b.bn(b.conv(x, c_in, mid, k=1, pad=0, bias=False, name=f"{prefix}_reduce"), mid)],
+                   name=f"{prefix}_relu1")
+        y = b.node("Relu", [b.bn(b.conv(y, mid, mid, k=3, stride=stride, pad=1, bias=False, name=f"{prefix}_conv"),
+                                 mid)], name=f"{prefix}_relu2")
+        y = b.bn(b.conv(y, mid, c_out, k=1, pad=0, bias=False, name=f"{prefix}_expand"), c_out)
+        short = x if stride == 1 and c_in == c_out else b.bn(
+            b.conv(x, c_in, c_out, k=1, stride=stride, pad=0, bias=False, name=f"{prefix}_proj"), c_out)
+        return b.node("Relu", [b.node("Add", [y, short], name=f"{prefix}_add")], name=f"{prefix}_out")
+
+    t = bottleneck(t, 4 * c, c, 4 * c, 1, "bn1")
+    t = bottleneck(t, 4 * c, 2 * c, 8 * c, 2, "bn2")
+    t = b.bn(b.node("Add", [t, t], name="double"), 8 * c, name="lone_bn")      # not foldable: after an Add
+    t = b.node("GlobalAveragePool", [t], name="pool")
+    t = b.node("Flatten", [t], name="flatten", axis=1)
+    y = b.node("Gemm", [t, b.const(b.rand(8 * c, 10, scale=0.3)), b.const(b.rand(10, scale=0.1), "b")], name="fc")
+    return b.model({"x": [batch, 3, hw, hw]}, [y])
+
+
+def channel_shuffle(b: Builder, x: str, groups: int, c: int, h: int, w: int, prefix: str) -> str:
+    """Reshape [N, g, C/g, H, W] -> Transpose (0, 2, 1, 3, 4) -> Reshape back (ShuffleNet)."""
+    t = b.node("Reshape", [x, b.const(np.array([-1, groups, c // groups, h, w], np.int64), "shape")],
+               name=f"{prefix}_split_groups")
+    t = b.node("Transpose", [t], name=f"{prefix}_transpose", perm=[0, 2, 1, 3, 4])
+    return b.node("Reshape", [t, b.const(np.array([-1, c, h, w], np.int64), "shape")], name=f"{prefix}_merge")
+
+
+def shufflenet_net(c: int = 12, hw: int = 11, seed: int = 7, batch: int = 1) -> onnx.ModelProto:
+    """ShuffleNet-like: grouped 1x1 convolutions (group 3) with channel shuffle, depthwise 3x3, a
+    ShuffleNetV2 unit (Split into two halves, one through convolutions, Concat, shuffle), a strided
+    unit whose shortcut is an AveragePool concatenated to the grouped branch."""
+    b = Builder(seed)
+    t = b.node("Relu", [b.conv("x", 3, c, k=3, pad=1, name="stem")], name="stem_relu")
+    g = b.node("Relu", [b.conv(t, c, c, k=1, pad=0, group=3, name="g1_conv")], name="g1_relu")
+    g = channel_shuffle(b, g, 3, c, hw, hw, "g1_shuffle")
+    g = b.conv(g, c, c, k=3, pad=1, group=c, name="g1_dw")
+    g = b.conv(g, c, c, k=1, pad=0, group=3, name="g1_conv2")
+    t = b.node("Relu", [b.node("Add", [t, g], name="g1_add")], name="g1_out")
+    left, right = b.node("Split", [t, b.const(np.array([c // 2, c // 2], np.int64), "split")], name="v2_split",
+                         outputs=2, axis=1)
+    right = b.node("Relu", [b.conv(right, c // 2, c // 2, k=1, pad=0, name="v2_pw1")], name="v2_relu")
+    right = b.conv(right, c // 2, c // 2, k=3, pad=1, group=c // 2, name="v2_dw")
+    t = b.node("Concat", [left, right], name="v2_concat", axis=1)
+    t = channel_shuffle(b, t, 2, c, hw, hw, "v2_shuffle")
+    short = b.node("AveragePool", [t], name="s_pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    branch = b.conv(t, c, c, k=3, stride=2, pad=1, group=3, name="s_gconv")
+    t = b.node("Relu", [b.node("Concat", [short, branch], name="s_concat", axis=1)], name="s_relu")
+    t = b.node("GlobalAveragePool", [t], name="pool")
+    t = b.node("Flatten", [t], name="flatten", axis=1)
+    y = b.node("Gemm", [t, b.const(b.rand(10, 2 * c, scale=0.3)), b.const(b.rand(10, scale=0.1), "b")],
+               name="fc", transB=1)
+    return b.model({"x": [batch, 3, hw, hw]}, [y])
+
+
+def unet_net(c: int = 6, hw: int = 10, seed: int = 8, batch: int = 1) -> onnx.ModelProto:
+    """A small U-Net / FPN: two levels down (MaxPool), up with Resize (nearest, scale 2) and Upsample-free
+    Concat with the skip tensors, a Pad before a valid convolution, a Slice, a Clip (not 0..6), two outputs."""
+    b = Builder(seed)
+    d1 = b.node("Relu", [b.conv("x", 3, c, name="enc1")], name="enc1_relu")
+    d2 = b.node("Relu", [b.conv(b.node("MaxPool", [d1], name="down1", kernel_shape=[2, 2], strides=[2, 2]), c,
+                                2 * c, name="enc2")], name="enc2_relu")
+    mid = b.node("Relu", [b.conv(b.node("MaxPool", [d2], name="down2", kernel_shape=[3, 3], strides=[2, 2],
+                                        pads=[1, 1, 1, 1], ceil_mode=1), 2 * c, 2 * c, name="mid")], name="mid_relu")
+    scales = b.const(np.array([1, 1, 2, 2], np.float32), "scales")
+    up = b.node("Resize", [mid, "", scales], name="up2", mode="nearest")
+    up = b.node("Slice", [up, b.const(np.array([0, 0], np.int64), "starts"),
+                          b.const(np.array([hw // 2, hw // 2], np.int64), "ends"),
+                          b.const(np.array([2, 3], np.int64), "axes")], name="crop2")
+    t = b.node("Concat", [up, d2], name="cat2", axis=1)
+    t = b.node("Relu", [b.conv(t, 4 * c, 2 * c, name="dec2")], name="dec2_relu")
+    up = b.node("Resize", [t, "", scales], name="up1", mode="nearest", coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor")
+    t = b.node("Concat", [d1, up], name="cat1", axis=1)
+    t = b.node("Pad", [t, b.const(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")], name="pad", mode="constant")
+    t = b.conv(t, 3 * c, c, k=3, pad=0, name="dec1")
+    seg = b.node("Clip", [t, b.const(np.float32(-1.0), "lo"), b.const(np.float32(2.0), "hi")], name="clip")
+    logits = b.conv(mid, 2 * c, 3, k=1, pad=0, name="aux_head")
+    return b.model({"x": [batch, 3, hw, hw]}, [seg, logits])

@@ -584,6 +584,52 @@ class AdbRunner(HarnessRunner):
                                   "temps_before": tb, "temps_after": ta}
         return ctx.report
 
+    def run_program(self, files: Sequence[Path], argv: Sequence[str], *, mkdirs: Sequence[str] = (),
+                    pulls: Sequence[tuple[str, Path]] = (), cpu_ids: Sequence[int] | None = None,
+                    timeout: float = 600.0) -> tuple[str, dict]:
+        """Run a program of its own command line (the network's benchmark program): push `files`
+        (the first is the program) into a new run directory, create `mkdirs` there, run argv[0] =
+        the program's file name with argv[1:] (every '{dir}' replaced by the run directory), pinned to
+        cpu_ids with the governor, clocks and temperatures read before and after; pull `pulls`
+        (run-directory-relative path -> local file); remove the run directory. Returns (stdout,
+        telemetry)."""
+        import uuid
+        self.connect()
+        remote = f"{REMOTE_ROOT}/net-{uuid.uuid4().hex[:12]}"
+        self._shell(["mkdir", "-p", REMOTE_ROOT], what=f"create {REMOTE_ROOT}")
+        self._shell(["mkdir", remote], what=f"create {remote}")
+        try:
+            program = Path(files[0])
+            self.push_file(program, f"{remote}/{program.name}", 0o755)
+            for f in files[1:]:
+                self.push_file(Path(f), f"{remote}/{Path(f).name}", 0o644)
+            self._shell(["chmod", "755", f"{remote}/{program.name}"], what="chmod the program")
+            for d in mkdirs:
+                self._shell(["mkdir", f"{remote}/{d}"], what=f"create {remote}/{d}")
+            cmd = ["taskset", hexmask(cpu_ids)] if cpu_ids else []
+            cmd += [f"{remote}/{program.name}", *[a.replace("{dir}", remote) for a in argv]]
+            fb, tb = self.telemetry(cpu_ids)
+            try:
+                res = self._shell(cmd, what=f"run {program.name}", timeout=timeout, check=False)
+            except _Timeout:
+                raise DeviceError(f"{program.name} on {self.serial} did not finish within {timeout:g} s") from None
+            if res.returncode != 0 and is_illegal_instruction(res.returncode, res.stderr + res.stdout):
+                raise DeviceError(f"{program.name} failed on {self.where}: illegal instruction (the build's -march "
+                                  f"needs features this device lacks)")
+            if res.returncode != 0:
+                msg = (res.stderr.strip() or res.stdout.strip()).splitlines()
+                raise DeviceError(f"{program.name} failed on {self.where} (exit {res.returncode})"
+                                  + (f": {msg[-1][:300]}" if msg else ""))
+            fa, ta = self.telemetry(cpu_ids)
+            throttled, notes = self.judge_throttling(fb, fa, tb, ta)
+            for rel, local in pulls:
+                Path(local).write_bytes(self.pull_bytes(f"{remote}/{rel}"))
+            pinned = f"pinned with taskset {hexmask(cpu_ids)} (cpus {list(cpu_ids)})" if cpu_ids else "not pinned"
+            return res.stdout, {"throttled": throttled, "freq_before": fb, "freq_after": fa, "temps_before": tb,
+                                "temps_after": ta, "notes": [pinned, *notes]}
+        finally:
+            self._remove_remote(remote)
+
     def _identity_for_error(self) -> DeviceIdentity | None:
         try:
             return self.read_identity()

@@ -143,8 +143,8 @@ class AdbProgram:
         mapping = {str(req.weights): req.weights.name, **{str(p): p.name for p in req.inputs},
                    **({str(req.outputs_dir): "outputs"} if req.outputs_dir is not None else {}),
                    **({str(req.dump_dir): "dump"} if req.dump_dir is not None else {})}
-        args = program_args(req, path=lambda p: mapping[str(p)])
-        stdout, telemetry = self.runner.run_program(req.binary.name, files, args, mkdirs=dirs, pulls=pulls,
-                                                    cpu_ids=self.cpu_ids, timeout=RUN_TIMEOUT_S)
+        args = program_args(req, path=lambda p: "{dir}/" + mapping[str(p)])
+        stdout, telemetry = self.runner.run_program(files, args, mkdirs=dirs, pulls=pulls, cpu_ids=self.cpu_ids,
+                                                    timeout=RUN_TIMEOUT_S)
         return ProgramResult(report=_parse(stdout, f"benchmark program {req.binary.name} on {self.where}"),
                              where=self.where, emulated=self.emulated, telemetry=telemetry)

@@ -46,6 +46,11 @@ def network_lines(report: dict) -> list[str]:
         line = (f"bench: xfc {x['median_ms']:.4g} ms (median of {b['rounds']} round medians, {b['runs']} runs each, "
                 f"p10 {x['p10_ms']:.4g}, p90 {x['p90_ms']:.4g}; {threads}) on {x['measured_on']}")
         out.append(line + (" -- EMULATED: not phone timing" if x["emulated"] else ""))
+        telemetry = x.get("telemetry")
+        if telemetry:
+            throttled = telemetry.get("throttled")
+            out.append(f"  device: {'; '.join(telemetry.get('notes') or [])}; throttling: "
+                       + ("unknown" if throttled is None else "seen" if throttled else "none seen"))
         if b["onnxruntime"]:
             o = b["onnxruntime"]
             out.append(f"  onnxruntime {o['median_ms']:.4g} ms ({o['label']}): xfc is {b['speedup']:.3g}x onnxruntime "
