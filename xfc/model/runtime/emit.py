@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from math import prod
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -411,14 +413,19 @@ def compile_objects(rendered: Rendered, src_dir: Path, obj_dir: Path, tools, pro
     sources = [*rendered.kernel_files, rendered.network_file]
     if f"{rendered.prefix}_weights.c" in rendered.files:
         sources.append(f"{rendered.prefix}_weights.c")
-    objects = []
     obj_dir.mkdir(parents=True, exist_ok=True)
-    for i, source in enumerate(sources, start=1):
-        obj = obj_dir / (Path(source).stem + ".o")
-        say(f"--emit lib: compiling {source} for {tools.abi} ({i}/{len(sources)})")
+    objects = [obj_dir / (Path(source).stem + ".o") for source in sources]
+
+    def compile_one(item):
+        source, obj = item
         run([tools.cc, *flags, f"-march={march}", "-c", str(src_dir / source), "-o", str(obj)],
             f"{tools.abi} compile of {source}", COMPILE_TIMEOUT_S, cwd=src_dir)
-        objects.append(obj)
+
+    say(f"--emit lib: compiling {len(sources)} sources for {tools.abi} ({len(rendered.kernel_files)} kernels, the "
+        f"network{', the weights' if len(sources) > len(rendered.kernel_files) + 1 else ''})")
+    workers = max(1, min(len(sources), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:   # one compiler process per core
+        list(pool.map(compile_one, zip(sources, objects)))
     return objects
 
 

@@ -50,7 +50,8 @@ def network_summary(lowered, rendered, syntheses) -> dict:
         "fusions": list(program.notes),
         "ops": sorted({s.label for s in program.steps if s.kind == "op"}),
         "kernels": [{"function": rendered.functions[spec], "spec": spec.describe(),
-                     "lowering": syntheses[spec].result.plan.lowering, "tiles": syntheses[spec].tiles,
+                     "lowering": syntheses[spec].result.plan.lowering,
+                     "winograd_m": int(syntheses[spec].result.plan.winograd_m or 0), "tiles": syntheses[spec].tiles,
                      "calls": sum(1 for s in kernels if s.spec == spec)} for spec in rendered.functions],
     }
 
