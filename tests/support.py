@@ -159,8 +159,9 @@ def host_plan(spec, isa: str, threads: int = 1, **overrides):
 
 
 def host_kernel(rendered, out_dir: Path) -> HostKernel:
-    """Build a rendered kernel for this machine (xfc.toolchain.cpu) and load it (xfc.runners.host)."""
-    return HostKernel(rendered, build_host(rendered, out_dir))
+    """Build a rendered kernel for this machine (xfc.toolchain.cpu) and load it (xfc.runners.host), every
+    call guarded (guard zones, NaN-filled outputs: the tests' machinery)."""
+    return HostKernel(rendered, build_host(rendered, out_dir), guarded=True)
 
 
 def qemu_run(binary, spec, a, b, bias, *, qemu_cpu: str = "max", prepacked: bool = False, repeats: int = 1,

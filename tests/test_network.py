@@ -302,3 +302,26 @@ def test_bench_on_a_missing_device_is_exit_3(tmp_path, capsys, server):
                                           "-o", str(tmp_path / "o")])
     assert_one_line_error(code, captured.err, 3, "NO-SUCH-PHONE")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.host
+def test_compile_model_is_one_c_call_per_inference(tmp_path):
+    """xfc.compile_model: the network as a callable on this machine (the sources --emit lib writes, as a
+    shared library), inputs by position or by name, outputs in the graph's order. Against onnxruntime
+    under a plain tolerance here: the derived-bound checks of the same C are the tests above."""
+    import xfc
+    import onnxruntime as ort
+    model = nets.unet_net(batch=1)
+    net = xfc.compile_model(model, threads=1, out_dir=tmp_path / "net")
+    assert [n for n, _ in net.inputs] == ["x"] and len(net.outputs) == 2 and net.threads == 1
+    assert (tmp_path / "net" / f"lib{net.prefix}.so").is_file()
+    x = np.random.default_rng(3).uniform(-1, 1, size=(1, 3, 10, 10)).astype(np.float32)
+    seg, aux = net(x)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for got, want in zip((seg, aux), expected):
+        assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-5 * max(1.0, np.abs(want).max())
+    again = net({"x": x})
+    assert all(np.array_equal(a, b) for a, b in zip(again, (seg, aux)))
+    with pytest.raises(Exception, match="shape"):
+        net(x[:, :2])
+    net.close()

@@ -8,6 +8,8 @@ Python API (the CLI is built on the same calls, through xfc.pipeline):
     print(result.explain())
     kernel = xfc.compile(spec, xfc.load_hardware("host"))   # synthesize + render + build
     out = kernel(x, w, bias)                          # on this machine: callable on numpy arrays
+    net = xfc.compile_model("mobilenet.onnx", threads=1)   # the whole network, one C call per inference
+    logits = net(image)
 """
 from ._version import __version__
 from .ops.spec import make_spec, parse_shape
@@ -33,6 +35,13 @@ def compile(spec, hw, **kwargs):  # noqa: A001  (xfc.compile: the name the READM
     return _compile(spec, hw, **kwargs)
 
 
+def compile_model(model, hw="host", **kwargs):
+    """A whole ONNX network (a file or an onnx.ModelProto) compiled for this machine -> a callable
+    network, `net(x) -> y`, one C call per inference (xfc.api.compile_model; threads=, input_shapes=)."""
+    from .api import compile_model as _compile_model
+    return _compile_model(model, hw, **kwargs)
+
+
 def __getattr__(name):
     if name == "Kernel":   # the pipeline (and numpy, the build) load only when asked for
         from .pipeline import Kernel
@@ -40,4 +49,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'xfc' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load_hardware", "make_spec", "parse_shape", "synthesize", "compile", "Kernel"]
+__all__ = ["__version__", "load_hardware", "make_spec", "parse_shape", "synthesize", "compile", "compile_model",
+           "Kernel"]

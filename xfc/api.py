@@ -58,3 +58,17 @@ def compile(spec, hw, *, tile_db: str = TILE_DB_DEFAULT, cluster: Optional[str] 
     with tile_db_inputs(tile_db, hw, cluster) as (evaluator, constants, _):
         return compile_kernel(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator, constants=constants,
                               lowering=lowering, out_dir=out_dir)
+
+
+def compile_model(model, hw="host", *, threads: Optional[int] = None, input_shapes: Optional[dict] = None,
+                  cluster: Optional[str] = None, out_dir=None):
+    """A whole ONNX network as a callable (xfc.runners.hostnet.HostNetwork): `net(x) -> y`, one C call per
+    inference (xfc/model/runtime/api.py). hw: 'host' (probed, as `xfc hw show host`) or an x86-64
+    description; input_shapes: {'input': (1, 3, 224, 224)} for dynamic inputs; threads: the kernels are
+    synthesized for it and the network runs with it (default: the cluster's cores)."""
+    from .model.runtime.api import compile_network
+    if isinstance(hw, str):
+        hw = load_hardware(hw)
+    shapes = {k: tuple(v) for k, v in (input_shapes or {}).items()}
+    return compile_network(model, hw, threads=threads, input_shapes=shapes, cluster=cluster, out_dir=out_dir)
+

@@ -116,10 +116,12 @@ def _stdlib_imports(name: str) -> set[str]:
 def test_build_returns_paths_and_never_loads_or_runs_them():
     """build/ compiles and returns paths: it never loads a library (ctypes) nor imports a runner;
     loading (runners/host.py) and running (runners/) happen above it. Only the host runner loads
-    libraries, every dtype's; outputs.py uses ctypes for renameat2, not for kernels."""
+    libraries, every dtype's (runners/hostnet.py: a whole network's runtime, xfc.compile_model); outputs.py
+    uses ctypes for renameat2, not for kernels."""
     assert [n for n in FILES if _in(n, "xfc.toolchain") and "ctypes" in _stdlib_imports(n)] == []
     assert [n for n in FILES if _in(n, "xfc") and "ctypes" in _stdlib_imports(n)] == ["xfc.outputs",
-                                                                                       "xfc.runners.host"]
+                                                                                       "xfc.runners.host",
+                                                                                       "xfc.runners.hostnet"]
     assert _violations(["xfc.toolchain"], forbidden=["xfc.runners", "xfc.runners.guards"]) == []
 
 

@@ -245,6 +245,8 @@ def build_layer_kernel(spec, hw, *, name: str, work_dir: Path, cluster: Optional
                             if placement.device not in (None, "qemu") else None,
                             march=plan.gcc_march or "", label=f"xfc_{name}")
         where = built.runner.where
+    if built.host is not None:
+        built.host.guarded = True   # --verify runs every layer on guarded buffers (NaN-filled outputs, guard zones)
     seconds = built.build_seconds
     files = [layer_dir / f"{plan.function_name}.c", layer_dir / f"{plan.function_name}_harness.c", *produced]
     renamed = layer_dir / f"{script[:-3]}_{name}.sh"

@@ -9,16 +9,20 @@ kernels (x, w, bias, mult). `kernel(*operands)` packs the weights inside the cal
 times either in C with the library's bench entry points. HostRunner puts it behind the one runner
 interface (xfc.runners.base.Runner): a RunSpec naming the library -> a Measurement.
 
-Every call runs on guarded copies of its buffers (xfc.runners.guards: float outputs start as NaN, integer
-outputs run twice into two pre-fill bytes so an element never written shows) and checks the guard
-zones afterwards (VerificationError naming the buffer).
+Calls pass numpy buffers straight to C: an operand that already is a contiguous array of its C
+type and shape is passed as it is (a float one of another layout or type is converted once), and
+the output is a fresh np.empty array the kernel writes. Guard zones and never-written outputs
+(xfc.runners.guards: float outputs start as NaN, integer outputs run twice into two pre-fill bytes so
+an element never written shows, VerificationError naming the buffer) are verification machinery:
+time() always runs on guarded copies, and a kernel with guarded=True (the tests, `xfc model
+--verify`'s layers) guards every call too; call_guarded / run_packed_guarded guard one call.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -38,8 +42,9 @@ class HostKernel:
     it was built from (its function names, plan.spec and abi are read; runners do not import the
     CPU target)."""
 
-    def __init__(self, rendered, library: Path):
+    def __init__(self, rendered, library: Path, guarded: bool = False):
         self.rendered = rendered
+        self.guarded = guarded
         self.plan = rendered.plan
         self.spec = rendered.plan.spec
         self.abi = rendered.abi
@@ -153,21 +158,68 @@ class HostKernel:
         buffers[w] = GuardedBuffer.copy_of(packed, "packed weights")
         return buffers
 
+    # ---- the direct path: the caller's arrays, one C call ----------------------------------
+
+    def _direct_operands(self, values: Sequence, skip: Optional[int] = None) -> list:
+        """The operands as contiguous arrays of their C types (operand `skip` left as None)."""
+        names = self.abi.operand_names
+        if len(values) > len(names):
+            raise OperatorError(f"{self.rendered.function_name}: takes at most {len(names)} operands "
+                                f"({', '.join(names)}), got {len(values)}")
+        values = list(values) + [None] * (len(names) - len(values))
+        return [None if i == skip else self._operand(i, v) for i, v in enumerate(values)]
+
+    def _direct(self, entry, arrays: list[np.ndarray]) -> np.ndarray:
+        out = np.empty(self.spec.output_shape, self.abi.output_type)
+        if entry(*(a.ctypes.data for a in arrays), out.ctypes.data) != 0:
+            raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
+        return out
+
     # ---- entry points -----------------------------------------------------------------------
 
     def __call__(self, *operands) -> np.ndarray:
-        """Run once with the weights packed inside the call; the output (spec.output_shape)."""
+        """Run once with the weights packed inside the call; the output (spec.output_shape). One C
+        call on the operands themselves (guarded=True: as call_guarded)."""
+        if self.guarded:
+            return self.call_guarded(*operands)
+        return self._direct(self._fn, self._direct_operands(operands))
+
+    def call_guarded(self, *operands) -> np.ndarray:
+        """__call__ on guarded copies, the output never-written-checked (xfc.guards)."""
         return self._call(self._fn, self._operands(operands))
 
     def prepack(self, weights) -> np.ndarray:
         """The weights packed once into the layout the kernel's loops read; pass the result to
-        run_packed / time(..., prepacked=True) in the weights' place."""
+        run_packed / time(..., prepacked=True) in the weights' place (guarded=True: packed into a
+        guarded, pre-filled buffer)."""
         w = self.abi.weights_index
-        buffer = GuardedBuffer.copy_of(self._operand(w, weights), self.abi.operand_names[w])
-        return self._packed_buffer(buffer).data.copy()
+        if self.guarded:
+            buffer = GuardedBuffer.copy_of(self._operand(w, weights), self.abi.operand_names[w])
+            return self._packed_buffer(buffer).data.copy()
+        packed = np.empty(int(self._packed_size()), self.abi.packed_type)
+        if self._prepack(self._operand(w, weights).ctypes.data, packed.ctypes.data) != 0:
+            raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
+        return packed
 
     def run_packed(self, *operands) -> np.ndarray:
-        """Run once with weights from prepack() in the weights' place (guarded like __call__)."""
+        """Run once with weights from prepack() in the weights' place: one C call on the operands
+        themselves (guarded=True: as run_packed_guarded)."""
+        if self.guarded:
+            return self.run_packed_guarded(*operands)
+        w = self.abi.weights_index
+        values = list(operands)
+        if len(values) <= w:
+            raise OperatorError(f"{self.rendered.function_name}: run_packed takes the packed weights as operand {w + 1}")
+        packed = np.ascontiguousarray(values[w], self.abi.packed_type).reshape(-1)
+        if packed.size != int(self._packed_size()):
+            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
+                                    f"expected {int(self._packed_size())} (from prepack of this kernel)")
+        arrays = self._direct_operands(values, skip=w)
+        arrays[w] = packed
+        return self._direct(self._fn_packed, arrays)
+
+    def run_packed_guarded(self, *operands) -> np.ndarray:
+        """run_packed on guarded copies, the output never-written-checked (xfc.guards)."""
         return self._call(self._fn_packed, self._with_packed(operands))
 
     def time(self, *operands, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:

@@ -1,0 +1,63 @@
+"""`xfc.compile_model`: a whole network as a Python callable at C speed.
+
+The same sources as `xfc model --emit lib` (lower.py, emit.py), compiled for this machine into a
+shared library and loaded with ctypes (xfc.runners.hostnet.HostNetwork): one C call per inference,
+the inputs' memory passed as it is, the outputs written by C into fresh arrays.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from ...errors import OperatorError
+from .. import backend
+from ..library import abi_for, select_toolchain
+from ..load import load_model
+from .emit import build_shared, compile_objects, render_network, write_sources
+from .lower import lower_network
+from .network import kernel_names
+
+
+def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: Optional[dict] = None,
+                    cluster: Optional[str] = None, out_dir=None, name: Optional[str] = None):
+    """model: an ONNX file or an onnx.ModelProto; hw: an x86-64 description (this machine). Returns a
+    HostNetwork. out_dir: keep the sources and the shared library there (an xfc output directory);
+    default: a temporary directory, removed once the library is loaded."""
+    from ...outputs import OutputDir
+    from ...runners.hostnet import HostNetwork
+    if hw.target_arch != "x86_64":
+        raise OperatorError(f"compile_model runs the network in this process: {hw.name} is not this machine "
+                            f"(use `xfc model NET --hw {hw.name} --emit lib` for its library)")
+    with tempfile.TemporaryDirectory(prefix="xfc-network-") as tmp:
+        tmp = Path(tmp)
+        if hasattr(model, "SerializeToString"):
+            stem = name or (model.graph.name or "model")
+            path = tmp / f"{stem}.onnx"
+            path.write_bytes(model.SerializeToString())
+        else:
+            path = Path(model)
+            stem = name or path.stem
+        lowered = lower_network(load_model(path, input_shapes), stem)
+        program = lowered.program
+        if not program.kernel_steps:
+            raise OperatorError(f"{path}: no node maps to an xfc kernel (Conv, Gemm, MatMul)")
+        specs = program.distinct_specs()
+        syntheses = {s: backend.synthesize_layer(s, hw, cluster=cluster, threads=threads) for s in specs}
+        default_threads = threads or syntheses[specs[0]].result.cluster.count
+        rendered = render_network(program, syntheses, kernel_names(specs), hw, stem, default_threads=default_threads)
+        tools = select_toolchain(abi_for(hw), {})
+
+        def build(directory: Path) -> Path:
+            write_sources(rendered, directory)
+            objects = compile_objects(rendered, directory, tmp / "obj", tools)
+            return build_shared(rendered, objects, directory / f"lib{rendered.prefix}.so", tools)
+
+        if out_dir is None:
+            (tmp / "build").mkdir()
+            library = build(tmp / "build")   # loaded before the directory goes: the mapping outlives the file
+            return HostNetwork(library, rendered.prefix, rendered.weights, default_threads, stem)
+        with OutputDir(Path(out_dir), what=f"xfc.compile_model {stem} for {hw.name}") as staging:
+            library = build(staging.path)
+            staging.commit()
+        return HostNetwork(Path(out_dir) / library.name, rendered.prefix, rendered.weights, default_threads, stem)
