@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Whole networks in C against onnxruntime on this machine (issue 32; not run in CI).
+
+Builds the CNN families of benchmarks/nets.py with seeded random weights (MobileNetV2, ResNet-18,
+MobileNetV3-Large with squeeze-excitation and hard-swish, ResNet-50's bottlenecks, ShuffleNet v1
+with grouped convolutions and channel shuffle, a small U-Net with Concat and nearest upsampling),
+exports each to ONNX at run time (nothing is downloaded) and runs, per thread count,
+
+    xfc model NET.onnx --hw host --emit lib --bench --threads T --repeat RUNS [--verify] --json
+
+which synthesizes the network's kernels for T threads, builds the library and its benchmark program,
+and times the program (its own C loop, median of RUNS after 3 warm-ups) alternately with
+onnxruntime's whole session.run (same inputs, intra_op_num_threads = T, default optimizations),
+three rounds each; the medians of the round medians are compared (speedup = onnxruntime / xfc).
+--verify (the first thread count) checks the C network's outputs against onnxruntime under the
+derived bound and every step on its own inputs.
+
+Writes benchmarks/results/net_bench.json (the machine named: CPU model, ISAs, cores, load) and prints
+a table with the geometric mean speedup per thread count. Figures from a shared, loaded machine are
+noisy: the alternation keeps the comparison fair, not the absolute times quiet. Needs torch
+(`pip install torch`), which is not an xfc dependency.
+
+Exit status: 0 when every network built, verified and ran; 3 without torch; else the first failing
+`xfc model` status.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from machine import machine_facts
+from nets import ARCHS, FAMILIES, export
+
+REPO = Path(__file__).resolve().parent.parent
+ALL = ARCHS + FAMILIES
+RUN_TIMEOUT_S = 3 * 3600
+
+
+def run_one(arch: str, path: Path, threads: int, verify: bool, args, tmp: Path) -> tuple[int, dict]:
+    argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", "host", "--emit", "lib", "--bench",
+            "--threads", str(threads), "--repeat", str(args.runs), "--json", "-o", str(tmp / f"{arch}-t{threads}")]
+    if verify:
+        argv.append("--verify")
+    print(f"[net-bench] {' '.join(argv[2:])}", file=sys.stderr, flush=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
+    if proc.returncode != 0 or not proc.stdout.strip():
+        sys.stderr.write(proc.stderr[-3000:])
+        return proc.returncode or 1, {}
+    return 0, json.loads(proc.stdout)
+
+
+def row(arch: str, threads: int, report: dict) -> dict:
+    b, net = report["network_bench"], report["network"]
+    v = report.get("verification")
+    return {"net": arch, "threads": threads, "xfc_median_ms": b["xfc"]["median_ms"],
+            "xfc_round_medians_ms": b["xfc"]["round_medians_ms"], "xfc_p10_ms": b["xfc"]["p10_ms"],
+            "xfc_p90_ms": b["xfc"]["p90_ms"], "onnxruntime_median_ms": b["onnxruntime"]["median_ms"],
+            "onnxruntime_round_medians_ms": b["onnxruntime"]["round_medians_ms"], "speedup": b["speedup"],
+            "arena_bytes": net["arena_bytes"], "arena_lower_bound_bytes": net["arena_lower_bound_bytes"],
+            "arena_to_lower_bound": net["arena_to_lower_bound"], "packed_weight_bytes": net["packed_weight_bytes"],
+            "steps": net["steps"], "kernel_calls": net["kernel_calls"], "runtime_ops": net["runtime_ops"],
+            "fusions": len([f for f in net["fusions"] if "fused" in f]),
+            "verified": None if v is None else v["verified"],
+            "output_bound_kind": None if v is None else sorted({c["bound_kind"] for c in v["outputs"]}),
+            "worst_step_ratio": None if v is None else v["worst_layer_ratio"],
+            "onnxruntime": b["onnxruntime"]["label"], "flops": report["flops"]["total"]}
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(ALL), help="comma-separated: " + ", ".join(ALL))
+    parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per round (default 20)")
+    parser.add_argument("--no-verify", action="store_true", help="skip --verify")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    archs = [a.strip() for a in args.only.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in ALL]
+    if unknown:
+        print(f"net-bench: unknown network {unknown[0]} (known: {', '.join(ALL)})", file=sys.stderr)
+        return 2
+    thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("net-bench: torch is not installed; it is needed only to export the models: pip install torch",
+              file=sys.stderr)
+        return 3
+    rows, status = [], 0
+    with tempfile.TemporaryDirectory(prefix="xfc-net-bench-") as tmp:
+        tmp = Path(tmp)
+        for arch in archs:
+            path = tmp / f"{arch}.onnx"
+            print(f"[net-bench] exporting {arch} (random weights, {args.size}x{args.size}) to ONNX", file=sys.stderr)
+            export(arch, path, args.size)
+            for i, threads in enumerate(thread_counts):
+                code, report = run_one(arch, path, threads, verify=i == 0 and not args.no_verify, args=args, tmp=tmp)
+                if code:
+                    status = status or code
+                    continue
+                rows.append(row(arch, threads, report))
+                r = rows[-1]
+                print(f"{arch:14s} t{threads}: xfc {r['xfc_median_ms']:8.2f} ms  onnxruntime "
+                      f"{r['onnxruntime_median_ms']:8.2f} ms  x{r['speedup']:.2f}  arena {r['arena_bytes'] / 2**20:6.2f} "
+                      f"MiB (x{r['arena_to_lower_bound']:.3f} of the lower bound)"
+                      + (f"  verified: {'yes' if r['verified'] else 'NO'}" if r["verified"] is not None else ""),
+                      flush=True)
+    summary = {}
+    for threads in thread_counts:
+        speedups = [r["speedup"] for r in rows if r["threads"] == threads]
+        if speedups:
+            summary[f"t{threads}"] = {"geomean_speedup": geomean(speedups), "min_speedup": min(speedups),
+                                      "networks": len(speedups)}
+            print(f"threads {threads}: geomean x{geomean(speedups):.3f}, min x{min(speedups):.3f} over "
+                  f"{len(speedups)} networks")
+    from xfc.outputs import write_json_result
+    out = args.results / "net_bench.json"
+    write_json_result(out, {"benchmark": "whole network: xfc --emit lib benchmark program vs onnxruntime session.run",
+                            "machine": machine_facts(), "size": args.size, "runs_per_round": args.runs,
+                            "rows": rows, "summary": summary,
+                            "weights": "random, seeded (benchmarks/nets.py), exported at run time (opset 17)"},
+                      kind="net-bench")
+    print(f"-> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
