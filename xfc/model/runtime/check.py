@@ -19,13 +19,12 @@ per-layer kernels):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from ...ops.reference import activation_bound, reference
-from ...ops.spec import Epilogue, MatmulSpec
+from ...ops.spec import Epilogue
 from .. import bounds as B
 from ..nodes import run_node
 from ..run import HEURISTIC_RTOL, OutputCheck, compare
@@ -95,8 +94,10 @@ def _move(step: OpStep, x: np.ndarray, out_shape) -> np.ndarray:
 
 
 class _Walk:
-    def __init__(self, program: Program, opset: int, feeds: Mapping[str, np.ndarray], constants: Mapping):
+    def __init__(self, program: Program, opset: int, feeds: Mapping[str, np.ndarray], constants: Mapping,
+                 winograd: Mapping):
         self.program = program
+        self.winograd = winograd                 # spec -> Winograd tile size of its plan (0: direct)
         self.opset = opset
         self.constants = constants               # the folded model's constants (ONNX node inputs)
         self.values: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
@@ -138,15 +139,15 @@ class _Walk:
             feeds.update(zip([o for o in node.output if o], outs))
         return feeds
 
-    def kernel(self, step: KernelStep, got: np.ndarray) -> tuple[StepCheck, Optional[np.ndarray], int]:
-        """(the check, the propagated bound of the output, index placeholder)."""
+    def kernel(self, step: KernelStep, got: np.ndarray) -> tuple[StepCheck, Optional[np.ndarray]]:
+        """(the check, the propagated bound of the output: None where some input's bound is unknown)."""
         spec, layer = step.spec, step.layer
         x = self.value(step.input)
         ex = self.error(step.input)
         weight = layer.weight if step.weight_tensor is None else self.value(step.weight_tensor)
         ew = B.ZERO if step.weight_tensor is None else self.error(step.weight_tensor)
         plain = type(spec)(**spec.shape_dict(), epilogue=Epilogue(bias=spec.epilogue.bias))
-        wm = int(getattr(self, "winograd", {}).get(spec, 0))
+        wm = int(self.winograd.get(spec, 0))
         local, carried, pre = self._layer_bounds(step, plain, x, ex, weight, ew, wm)
         r = None
         if step.residual is not None:
@@ -164,7 +165,7 @@ class _Walk:
         expected = np.asarray(feeds[step.output] if step.output in feeds else feeds[step.onnx_nodes[-1].output[0]],
                               np.float64).reshape(out_shape)
         check = _judge(got, expected, local.reshape(out_shape), "derived")
-        return check, None if carried is None else carried.reshape(out_shape), 0
+        return check, None if carried is None else carried.reshape(out_shape)
 
     def _layer_bounds(self, step: KernelStep, plain, x, ex, weight, ew, wm):
         """(local bound, carried bound or None, the float64 pre-activation) in the output's layout."""
@@ -218,11 +219,9 @@ class _Walk:
         for node in step.onnx_nodes:
             ins = [feeds.get(n) if n else None for n in node.input]
             outs = [feeds[o] for o in node.output if o]
-            zero = [B.ZERO if n else B.ZERO for n in node.input]
             loc = B.propagate(node, self.opset, ins, [local_e.get(n, B.ZERO) if n else B.ZERO for n in node.input], outs)
             car = B.propagate(node, self.opset, ins, [carried_e.get(n, self.error(n)) if n else B.ZERO
                                                       for n in node.input], outs)
-            del zero
             if any(v is None for v in loc):
                 kind = "heuristic"
                 self.no_rule.add(node.op_type)
@@ -260,13 +259,12 @@ def verify_program(program: Program, opset: int, constants: Mapping, feeds: Mapp
                    where: str, emulated: bool, seed: int) -> NetworkVerification:
     """The checks of the module docstring. dumps[i]: the outputs of step i as the C network wrote them;
     outputs: its graph outputs; expected: onnxruntime's; winograd: spec -> Winograd tile size (0: direct)."""
-    walk = _Walk(program, opset, feeds, constants)
-    walk.winograd = winograd
+    walk = _Walk(program, opset, feeds, constants, winograd)
     checks = []
     for i, step in enumerate(program.steps):
         gots = [np.asarray(d, np.float32).reshape(program.shapes[t]) for d, t in zip(dumps[i], step.outputs)]
         if isinstance(step, KernelStep):
-            check, carried, _ = walk.kernel(step, gots[0])
+            check, carried = walk.kernel(step, gots[0])
             step_checks, carried_list = [check], [carried]
         else:
             step_checks, carried_list = walk.op(step, gots)
@@ -276,19 +274,6 @@ def verify_program(program: Program, opset: int, constants: Mapping, feeds: Mapp
             walk.errors[t] = e
     results = []
     for j, name in enumerate(program.outputs):
-        error = walk.errors.get(name) if name in walk.errors else walk.error(name)
-        results.append(compare(name, outputs[j].reshape(expected[name].shape), expected[name], error))
+        results.append(compare(name, outputs[j].reshape(expected[name].shape), expected[name], walk.error(name)))
     return NetworkVerification(outputs=tuple(results), steps=tuple(checks), no_rule_ops=tuple(sorted(walk.no_rule)),
                                reference=reference_label, where=where, emulated=emulated, seed=seed)
-
-
-def dump_count(program: Program) -> list[int]:
-    """Outputs per step (files step<i>_<k>.f32 the benchmark program writes with --dump)."""
-    return [len(s.outputs) for s in program.steps]
-
-
-def kernel_input_floats(step: KernelStep) -> int:
-    return prod(step.spec.operand_shapes[0])
-
-
-__all__ = ["NetworkVerification", "StepCheck", "verify_program", "BOUND_NOTE", "MatmulSpec"]

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from math import prod
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 from onnx import helper
 
 from ...errors import OperatorError
-from ...ops.spec import Epilogue
-from ..graph import ConvFeed, Layer, MappedNetwork, MatmulFeed
+from ..graph import ConvFeed, Layer, MappedNetwork
 from ..load import LoadedModel
 from ..mapping import map_network
 from ..nodes import run_node

@@ -57,7 +57,7 @@ def network_summary(lowered, rendered, syntheses) -> dict:
 
 
 def _program_runner(hw, device, runner, cluster):
-    from .execute import AdbProgram, HostProgram, QemuProgram
+    from .execute import AdbProgram, HostProgram
     if hw.target_arch == "x86_64":
         return HostProgram()
     if device in (None, "qemu"):
