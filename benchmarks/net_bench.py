@@ -12,6 +12,8 @@ which synthesizes the network's kernels for T threads, builds the library and it
 and times the program (its own C loop, median of RUNS after 3 warm-ups) alternately with
 onnxruntime's whole session.run (same inputs, intra_op_num_threads = T, default optimizations),
 three rounds each; the medians of the round medians are compared (speedup = onnxruntime / xfc).
+With more than one thread both runtimes' idle threads sleep (--thread-wait passive, the default: on
+a shared machine spinning threads make both several times slower; xfc/model/runtime/bench.py).
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
 
@@ -43,7 +45,8 @@ RUN_TIMEOUT_S = 3 * 3600
 
 def run_one(arch: str, path: Path, threads: int, verify: bool, args, tmp: Path) -> tuple[int, dict]:
     argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", "host", "--emit", "lib", "--bench",
-            "--threads", str(threads), "--repeat", str(args.runs), "--json", "-o", str(tmp / f"{arch}-t{threads}")]
+            "--threads", str(threads), "--repeat", str(args.runs), "--thread-wait", args.thread_wait, "--json",
+            "-o", str(tmp / f"{arch}-t{threads}")]
     if verify:
         argv.append("--verify")
     print(f"[net-bench] {' '.join(argv[2:])}", file=sys.stderr, flush=True)
@@ -68,7 +71,8 @@ def row(arch: str, threads: int, report: dict) -> dict:
             "verified": None if v is None else v["verified"],
             "output_bound_kind": None if v is None else sorted({c["bound_kind"] for c in v["outputs"]}),
             "worst_step_ratio": None if v is None else v["worst_layer_ratio"],
-            "onnxruntime": b["onnxruntime"]["label"], "flops": report["flops"]["total"]}
+            "onnxruntime": b["onnxruntime"]["label"], "thread_wait": b["thread_wait"],
+            "flops": report["flops"]["total"]}
 
 
 def geomean(values) -> float:
@@ -83,6 +87,8 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per round (default 20)")
     parser.add_argument("--no-verify", action="store_true", help="skip --verify")
+    parser.add_argument("--thread-wait", choices=("passive", "spin"), default="passive",
+                        help="idle threads of both runtimes sleep (passive, default) or spin (xfc model --thread-wait)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     archs = [a.strip() for a in args.only.split(",") if a.strip()]

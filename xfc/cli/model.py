@@ -53,7 +53,8 @@ def cmd_model(args) -> int:
                        threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
-                       bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights)
+                       bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights,
+                       thread_wait=args.thread_wait)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -114,6 +115,10 @@ def register(sub) -> None:
                         "weights file, the benchmark program's source, CMakeLists.txt and manifest.json, written into "
                         "DIR itself, beside report.json; --verify / --bench then run the network's benchmark program: "
                         "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device)")
+    p.add_argument("--thread-wait", choices=("passive", "spin"), default="passive",
+                   help="with --emit lib --bench and more than one thread: how idle threads wait, the same for xfc "
+                        "and onnxruntime: passive (default: they sleep; OMP_WAIT_POLICY=passive, onnxruntime without "
+                        "spinning: what a shared, loaded machine needs) or spin (both runtimes' defaults)")
     p.add_argument("--embed-weights", action="store_true",
                    help="with --emit lib: compile the weights into the library (<name>_create_embedded)")
     p.add_argument("--explain", action="store_true",

@@ -586,11 +586,11 @@ class AdbRunner(HarnessRunner):
 
     def run_program(self, files: Sequence[Path], argv: Sequence[str], *, mkdirs: Sequence[str] = (),
                     pulls: Sequence[tuple[str, Path]] = (), cpu_ids: Sequence[int] | None = None,
-                    timeout: float = 600.0) -> tuple[str, dict]:
+                    timeout: float = 600.0, env: Sequence[tuple[str, str]] = ()) -> tuple[str, dict]:
         """Run a program of its own command line (the network's benchmark program): push `files`
         (the first is the program) into a new run directory, create `mkdirs` there, run argv[0] =
         the program's file name with argv[1:] (every '{dir}' replaced by the run directory), pinned to
-        cpu_ids with the governor, clocks and temperatures read before and after; pull `pulls`
+        cpu_ids (with `env` set) with the governor, clocks and temperatures read before and after; pull `pulls`
         (run-directory-relative path -> local file); remove the run directory. Returns (stdout,
         telemetry)."""
         import uuid
@@ -606,7 +606,8 @@ class AdbRunner(HarnessRunner):
             self._shell(["chmod", "755", f"{remote}/{program.name}"], what="chmod the program")
             for d in mkdirs:
                 self._shell(["mkdir", f"{remote}/{d}"], what=f"create {remote}/{d}")
-            cmd = ["taskset", hexmask(cpu_ids)] if cpu_ids else []
+            cmd = ["env", *[f"{k}={v}" for k, v in env]] if env else []
+            cmd += ["taskset", hexmask(cpu_ids)] if cpu_ids else []
             cmd += [f"{remote}/{program.name}", *[a.replace("{dir}", remote) for a in argv]]
             fb, tb = self.telemetry(cpu_ids)
             try:

@@ -10,6 +10,14 @@ median over xfc's (> 1: xfc is faster).
 ARM descriptions run the program under qemu-aarch64 (emulated: a functional run, never a phone's
 timing) or on a device through the ADB runner (pinned to the cluster, telemetry recorded); nothing
 is compared there (onnxruntime runs on this machine, not on the device).
+
+Thread waiting (more than one thread), the same for both: 'passive' (the default) lets idle threads
+sleep between parallel regions (the program runs with OMP_WAIT_POLICY=passive; onnxruntime with
+session.intra_op.allow_spinning=0); 'spin' keeps both runtimes' defaults (libgomp's and onnxruntime's
+threads spin before they sleep). On a shared machine whose cores are busy with other work, spinning
+threads steal the time of the threads they wait for: both runtimes get several times slower, so
+the passive policy is the one whose figures mean something there; an idle machine or a phone may
+prefer 'spin'.
 """
 from __future__ import annotations
 
@@ -29,7 +37,15 @@ NOTE_DEVICE = ("the benchmark program on {where}; qemu-aarch64 and the virtual d
                "never phone timings; onnxruntime is not compared (it runs on this machine)")
 
 
-def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int):
+WAIT_POLICIES = ("passive", "spin")
+
+
+def program_env(wait: str) -> tuple[tuple[str, str], ...]:
+    """The benchmark program's environment for a thread wait policy (module docstring)."""
+    return (("OMP_WAIT_POLICY", "passive"),) if wait == "passive" else ()
+
+
+def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int, wait: str = "passive"):
     """(per-run seconds of session.run, label)."""
     try:
         import onnxruntime as ort
@@ -40,6 +56,8 @@ def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if wait == "passive":
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         session = ort.InferenceSession(loaded.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         feed = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
@@ -53,7 +71,8 @@ def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int):
     except Exception as exc:
         raise OperatorError(f"{loaded.path}: onnxruntime cannot run the model: {' '.join(str(exc).split())[:240]}") from None
     label = (f"onnxruntime {ort.__version__} CPUExecutionProvider, default graph optimizations (ORT_ENABLE_ALL), "
-             f"{threads} intra-op thread{'s' if threads != 1 else ''}, whole session.run")
+             f"{threads} intra-op thread{'s' if threads != 1 else ''}"
+             + (", no spinning" if wait == "passive" and threads > 1 else "") + ", whole session.run")
     return samples, label
 
 
@@ -63,7 +82,7 @@ def _quantiles(samples_ms):
 
 
 def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: Path, prog_runner, *, threads: int,
-                  runs: int, compare: bool, say, rounds: int, warmup: int = 3) -> dict:
+                  runs: int, compare: bool, say, rounds: int, warmup: int = 3, wait: str = "passive") -> dict:
     program = lowered.program
     run_dir = scratch / "bench"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +92,7 @@ def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: P
         np.ascontiguousarray(feeds[name], "<f4").tofile(p)
         inputs.append(p)
     request = ProgramRequest(binary=exe, weights=weights, inputs=tuple(inputs), warmup=warmup, runs=runs,
-                             threads=threads)
+                             threads=threads, env=program_env(wait))
     xfc_rounds, ort_rounds, ort_samples, reports, label = [], [], [], [], None
     for r in range(rounds if compare else 1):
         say(f"bench: benchmark_{rendered.name} on {prog_runner.where}, {warmup} + {runs} runs, {threads} thread"
@@ -83,12 +102,13 @@ def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: P
         xfc_rounds.append(result.report["median_ms"])
         if compare:
             say(f"bench: onnxruntime session.run, {warmup} + {runs} runs (round {r + 1})")
-            samples, label = time_onnxruntime(lowered.original, feeds, threads=threads, warmup=warmup, runs=runs)
+            samples, label = time_onnxruntime(lowered.original, feeds, threads=threads, warmup=warmup, runs=runs,
+                                              wait=wait)
             ms = [s * 1e3 for s in samples]
             ort_samples.extend(ms)
             ort_rounds.append(statistics.median(ms))
     last = reports[-1]
-    out = {"threads": last["threads"], "runs": runs, "warmup": warmup, "rounds": len(xfc_rounds),
+    out = {"threads": last["threads"], "runs": runs, "warmup": warmup, "rounds": len(xfc_rounds), "thread_wait": wait,
            "xfc": {"median_ms": statistics.median(xfc_rounds), "round_medians_ms": xfc_rounds,
                    "p10_ms": last["p10_ms"], "p90_ms": last["p90_ms"], "min_ms": min(r["min_ms"] for r in reports),
                    "arena_bytes": last["arena_bytes"], "packed_weight_bytes": last["packed_weight_bytes"],

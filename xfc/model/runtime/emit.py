@@ -44,6 +44,9 @@ HEADER_BYTES = 64
 DEFAULT_WARMUP = 3
 DEFAULT_RUNS = 20
 PROGRAM_FLAGS = ("-O2", "-std=gnu11", "-fopenmp", "-Wall")
+# A kernel step with fewer FLOPs runs on the calling thread whatever the network's thread count: waking
+# the OpenMP team and its closing barrier cost a few microseconds, about what 1 MFLOP takes on one core.
+SERIAL_FLOPS = 1_000_000
 
 
 def _align(n: int) -> int:
@@ -161,6 +164,7 @@ class _Spelling:
         d = {"op": "kernel", "function": function, "x": self.ptr(step.input), "y": self.ptr(step.output),
              "bias": f"k + {self.payload.bias_offsets[i]}" if self.payload.bias_offsets[i] else "k",
              "grouped": step.groups > 1, "packed": step.weight_tensor is None, "residual_copy": None,
+             "serial": spec.flops * step.groups * step.batch < SERIAL_FLOPS, "flops": spec.flops * step.groups * step.batch,
              "comment": f"{step.label} [{nodes}] -> {function}"
                         + (f", {step.groups} groups" if step.groups > 1 else "")
                         + (f", residual '{step.residual}'" if step.residual else "")}

@@ -38,6 +38,7 @@ class ProgramRequest:
     seed: int = 0
     output_count: int = 0
     step_outputs: tuple[int, ...] = ()     # outputs per step (the dump's files)
+    env: tuple[tuple[str, str], ...] = ()  # the program's extra environment (OMP_WAIT_POLICY)
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ def _parse(stdout: str, what: str) -> dict:
         raise DeviceError(f"{what} printed a malformed JSON line: {line[:200]!r}") from None
 
 
-def _local(argv: list[str], what: str) -> dict:
+def _local(argv: list[str], what: str, env=()) -> dict:
     try:
-        proc = procs.run(argv, timeout=RUN_TIMEOUT_S)
+        proc = procs.run(argv, timeout=RUN_TIMEOUT_S, env_extra=dict(env) or None)
     except subprocess.TimeoutExpired:
         raise DeviceError(f"{what} timed out after {RUN_TIMEOUT_S:.0f} s: {shlex.join(argv[:3])} ...") from None
     except OSError as exc:
@@ -95,7 +96,7 @@ class HostProgram:
     emulated = False
 
     def run(self, req: ProgramRequest) -> ProgramResult:
-        report = _local([str(req.binary), *program_args(req)], f"benchmark program {req.binary.name}")
+        report = _local([str(req.binary), *program_args(req)], f"benchmark program {req.binary.name}", req.env)
         return ProgramResult(report=report, where=self.where, emulated=False)
 
 
@@ -112,7 +113,7 @@ class QemuProgram:
     def run(self, req: ProgramRequest) -> ProgramResult:
         qemu = require_tool(QEMU)
         report = _local([qemu, "-cpu", self.cpu, str(req.binary), *program_args(req)],
-                        f"benchmark program {req.binary.name} under qemu-aarch64")
+                        f"benchmark program {req.binary.name} under qemu-aarch64", req.env)
         return ProgramResult(report=report, where=self.where, emulated=True)
 
 
@@ -145,6 +146,6 @@ class AdbProgram:
                    **({str(req.dump_dir): "dump"} if req.dump_dir is not None else {})}
         args = program_args(req, path=lambda p: "{dir}/" + mapping[str(p)])
         stdout, telemetry = self.runner.run_program(files, args, mkdirs=dirs, pulls=pulls, cpu_ids=self.cpu_ids,
-                                                    timeout=RUN_TIMEOUT_S)
+                                                    timeout=RUN_TIMEOUT_S, env=req.env)
         return ProgramResult(report=_parse(stdout, f"benchmark program {req.binary.name} on {self.where}"),
                              where=self.where, emulated=self.emulated, telemetry=telemetry)

@@ -46,7 +46,8 @@ def network_lines(report: dict) -> list[str]:
     b = report.get("network_bench")
     if b:
         x = b["xfc"]
-        threads = f"{b['threads']} thread{'s' if b['threads'] != 1 else ''}"
+        threads = f"{b['threads']} thread{'s' if b['threads'] != 1 else ''}" + (
+            f", idle threads {'sleep' if b['thread_wait'] == 'passive' else 'spin'}" if b["threads"] > 1 else "")
         line = (f"bench: xfc {x['median_ms']:.4g} ms (median of {b['rounds']} round medians, {b['runs']} runs each, "
                 f"p10 {x['p10_ms']:.4g}, p90 {x['p90_ms']:.4g}; {threads}) on {x['measured_on']}")
         out.append(line + (" -- EMULATED: not phone timing" if x["emulated"] else ""))
