@@ -9,7 +9,7 @@
 - A `unit` or `sweep` test starts no process: starting one (a compiler, qemu, adb, a PoCL
   harness, even python) fails the test with one line naming the program; such a test is
   subprocess, host, emulated, opencl or adb.
-- Coverage: tests note what they compiled and ran per ISA / target (tests/support.py `record`);
+- Coverage: tests note what they compiled and ran per ISA / target (tests/support `record`);
   pytest_terminal_summary prints per target what was compiled, what ran, and what did not run
   and why, together with the tests skipped for a missing tool. Works under xdist (the records
   travel in the reports' user_properties).

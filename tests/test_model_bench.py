@@ -4,19 +4,17 @@ No speed is asserted: the figures only have to exist, be positive and add up."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.model.bench import ProfiledNode, fused_away, match_profiled  # noqa: E402
-from xfc.model.load import load_model  # noqa: E402
-from xfc.model.mapping import map_network  # noqa: E402
+from xfc.cli import main
+from xfc.model.bench import ProfiledNode, fused_away, match_profiled
+from xfc.model.load import load_model
+from xfc.model.mapping import map_network
 
 
 def save(model, directory: Path, name: str) -> Path:

@@ -460,7 +460,7 @@ def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
 # ---- where the nodes listen, and what a signal leaves behind ------------------------------------
 # Every listening socket of every process of a node's tree (xfc, `ray start`, gcs_server, raylet,
 # agents, task workers) and of a build's (the driver), sampled while a build runs through the
-# cluster. Processes and sockets are read from /proc (tests/support.py), not asked of Ray.
+# cluster. Processes and sockets are read from /proc (tests/support), not asked of Ray.
 
 # how each process shows itself: Ray 2.60 renames its agents, Ray 2.52 runs them under their script names
 AGENTS = {"runtime-env agent": ("ray::RuntimeEnvAgent", "/runtime_env/agent/main.py"),

@@ -22,7 +22,7 @@ from xfc.tiledb.calibrate import (GRIDS, Measured, calibrated_constants, fit, pr
                                   training_cases, winograd_training_specs)
 from xfc.tiledb.store import TileDb
 
-from test_calibrate import CLUSTER, HW
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
 
@@ -66,22 +66,6 @@ def test_training_cases_time_every_admissible_tile_size_and_the_direct_plan():
 def _winograd_items(truth, threads=(1, 2)) -> list[Measured]:
     """'Measurements' of every training case: the model's own predictions under known constants."""
     return synthetic_items(training_cases(), truth, threads)
-
-
-def synthetic_items(cases, truth, threads=(1, 2), winograd_vectors="tiles") -> list[Measured]:
-    """'Measurements' of `cases` (TrainingCases) at each thread count: the plan each synthesizes,
-    timed as the model predicts it under the constants `truth`. winograd_vectors: the Winograd
-    plans' vector axis (default over tiles: the plans these objective tests were designed around;
-    None: the synthesizer's choice)."""
-    items = []
-    for case in cases:
-        for t in threads:
-            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
-                                  winograd_m=case.winograd_m,
-                                  winograd_vectors=winograd_vectors if case.lowering == "winograd" else None).plan
-            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
-            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
-    return items
 
 
 def test_re_estimating_a_winograd_plan_reproduces_the_synthesizers_estimate():

@@ -18,8 +18,7 @@ from xfc.tiledb.calibrate import (GRIDS, RANK_MARGIN, RANK_WEIGHT, REGULARIZATIO
                                   _Objective, clear_pairs, fit, predicted_s, rank_agreement, training_cases,
                                   winograd_training_specs)
 
-from test_calibrate import CLUSTER, HW
-from test_winograd_calibrate import synthetic_items
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
 

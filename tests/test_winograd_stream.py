@@ -15,8 +15,7 @@ from xfc.cpu.winograd import stages_of_plan
 from xfc.ops.spec import make_spec
 from xfc.tiledb.calibrate import GRIDS, fit, predicted_s, training_cases
 
-from test_calibrate import CLUSTER, HW
-from test_winograd_calibrate import synthetic_items
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
 
