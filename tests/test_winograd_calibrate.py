@@ -25,6 +25,10 @@ from xfc.tiledb.store import TileDb
 from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
+# A fit over Winograd plans searches the whole 3072-point grid of the four transform constants
+# (calibrate.JOINT) at least twice, re-estimating every Winograd plan at each point: pure, but
+# 5-40 s each, so `sweep` (in `make test`, not in `pytest -m unit`).
+WINOGRAD_FIT = pytest.mark.sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,6 +83,7 @@ def test_re_estimating_a_winograd_plan_reproduces_the_synthesizers_estimate():
                                                                                    rel=1e-12)
 
 
+@WINOGRAD_FIT
 def test_the_fit_recovers_known_winograd_stage_constants():
     truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, winograd_transform_efficiency=0.6,
                     winograd_store_cycles=2.0, winograd_scalar_cycles=1.5, winograd_group_cycles=16.0)
@@ -98,6 +103,7 @@ def test_the_fit_recovers_known_winograd_stage_constants():
         assert getattr(result.constants, field) == getattr(truth, field), field
 
 
+@WINOGRAD_FIT
 def test_fitted_winograd_constants_round_trip_and_change_the_winograd_estimate_only(tmp_path, monkeypatch):
     monkeypatch.setattr("xfc.tiledb.hostcc.compiler_version", lambda: "gcc (recorded)")   # no process in a unit test
     truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=3.0, winograd_group_cycles=32.0)
@@ -184,6 +190,7 @@ def test_the_column_tail_is_charged_on_avx512_and_steers_the_winograd_gemm_sched
     assert math.ceil((49 % chosen.nr) / 16) != 1
 
 
+@WINOGRAD_FIT
 def test_a_contended_measurement_is_left_out_of_the_fit():
     truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=2.0, winograd_scalar_cycles=1.5)
     items = _winograd_items(truth)
