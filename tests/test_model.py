@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from support import nets
+from support import needs_onnxruntime, nets
 
 from xfc.cli import main
 from xfc.errors import OperatorError
@@ -193,6 +193,7 @@ def test_cast_of_an_fp16_initializer_is_folded_at_load(tmp_path):
 
 
 @pytest.mark.host
+@needs_onnxruntime
 def test_cast_weight_model_verifies_on_the_host(tmp_path, capsys):
     model, _ = cast_weight_model()
     path = save(model, tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from support import nets
+from support import needs_onnxruntime, nets
 
 from xfc.cli import main
 from xfc.model.bench import ProfiledNode, fused_away, match_profiled
@@ -52,6 +52,7 @@ def test_uncovered_nodes_missing_from_the_profile_are_reported_as_fused_away(tmp
 @pytest.mark.host
 @pytest.mark.parametrize("name, builder", [("resnet", lambda: nets.resnet_net(blocks=1, hw=9)),
                                            ("odd", nets.odd_net)])            # odd: a MatMul with B not constant
+@needs_onnxruntime
 def test_bench_times_layers_and_matches_onnxruntime(tmp_path, capsys, name, builder):
     out_dir = tmp_path / "out"
     code = main(["model", str(save(builder(), tmp_path, name)), "--hw", "host", "--bench", "--threads", "1",

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from support import nets
+from support import needs_onnxruntime, nets
 
 from xfc.cli import main
 from xfc.hardware.load import load as load_hw
@@ -20,7 +20,7 @@ from xfc.model.mapping import map_network
 from xfc.model.pipeline import kernel_names
 from xfc.model.run import verify_network
 
-pytestmark = pytest.mark.host
+pytestmark = [pytest.mark.host, needs_onnxruntime]   # every test here compares with onnxruntime
 
 
 def save(model, directory: Path, name: str) -> Path:

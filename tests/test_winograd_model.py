@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from support import nets
+from support import needs_onnxruntime, nets
 from xfc.cli import main
 from xfc.model import bounds as B
 from xfc.ops.reference import make_inputs, reference
@@ -56,6 +56,7 @@ def _winograd_net() -> onnx.ModelProto:
 
 
 @pytest.mark.host
+@needs_onnxruntime
 def test_a_network_with_winograd_layers_verifies_against_onnxruntime(tmp_path, capsys):
     path = tmp_path / "wnet.onnx"
     onnx.save(_winograd_net(), str(path))
