@@ -319,3 +319,23 @@ def test_compile_failure_is_toolchain_error(tmp_path):
     with pytest.raises(ToolchainError, match="host compile of xfc_bad_march.c failed") as err:
         host_kernel(render_cpu_kernel(plan), tmp_path / "bad")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("isa, mr, bits, widths", [("neon", 7, 128, (4, 2, 1)), ("neon", 3, 128, (2, 1)),
+                                                   ("neon", 6, 128, (4, 2)), ("neon", 5, 64, (2, 2, 1)),
+                                                   ("neon_fp16", 11, 128, (8, 1, 1, 1)), ("avx2", 6, 32, (1,) * 6)])
+def test_the_register_budget_counts_the_a_loads_the_kernel_makes(isa, mr, bits, widths):
+    """Issue 31 item 3: one rule (tiles.a_load_widths) for the planner's register budget and the code
+    generator's A loads; the budget used to count ceil(MR / lanes) registers where MR = 3 or 7 renders
+    a d-register and a single-value load beside the q ones."""
+    from xfc.cpu.codegen import a_load_groups
+    from xfc.cpu.isa import isa_row
+    from xfc.cpu.tiles import MicroTile, a_load_widths
+    assert a_load_widths(isa, mr, bits) == widths and sum(widths) == mr
+    groups = a_load_groups(isa, mr, bits)
+    assert [g["width"] for g in groups] == list(widths)
+    assert [r["row"] for g in groups for r in g["rows"]] == list(range(mr))
+    row = isa_row(isa)
+    tile = MicroTile(mr=mr, nr_vectors=2, lanes=8, a_load_bits=bits, elem_bytes=row.elem_bytes)
+    assert tile.a_registers(isa) == (len(widths) if row.lane_indexed else 1)

@@ -9,103 +9,23 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import needs_onnxruntime, nets
+from support.model_lib import APP_C, APP_CMAKE, HAVE_CMAKE, cmake_build, emit, run
 
-from xfc.cli import main  # noqa: E402
-from xfc.errors import ToolchainError  # noqa: E402
-from xfc.model.library import c_identifier, ndk_host_tag, select_toolchain  # noqa: E402
-from xfc.model.load import load_model  # noqa: E402
-from xfc.model.mapping import map_network  # noqa: E402
+from xfc.cli import main
+from xfc.errors import ToolchainError
+from xfc.model.library import c_identifier, ndk_host_tag, select_toolchain
+from xfc.model.load import load_model
+from xfc.model.mapping import map_network
 
-HAVE_CMAKE = shutil.which("cmake") is not None
 HAVE_ARM = bool(shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")
                 and Path("/usr/aarch64-linux-gnu/lib").is_dir())
-TIMEOUT_S = 600
-ARM_SYSROOT = "/usr/aarch64-linux-gnu"
-
-APP_C = r"""
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "@HEADER@"
-
-/* app WEIGHTS IN0 ... OUT0 ...: the network through its C API, as an app uses it */
-int main(int argc, char **argv)
-{
-    if (argc != 2 + 2 * @P@_input_count() - (@P@_input_count() - @P@_output_count())) return 2;
-    if (@P@_create("/nonexistent/weights", 1) != NULL || !strstr(@P@_last_error(NULL), "cannot open")) return 5;
-    @P@ *net = @P@_create(argv[1], 1);
-    if (!net) { fprintf(stderr, "%s\n", @P@_last_error(NULL)); return 3; }
-    const float *in[@M@_INPUT_COUNT];
-    float *out[@M@_OUTPUT_COUNT];
-    for (int i = 0; i < @P@_input_count(); i++) {
-        long n = @P@_input_floats(i);
-        float *p = malloc(sizeof(float) * (size_t)n);
-        FILE *f = fopen(argv[2 + i], "rb");
-        if (!p || !f || fread(p, sizeof(float), (size_t)n, f) != (size_t)n) return 2;
-        fclose(f);
-        in[i] = p;
-        printf("input %s rank %d", @P@_input_name(i), @P@_input_rank(i));
-        for (int d = 0; d < @P@_input_rank(i); d++) printf(" %ld", @P@_input_shape(i)[d]);
-        printf("\n");
-    }
-    for (int j = 0; j < @P@_output_count(); j++) out[j] = malloc(sizeof(float) * (size_t)@P@_output_floats(j));
-    if (@P@_run(net, in, out) != @M@_OK) { fprintf(stderr, "%s\n", @P@_last_error(net)); return 4; }
-    for (int j = 0; j < @P@_output_count(); j++) {
-        FILE *f = fopen(argv[2 + @P@_input_count() + j], "wb");
-        long n = @P@_output_floats(j);
-        if (!f || fwrite(out[j], sizeof(float), (size_t)n, f) != (size_t)n || fclose(f)) return 2;
-        printf("output %s %ld floats\n", @P@_output_name(j), n);
-    }
-    printf("arena %zu threads %d version %s\n", @P@_arena_bytes(), @P@_threads(net), @M@_VERSION);
-    @P@_destroy(net);
-    return 0;
-}
-"""
-
-APP_CMAKE = """cmake_minimum_required(VERSION 3.10)
-project(xfc_app C)
-add_subdirectory("${XFC_LIB}" xfc)
-add_executable(app app.c)
-target_link_libraries(app PRIVATE @TARGET@)
-"""
-
-CROSS = ["-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64", "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc"]
-
-
-def emit(tmp_path, capsys, hw: str, model) -> tuple[Path, dict, Path]:
-    path = tmp_path / "Res-Net.onnx"
-    onnx.save(model, str(path))
-    out_dir = tmp_path / f"lib-{hw}"
-    code = main(["model", str(path), "--hw", hw, "--emit", "lib", "--verify", "--threads", "2", "--json",
-                 "-o", str(out_dir)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    report = json.loads(captured.out)
-    return out_dir, report, path
-
-
-def cmake_build(source: Path, build: Path, cross: bool, extra=()):
-    configure = ["cmake", "-S", str(source), "-B", str(build), *extra] + (CROSS if cross else [])
-    for argv in (configure, ["cmake", "--build", str(build)]):
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-
-def run(argv, cross: bool):
-    if cross:   # dynamically linked (libgomp.so through OpenMP::OpenMP_C, as in an app): the cross sysroot's loader
-        argv = ["qemu-aarch64", "-cpu", "max", "-L", ARM_SYSROOT, *argv]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def check_library(tmp_path, capsys, hw: str, cross: bool):
@@ -170,12 +90,14 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
 
 
 @pytest.mark.host
+@needs_onnxruntime
 @pytest.mark.skipif(not HAVE_CMAKE, reason="no cmake")
 def test_library_links_natively_through_cmake(tmp_path, capsys):
     check_library(tmp_path, capsys, "host", cross=False)
 
 
 @pytest.mark.emulated
+@needs_onnxruntime
 @pytest.mark.skipif(not (HAVE_CMAKE and HAVE_ARM), reason="no cmake / aarch64 gcc / qemu-aarch64")
 def test_library_links_for_aarch64_through_cmake_and_runs_under_qemu(tmp_path, capsys):
     check_library(tmp_path, capsys, "snapdragon-865", cross=True)

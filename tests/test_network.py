@@ -5,7 +5,6 @@ a missing device exit 3."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,16 +12,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
-import support  # noqa: E402
+import support
+from support import nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.model.load import load_model  # noqa: E402
-from xfc.model.runtime.arena import plan_arena  # noqa: E402
-from xfc.model.runtime.emit import HEADER_BYTES, build_payload  # noqa: E402
-from xfc.model.runtime.lower import lower_network  # noqa: E402
-from xfc.model.runtime.program import KernelStep  # noqa: E402
+from xfc.cli import main
+from xfc.model.load import load_model
+from xfc.model.runtime.arena import plan_arena
+from xfc.model.runtime.emit import HEADER_BYTES, build_payload
+from xfc.model.runtime.lower import lower_network
+from xfc.model.runtime.program import KernelStep
 
 FAMILIES = {"mobilenet_v3": nets.mobilenet_v3_net, "bottleneck": nets.bottleneck_net,
             "shufflenet": nets.shufflenet_net, "unet": nets.unet_net}
@@ -191,6 +189,7 @@ def assert_network_verified(report, where: str, heuristic_ok=()):
     assert net["runtime_ops"] + net["kernel_calls"] == net["steps"] <= len(v["steps"])   # a check per step output
 
 
+@support.needs_onnxruntime
 @pytest.mark.host
 @pytest.mark.parametrize("name, batch", [("mobilenet_v3", 1), ("bottleneck", 1), ("shufflenet", 2), ("unet", 1)])
 def test_network_runs_in_c_and_matches_onnxruntime_on_the_host(tmp_path, capsys, name, batch):
@@ -206,6 +205,7 @@ def test_network_runs_in_c_and_matches_onnxruntime_on_the_host(tmp_path, capsys,
             "CMakeLists.txt", "manifest.json", report["library"]["library"]} <= files
 
 
+@support.needs_onnxruntime
 @pytest.mark.host
 def test_bench_against_onnxruntime_and_a_wrong_step_fails_the_check(tmp_path, capsys):
     """--bench times the network's program against onnxruntime's session.run (same threads, alternating
@@ -256,6 +256,7 @@ def test_bench_against_onnxruntime_and_a_wrong_step_fails_the_check(tmp_path, ca
     assert not result.ok and [c.index for c in result.steps if not c.ok][0] == victim
 
 
+@support.needs_onnxruntime
 @pytest.mark.emulated
 @pytest.mark.skipif(not support.HAVE_ARM, reason="no aarch64 gcc / qemu-aarch64")
 def test_network_under_qemu_matches_onnxruntime(tmp_path, capsys):
@@ -272,6 +273,7 @@ def test_network_under_qemu_matches_onnxruntime(tmp_path, capsys):
     assert b["xfc"]["emulated"] and "emulated" in b["xfc"]["measured_on"] and b["onnxruntime"] is None
 
 
+@support.needs_onnxruntime
 @pytest.mark.adb
 @pytest.mark.skipif(not support.HAVE_ARM, reason="no aarch64 gcc / qemu-aarch64")
 def test_network_on_the_virtual_device(tmp_path, capsys, server):
@@ -304,6 +306,7 @@ def test_bench_on_a_missing_device_is_exit_3(tmp_path, capsys, server):
     assert not (tmp_path / "o").exists()
 
 
+@support.needs_onnxruntime
 @pytest.mark.host
 def test_compile_model_is_one_c_call_per_inference(tmp_path):
     """xfc.compile_model: the network as a callable on this machine (the sources --emit lib writes, as a

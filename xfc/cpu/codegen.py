@@ -33,6 +33,7 @@ from ..paths import TEMPLATES_DIR
 from . import neon_asm, winograd
 from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
 from .isa import ISA_TABLE, ISAS
+from .tiles import a_load_widths
 
 TEMPLATE_DIR = TEMPLATES_DIR
 
@@ -205,24 +206,14 @@ def _check_stage_copy(stage_copy: str, stride_w: int, staged: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> list[dict]:
-    """How the MR values of A at one k step are loaded and fed to the FMAs.
-
-    x86/generic, or A read in place (row_stride > 1: rows are not adjacent): one broadcast per
-    row at offset row * row_stride. NEON with packed A: q-register vectors (4 fp32 / 8 fp16 values),
-    then d-register halves, then 1 for the remainder, consumed lane by lane with vfmaq_laneq_f32 /
-    vfmaq_lane_f32 (fp16: the _f16 forms); 64-bit loads start at the d-register width.
-    """
-    row = ISA_TABLE[isa]
-    if not row.lane_indexed or row_stride != 1:
-        return [{"width": 1, "offset": i * row_stride, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
-    q_lanes = 128 // row.elem_bits
-    widths = (q_lanes, q_lanes // 2, 1) if a_load_bits >= 128 else (q_lanes // 2, 1)
+    """The A loads of tiles.a_load_widths (the planner's rule) spelled as groups: each load's width,
+    its offset (row * row_stride for rows read in place) and the rows it feeds, lane by lane
+    (vfmaq_laneq_f32 / vfmaq_lane_f32, fp16: the _f16 forms)."""
     groups, row = [], 0
-    for width in widths:
-        while mr - row >= width:
-            groups.append({"width": width, "offset": row,
-                           "rows": [{"row": row + lane, "lane": lane} for lane in range(width)]})
-            row += width
+    for width in a_load_widths(isa, mr, a_load_bits, in_place=row_stride != 1):
+        groups.append({"width": width, "offset": row * row_stride,
+                       "rows": [{"row": row + lane, "lane": lane} for lane in range(width)]})
+        row += width
     return groups
 
 

@@ -35,6 +35,24 @@ def round_up(x: int, multiple: int) -> int:
     return math.ceil(x / multiple) * multiple
 
 
+def a_load_widths(isa: str, mr: int, a_load_bits: int, in_place: bool = False) -> tuple[int, ...]:
+    """How the MR values of A at one k step are loaded: one element per entry (a broadcast per row:
+    the x86 and generic dialects, and A read in place, whose rows are not adjacent), or, for NEON's
+    lane-indexed FMAs on packed A, q-register vectors (4 fp32 / 8 fp16 values), then d-register
+    halves, then single values (64-bit loads start at the d-register width). The one rule: the
+    register budget (MicroTile.a_registers) counts these loads and the code generator spells them."""
+    row = isa_row(isa)
+    if not row.lane_indexed or in_place:
+        return (1,) * mr
+    q_lanes = 128 // row.elem_bits
+    widths, left = [], mr
+    for width in ((q_lanes, q_lanes // 2, 1) if a_load_bits >= 128 else (q_lanes // 2, 1)):
+        while left >= width:
+            widths.append(width)
+            left -= width
+    return tuple(widths)
+
+
 @dataclass(frozen=True)
 class MicroTile:
     mr: int
@@ -52,9 +70,12 @@ class MicroTile:
         return self.mr * self.nr_vectors
 
     def a_registers(self, isa: str) -> int:
+        """Registers A's values occupy at one k step: one per load of a_load_widths (NEON: a q, a d or
+        a single value each; MR = 3 or 7 needs a d and a single load beside the q ones), else one
+        broadcast register reused row by row."""
         if isa_row(isa).lane_indexed:
-            return math.ceil(self.mr / (self.a_load_bits // (8 * self.elem_bytes)))
-        return 1  # one broadcast register, reused row by row
+            return len(a_load_widths(isa, self.mr, self.a_load_bits))
+        return 1
 
     def registers(self, isa: str) -> int:
         return self.accumulator_registers + self.nr_vectors + self.a_registers(isa)
