@@ -5,7 +5,7 @@
    arrays themselves) timed with perf_counter around each call, against the same kernel's median
    timed inside C (kernel.time: the library's own bench loop), 512 x 512 x 512 matmul by default.
 2. A network: `net(x)` of xfc.compile_model against the same network's benchmark program (its own
-   C timing loop), on the families of tests/model_nets.py or an ONNX file.
+   C timing loop), on the families of tests/support/nets.py or an ONNX file.
 
 The two sides alternate ROUNDS times; each reports the median of its round medians, and the
 overhead is python / C - 1. Writes benchmarks/results/python_overhead.json (machine named).
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "tests"))
-    import model_nets
+    from support import nets as model_nets
     kernel = kernel_overhead(512, 512, 512, args.threads, args.runs)
     print(f"kernel {kernel['spec']}: C {kernel['c_median_ms']:.3f} ms, Python {kernel['python_median_ms']:.3f} ms "
           f"({kernel['overhead'] * 100:+.2f}%); pre-packed: C {kernel['c_packed_median_ms']:.3f} ms, Python "
