@@ -129,7 +129,7 @@ def test_reference_matches_torch(spec):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     a, b, bias = _inputs(spec, seed=4, scale=4.0)
-    ta, tb, tbias = (torch.from_numpy(x.astype(np.float64)) for x in (a, b, bias))
+    ta, tb, tbias = (None if x is None else torch.from_numpy(x.astype(np.float64)) for x in (a, b, bias))
     if isinstance(spec, MatmulSpec):
         out = torch.matmul(ta, tb) + (tbias if spec.epilogue.bias else 0)
     else:
