@@ -37,7 +37,9 @@ def test_micro_tiles_count_8_a_values_per_q_register():
     assert tiles and all(t.lanes == 8 and t.elem_bytes == 2 for t in tiles)
     fp16 = MicroTile(mr=14, nr_vectors=2, lanes=8, a_load_bits=128, elem_bytes=2)
     fp32 = MicroTile(mr=14, nr_vectors=2, lanes=4, a_load_bits=128)
-    assert (fp16.a_registers(FP16_ISA), fp32.a_registers("neon")) == (2, 4)
+    # packed A loaded as it is spelled (tiles.a_load_widths): MR=14 fp16 is 8 + 4 + 1 + 1 values
+    # (q, d and two single loads), fp32 is 4 + 4 + 4 + 2: four A registers each
+    assert (fp16.a_registers(FP16_ISA), fp32.a_registers("neon")) == (4, 4)
     assert MicroTile(mr=5, nr_vectors=1, lanes=8, a_load_bits=64, elem_bytes=2).loads_per_k(FP16_ISA) == (1, 2)
 
 

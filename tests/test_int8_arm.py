@@ -23,7 +23,7 @@ from xfc.pipeline import stages
 from xfc.runners.qemu import QemuRunner
 from support import compile_int8, run_int8_entry, verify_int8
 
-from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
+from support.cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 unit = pytest.mark.unit
 emulated = pytest.mark.emulated
