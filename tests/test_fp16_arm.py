@@ -82,7 +82,7 @@ def test_overflow_gives_inf_and_a_clear_verdict(tmp_path):
     a, b = np.full_like(a, 200.0), np.full_like(b, 200.0)       # 8 * 40000 = 320000
     case = run_fp16_case(spec, load(SD855), tmp_path, threads=1, inputs=(a, b, bias))
     assert np.isinf(case.outputs[0]).all() and np.isinf(reference(spec, a, b, bias)).sum() == 0
-    assert not case.ok and case.failure.startswith("fp16 overflow")
+    assert not case.ok and case.failure.startswith("per-call entry: fp16 overflow")   # per entry (stages.verify)
 
 
 @pytest.mark.parametrize("mutant, op, shape, options", [
