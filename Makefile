@@ -39,12 +39,13 @@ tiledb: setup
 model-bench: setup
 	@$(VENV_PY) benchmarks/model_bench.py
 
-# Differential fuzzing soak (not in CI): 10,000 random kernels on host, qemu-aarch64 and PoCL.
+# Differential fuzzing soak (not in CI): 10,000 random kernels of every dtype (fp32, fp16, int8) on host,
+# qemu-aarch64 and PoCL.
 SOAK_CASES ?= 10000
 SOAK_SEED ?= 20240601
 SOAK_JOBS ?= 2
 soak: setup
-	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl \
+	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl --dtype fp32,fp16,int8 \
 		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
 
 # int8 (issue 13), correctness only (not in CI): the suite on every host int8 dialect and >= 100

@@ -281,14 +281,13 @@ def get_planner(kind, isa=None, tile_db="auto"):
 
 
 def run_ours(name, spec, threads, planner, build_root):
-    from xfc.toolchain.cpu import build_host
+    from xfc.pipeline import stages
     from xfc.cpu.codegen import render_cpu_kernel
-    from xfc.runners.host import HostKernel
     t0 = time.perf_counter()
     plan = planner(name, spec, threads)
     synth_s = time.perf_counter() - t0
     rendered = render_cpu_kernel(plan)
-    kernel = HostKernel(rendered, build_host(rendered, build_root / f"{name}_t{threads}"))
+    kernel = stages.build(rendered, build_root / f"{name}_t{threads}").host   # the chain's host build
     a, b, bias = make_inputs(spec)
     ok, max_err, ratio = check_output(spec, kernel(a, b, bias), a, b, bias)
     ok_packed, _, ratio_packed = check_output(spec, kernel.run_packed(a, kernel.prepack(b), bias), a, b, bias)
@@ -333,10 +332,9 @@ def write_results(path: Path, data):
 
 def sweep(names, build_root):
     """Tile-parameter sweep with hand plans (the tables in docs/host-kernel-notes.md)."""
-    from xfc.toolchain.cpu import build_host
+    from xfc.pipeline import stages
     from xfc.cpu.plans import hand_plan
     from xfc.cpu.codegen import render_cpu_kernel
-    from xfc.runners.host import HostKernel
     grid = [dict(mr=14, nr=32), dict(mr=12, nr=32), dict(mr=8, nr=48), dict(mr=6, nr=64), dict(mr=16, nr=16),
             dict(mr=28, nr=16), dict(mr=14, nr=32, kc=128), dict(mr=14, nr=32, kc=512),
             dict(mr=14, nr=32, k_unroll=1), dict(mr=14, nr=32, loop_order="ir_jr"),
@@ -353,7 +351,7 @@ def sweep(names, build_root):
             if isa == "avx2" and spec.name != "depthwise":
                 ov.setdefault("gcc_march", "native")  # same compiler, 8-lane dialect
             rendered = render_cpu_kernel(hand_plan(spec, isa, 1, **ov))
-            kernel = HostKernel(rendered, build_host(rendered, build_root / "sweep"))
+            kernel = stages.build(rendered, build_root / "sweep").host   # the chain's host build
             ok = check_output(spec, kernel(a, b, bias), a, b, bias)[0]
             m = kernel.time(a, b, bias, repeats=max(MIN_REPEATS, int(TARGET_S / kernel.time(a, b, bias, 2, 1).median_s)),
                             warmup=WARMUP)

@@ -26,8 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xfc.toolchain.cpu import build_host
-from xfc.runners.host import HostKernel
+from xfc.pipeline import stages
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS
 from xfc.cpu.synth import candidate_syntheses
@@ -78,7 +77,7 @@ def main(argv=None) -> int:
                 kernels = []
                 for i, c in enumerate(cands):
                     rendered = render_cpu_kernel(c.plan)
-                    kernel = HostKernel(rendered, build_host(rendered, Path(tmp) / f"{name}_t{t}_{i}"))
+                    kernel = stages.build(rendered, Path(tmp) / f"{name}_t{t}_{i}").host   # the chain's host build
                     a, b, bias = make_inputs(spec, seed=0)
                     ok, _, _ = check_output(spec, kernel(a, b, bias), a, b, bias)
                     kernels.append((c, kernel, ok))

@@ -144,10 +144,9 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, co
     evaluator, constants: the tile database's (synthesis_inputs), or None for the static model;
     vectors: see our_variants."""
     from xfc.cpu.cost_model import DEFAULT_CONSTANTS
-    from xfc.toolchain.cpu import build_host
+    from xfc.pipeline import stages
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.cpu.synth import synthesize_cpu
-    from xfc.runners.host import HostKernel
     a, b, bias = make_inputs(spec)
     out = {}
     for label, options in our_variants(spec, vectors):
@@ -160,7 +159,7 @@ def build_ours(spec, threads, hw, build_root: Path, tag: str, evaluator=None, co
             out[label] = dict(out[twin], plan=plan, same_as=twin)
             continue
         rendered = render_cpu_kernel(plan)
-        kernel = HostKernel(rendered, build_host(rendered, build_root / f"{tag}_{label.replace(' ', '').replace('=', '')}"))
+        kernel = stages.build(rendered, build_root / f"{tag}_{label.replace(' ', '').replace('=', '')}").host   # the chain's host build
         verdicts = [check_output(spec, out_, a, b, bias, winograd_m=plan.winograd_m)
                     for out_ in (kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias))]
         out[label] = {"plan": plan, "kernel": kernel,

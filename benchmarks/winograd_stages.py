@@ -27,7 +27,6 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # BLAS only checks the result here
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import tempfile  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -49,18 +48,17 @@ MODEL_PARTS = {"input": "input transform", "gemms": "GEMMs", "output": "output t
 
 def build(spec, m: int, threads: int, hw, root: Path, evaluator, constants, vectors) -> dict:
     """label -> loaded kernel, for the plan synthesized with tile size m; the whole one verified."""
-    from xfc.toolchain.cpu import build_host
+    from xfc.pipeline import stages
     from xfc.cpu.codegen import render_cpu_kernel
     from xfc.cpu.synth import synthesize_cpu
     from xfc.cpu.winograd import STAGE_BITS, stage_only_source
-    from xfc.runners.host import HostKernel
     synthesis = synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator, constants=constants,
                                lowering="winograd", winograd_m=m, winograd_vectors=vectors)
     rendered = render_cpu_kernel(synthesis.plan)
     kernels = {}
     for label in STAGE_BITS:
         variant = replace(rendered, source=stage_only_source(rendered.source, label))
-        kernels[label] = HostKernel(variant, build_host(variant, root / label))
+        kernels[label] = stages.build(variant, root / label).host   # the chain's host build
     a, b, bias = make_inputs(spec)
     whole = kernels["whole"]
     verdicts = [check_output(spec, out, a, b, bias, winograd_m=m)

@@ -30,23 +30,19 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from xfc.toolchain.cpu import build_arm, build_host  # noqa: E402
-from xfc.cpu.codegen import render_cpu_kernel  # noqa: E402
 from xfc.cpu.synth import synthesize_cpu  # noqa: E402
 from xfc.cpu.winograd import VECTOR_AXES  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
 from xfc.hardware.host import available_isas  # noqa: E402
 from xfc.hardware.load import load  # noqa: E402
-from xfc.ops.reference import check_winograd_output, make_inputs  # noqa: E402
+from xfc.ops.dtypes import FP32, make_operands  # noqa: E402
 from xfc.ops.spec import make_spec  # noqa: E402
 from xfc.ops.winograd import admissible_tile_sizes  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
+from xfc.pipeline import stages  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from machine import machine_facts  # noqa: E402  (the CPU every result was taken on)
-from xfc.runners.base import RunSpec  # noqa: E402
-from xfc.runners.host import HostKernel  # noqa: E402
-from xfc.runners.qemu import QemuRunner, qemu_cpu_models  # noqa: E402
 
 QEMU_CORES = ("cortex-a55", "cortex-a76", "cortex-x1")
 RUN_TIMEOUT_S = 600
@@ -71,28 +67,18 @@ def run_case(case: dict, target: str, work: Path, vectors: str) -> dict:
     result = synthesize_cpu(spec, hw, threads=threads, lowering="winograd", winograd_m=case["m"],
                             winograd_vectors=vectors)
     plan = result.plan
-    rendered = render_cpu_kernel(plan)
-    a, b, bias = make_inputs(spec, seed=zlib.crc32(repr(sorted(case.items())).encode()) & 0xFFFF)
-    if hw.target_arch == "x86_64":
-        kernel = HostKernel(rendered, build_host(rendered, work))
-        outs = [kernel(a, b, bias), kernel.run_packed(a, kernel.prepack(b), bias)]
-    else:
-        binary = build_arm(rendered, work)
-        cpu = plan.qemu_cpu if plan.qemu_cpu in qemu_cpu_models() else "max"
-        runner = QemuRunner(cpu=cpu)
-        outs = [runner.execute(RunSpec(harness=binary, inputs=(a, b, bias), repeat=1, warmup=0,
-                                       timeout_s=RUN_TIMEOUT_S, output_shape=tuple(spec.output_shape),
-                                       protocol="times-file", prepacked=prepacked, march=plan.gcc_march,
-                                       input_shapes=tuple(tuple(s) for s in spec.operand_shapes))).output
-                for prepacked in (False, True)]
-    verdicts = [check_winograd_output(spec, case["m"], out, a, b, bias) for out in outs]
+    seed = zlib.crc32(repr(sorted(case.items())).encode()) & 0xFFFF
+    built = stages.realize(plan, work)        # the chain: a host .so, or the aarch64 harness under qemu
+    outcome = stages.verify(built, make_operands(spec, FP32, seed=seed), timeout_s=RUN_TIMEOUT_S)
+    outs = [m.output for m in outcome.runs.values()]
+    verdict = outcome.check
     return {"spec": spec.describe(), "threads": threads, "vectors": plan.winograd_vectors,
             "tiles": plan.gemm.tiles(), "ukernel": plan.gemm.ukernel,
-            "ok": all(v.ok for v in verdicts) and bool(np.array_equal(outs[0], outs[1])),
+            "ok": verdict.ok and bool(np.array_equal(outs[0], outs[1])),
             "entry_points_equal": bool(np.array_equal(outs[0], outs[1])),
-            "max_abs_error": max(v.max_abs_error for v in verdicts),
-            "error_to_bound_ratio": max(v.worst_ratio for v in verdicts),
-            "failure": "; ".join(v.reason for v in verdicts if not v.ok)}
+            "max_abs_error": verdict.report["max_abs_error"],
+            "error_to_bound_ratio": verdict.worst_ratio,
+            "failure": verdict.reason}
 
 
 def main(argv=None) -> int:

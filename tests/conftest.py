@@ -9,7 +9,8 @@
 - A `unit` or `sweep` test starts no process: starting one (a compiler, qemu, adb, a PoCL
   harness, even python) fails the test with one line naming the program; such a test is
   subprocess, host, emulated, opencl or adb.
-- Coverage: tests note what they compiled and ran per ISA / target (tests/support.py `record`);
+- Parsed hardware descriptions are remembered for the test process (_remember_parsed_descriptions).
+- Coverage: tests note what they compiled and ran per ISA / target (tests/support `record`);
   pytest_terminal_summary prints per target what was compiled, what ran, and what did not run
   and why, together with the tests skipped for a missing tool. Works under xdist (the records
   travel in the reports' user_properties).
@@ -17,6 +18,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib
 import os
 import subprocess
 from collections import Counter, defaultdict
@@ -101,6 +104,43 @@ def pytest_runtest_setup(item):
 def pytest_runtest_call(item):
     with _guarded(item):
         return (yield)
+
+
+_HARDWARE_LOAD = importlib.import_module("xfc.hardware.load")   # (xfc.hardware.load is also a function's name)
+_READ_YAML = _HARDWARE_LOAD.read_yaml
+
+
+def _remember_parsed_descriptions():
+    """xfc.hardware.load.read_yaml parses with PyYAML's pure-Python loader, 10-30 ms a file, and the
+    suite reads the 33 shipped descriptions about a thousand times (every load, validation and
+    `xfc hw` command resolves a file's references again): a fifth of `pytest -m unit`. In a test
+    process, read_yaml's result is remembered under what it depends on (the path as given, the
+    working directory and the file's bytes) and a deep copy returned, so a caller may change it.
+    A failure is not remembered (it is raised afresh each time), and a path that is not a regular
+    file of at most MAX_FILE_BYTES goes straight to read_yaml (which refuses it before reading)."""
+    memo: dict = {}
+
+    def read_yaml(path):
+        try:
+            ok = path.is_file() and path.stat().st_size <= _HARDWARE_LOAD.MAX_FILE_BYTES
+            key = (str(path), os.getcwd(), path.read_bytes()) if ok else None
+        except OSError:
+            key = None
+        if key is None:
+            return _READ_YAML(path)
+        if key not in memo:
+            memo[key] = _READ_YAML(path)
+        return copy.deepcopy(memo[key])
+
+    return read_yaml
+
+
+def pytest_configure(config):
+    _HARDWARE_LOAD.read_yaml = _remember_parsed_descriptions()   # collection reads descriptions too
+
+
+def pytest_unconfigure(config):
+    _HARDWARE_LOAD.read_yaml = _READ_YAML
 
 
 @pytest.fixture(scope="session", autouse=True)

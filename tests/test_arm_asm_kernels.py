@@ -32,11 +32,11 @@ from support import conv, dw, mm, needs_arm
 from xfc.analysis import mca
 from xfc.toolchain.cpu import build_arm
 from xfc.cpu import neon_asm
-from xfc.cpu.codegen import a_load_groups, depthwise_context, render_cpu_kernel, validate_plan
+from xfc.cpu.codegen import depthwise_context, render_cpu_kernel, validate_plan
 from xfc.cpu.fp16 import FP16_ISA, synthesize_fp16
 from xfc.cpu.isa import isa_row
 from xfc.cpu.plans import hand_plan
-from xfc.cpu.tiles import enumerate_micro_tiles
+from xfc.cpu.tiles import a_load_groups, enumerate_micro_tiles
 from xfc.errors import OperatorError
 from xfc.ops.dtypes import FP16, make_operands
 from xfc.ops.reference import make_inputs

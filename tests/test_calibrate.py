@@ -8,18 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from xfc.hardware.host import X86_64_V4_FLAGS
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS, CostConstants
 from xfc.cpu.synth import synthesize_cpu
-from xfc.hardware.host import HostMeasurement, describe_host
+from xfc.hardware.host import describe_host
 from xfc.tiledb.calibrate import (GRIDS, Measured, calibrated_constants, fit, predicted_s, store_fit,
                                   training_specs)
 from xfc.tiledb.store import TileDb
 
-FACTS = {"flags": set(X86_64_V4_FLAGS), "model name": "Recorded CPU", "cpu MHz": "3000.000"}
-HW = describe_host(FACTS, {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}, 2,
-                   "x86_64", measured=HostMeasurement(3.0, ((256, 2.0), (512, 1.0)), 4.0, "2026-01-01T00:00:00Z", True))
-CLUSTER = HW.cluster()
+from support.calibration import CLUSTER, FACTS, HW
 
 
 def _synthetic(truth: CostConstants, threads=(1, 2)) -> list[Measured]:

@@ -18,22 +18,11 @@ import pytest
 import support
 import xfc
 from support import ALL_HOST_ISAS, RUNNABLE_ISAS, needs_arm, needs_opencl
-from xfc.cli import main
+from support.cli import run
 from xfc.ops.spec import make_spec
 
 XFC = shutil.which("xfc", path=str(Path(sys.executable).parent)) or "xfc"
 SHIPPED = Path(__file__).resolve().parent.parent / "hardware_descriptions"
-
-
-def run(argv, capfd):
-    """main(argv) in-process: (exit code, stdout, stderr); argparse errors exit through SystemExit.
-    capfd: captures what the command line and its child processes write at the file-descriptor level."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def assert_clean_error(result, code, contains):

@@ -86,9 +86,7 @@ def test_synth_summary_prints_small_ratios_with_significant_digits(capsys):
 
 
 def test_model_report_prints_small_ratios_with_significant_digits(tmp_path):
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import model_nets as nets
+    from support import nets
     import onnx
     from xfc.model.pipeline import analyse
     from xfc.model.report import build_report, format_report

@@ -18,7 +18,7 @@ from xfc.ops.fp16 import to_fp16_values
 from xfc.ops.reference import make_inputs, reference
 from xfc.ops.spec import make_spec
 
-from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
+from support.cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 pytestmark = [pytest.mark.emulated, needs_arm]
 

@@ -8,7 +8,8 @@ import pytest
 
 from support import recorded_host
 from xfc.cpu.codegen import render_cpu_kernel
-from xfc.cpu.fp16 import FP16_ISA, check_fp16_target, fp16_cluster, synthesize_fp16
+from xfc.cpu.config import FP16_ISA, cpu_config, fma_rate, gcc_march
+from xfc.cpu.fp16 import check_fp16_target, synthesize_fp16
 from xfc.cpu.isa import isa_row
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import MicroTile, enumerate_micro_tiles
@@ -38,6 +39,9 @@ def test_micro_tiles_count_8_a_values_per_q_register():
     assert tiles and all(t.lanes == 8 and t.elem_bytes == 2 for t in tiles)
     fp16 = MicroTile(mr=14, nr_vectors=2, lanes=8, a_load_bits=128, elem_bytes=2)
     fp32 = MicroTile(mr=14, nr_vectors=2, lanes=4, a_load_bits=128)
+    # packed A budgeted as it is loaded (tiles.a_load_groups, the one rule codegen spells): fp16
+    # loads overlap (IsaRow.a_load_overlap), so MR=14 is two q loads, rows 0-7 and 6-13, 2 registers
+    # (pieces would be 8 + 4 + 1 + 1, four); fp32 stays in pieces 4 + 4 + 4 + 2, four registers
     assert (fp16.a_registers(FP16_ISA), fp32.a_registers("neon")) == (2, 4)
     assert MicroTile(mr=5, nr_vectors=1, lanes=8, a_load_bits=64, elem_bytes=2).loads_per_k(FP16_ISA) == (1, 2)
 
@@ -59,10 +63,17 @@ def test_cache_tiles_use_2_byte_elements(core):
 def test_fp16_fma_rate_comes_from_the_description_and_predictions_double():
     hw = load("cortex-a76")
     assert hw.cluster().core.fp16_fma_per_cycle == 2.0
-    assert fp16_cluster(hw.cluster()).core.fma_per_cycle == 2.0
-    assert fp16_cluster(hw.cluster()).core.gcc_march.count("fp16") == 1
+    core = hw.cluster().core
+    assert fma_rate(core, FP16_ISA) == 2.0 and gcc_march(core, FP16_ISA).count("fp16") == 1
     spec = make_spec("matmul", dict(m=512, n=512, k=512))
-    p16 = synthesize_fp16(spec, hw, threads=1).estimate
+    before = hw
+    fp16 = synthesize_fp16(spec, hw, threads=1)
+    p16 = fp16.estimate
+    # issue 31: the description is never rewritten for a dtype; the plan carries the fp16 -march
+    assert hw == before and hw.cluster().core.gcc_march == core.gcc_march
+    assert fp16.plan.gcc_march == gcc_march(core, FP16_ISA) and fp16.plan.dtype.name == "fp16"
+    cfg = cpu_config(core, "fp16")
+    assert (cfg.dialect, cfg.lanes, cfg.instruction, cfg.issue_per_cycle) == (FP16_ISA, 8, "FMLA .8h", 2.0)
     p32 = synthesize_cpu(spec, hw, threads=1, lowering="direct").estimate
     peak32 = hw.cluster().peak_gflops_per_core
     assert p32.predicted_gflops <= peak32 < p16.predicted_gflops <= 2 * peak32

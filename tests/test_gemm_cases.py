@@ -1,4 +1,4 @@
-"""GEMM kernels on the shapes tests/cases.py derives from their own tiles: every row/column tail
+"""GEMM kernels on the shapes tests/support/cases.py derives from their own tiles: every row/column tail
 corner and K around the unroll and the KC slices, on every host ISA (run where this CPU can,
 compiled otherwise) and on NEON under qemu. Verified against the float64 reference."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import support
-from cases import gemm_cases
+from support.cases import gemm_cases
 from support import qemu_run
 from xfc.toolchain.cpu import build_arm
 from xfc.cpu.codegen import render_cpu_kernel

@@ -18,6 +18,8 @@ from xfc.hwprobe.render import render_draft
 from xfc.outputs import OutputError
 from xfc.hardware.identity import soc_description
 
+from support.hwprobe import at
+
 pytestmark = pytest.mark.unit
 
 V82 = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
@@ -34,14 +36,6 @@ def probe(soc: str, props=None, edit=None, name=None, **faults):
     if edit:
         edit(files)
     return draft_description(facts_from_files("SER", p if props is None else props, files), name=name)
-
-
-def at(data, path: str):
-    """The value at a field path as `uncertain` writes it (clusters addressed by role)."""
-    node = data
-    for seg in path.split("."):
-        node = next(c for c in node if c["role"] == seg) if isinstance(node, list) else node[seg]
-    return node
 
 
 def device_paths(draft) -> list[str]:

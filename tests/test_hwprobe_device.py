@@ -15,7 +15,7 @@ import pytest
 
 from android_runner.virtual_device import Faults, VirtualDevice
 from support import needs_adb, needs_arm
-from test_hwprobe import at
+from support.hwprobe import at
 from xfc.hardware import SHIPPED_ROOT, validate_file
 from xfc.hardware.load import read_yaml
 

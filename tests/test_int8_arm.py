@@ -10,7 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from xfc.cpu.int8_arm import SDOT, SMMLA, arm_shape, candidates, group_cycles, in_order, plan_arm_int8
+from xfc.cpu.config import SDOT, SMMLA
+from xfc.cpu.int8_arm import arm_shape, candidates, group_cycles, in_order, plan_arm_int8
 from xfc.cpu.int8_codegen import render_int8_kernel
 from xfc.cpu.int8_synth import explain, plan_int8
 from xfc.errors import DeviceError, OperatorError, XfcError
@@ -22,7 +23,7 @@ from xfc.pipeline import stages
 from xfc.runners.qemu import QemuRunner
 from support import compile_int8, run_int8_entry, verify_int8
 
-from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
+from support.cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 unit = pytest.mark.unit
 emulated = pytest.mark.emulated

@@ -18,7 +18,7 @@ from xfc.ops.spec import make_spec
 from xfc.hardware.host import read_flags
 from support import compile_int8, run_int8_entry, verify_int8
 
-from test_cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
+from support.cli import run as _run   # main(argv) in process: (exit code, stdout, stderr)
 
 pytestmark = pytest.mark.host
 

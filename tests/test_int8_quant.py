@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from xfc.cpu.int8_codegen import render_int8_kernel
-from xfc.cpu.int8_synth import INT8_DIALECTS, int8_dialect, plan_int8, registers_needed
+from xfc.cpu.config import INT8_DIALECTS, int8_dialect, int8_registers as registers_needed
+from xfc.cpu.int8_synth import plan_int8
 from xfc.errors import OperatorError
 from xfc.hardware.load import load
 from xfc.ops.quant import (MAX_INT8_REDUCTION, QuantParams, accumulators, check_qoutput, clamp_bounds, make_qinputs,
@@ -174,9 +175,9 @@ def test_verdict_reports_share_and_lsb():
 def test_dialect_follows_the_core_and_the_vnni_flag():
     host = load("host:avx512") if "avx512" in _isas() else None
     if host is not None:
-        assert int8_dialect(host, host.cluster(), frozenset({"avx512_vnni"}))[0] == "vnni"
-        assert int8_dialect(host, host.cluster(), frozenset())[0] == "avx2"
-    assert int8_dialect(load("host:generic"), load("host:generic").cluster())[0] == "generic"
+        assert int8_dialect(host.cluster().core, frozenset({"avx512_vnni"}))[0] == "vnni"
+        assert int8_dialect(host.cluster().core, frozenset())[0] == "avx2"
+    assert int8_dialect(load("host:generic").cluster().core)[0] == "generic"
     # ARM descriptions are planned by xfc.cpu.int8_arm (tests/test_int8_arm.py); a core without dotprod is refused
     assert plan_int8(make_spec("matmul", {"m": 4, "n": 4, "k": 4}), QuantParams(), load("snapdragon-865")).dialect == "sdot"
     with pytest.raises(OperatorError, match="lacks 'dotprod'"):
@@ -216,3 +217,37 @@ def test_render_is_deterministic_and_uses_the_dialect():
         avx2 = render_int8_kernel(plan_int8(spec, q, load("host:avx512"), host_flags=frozenset()))
         assert "_mm256_madd_epi16" in avx2.source and "maddubs" not in avx2.source
 
+
+
+@pytest.mark.unit
+def test_int8_decisions_are_plan_fields_the_templates_only_spell():
+    """Issue 31 item 3: the activation sign convention, the GEMM's row operand, the thread split, the k
+    unrolling and the depthwise target pragma are taken by the planners; the templates only spell them."""
+    import dataclasses
+
+    from xfc.cpu.int8_arm import plan_arm_int8
+    from xfc.cpu.int8_codegen import render_int8_kernel
+    from xfc.ops.quant import QuantParams
+    signed = QuantParams(act_type="int8", a_zero_point=-3)
+    unsigned = QuantParams(act_type="uint8", a_zero_point=100)
+    mm = make_spec("matmul", {"m": 9, "n": 17, "k": 30})
+    conv = make_spec("conv2d", {"c": 6, "h": 7, "w": 9, "k": 10, "r": 3, "s": 3}, pad=1)
+    dw = make_spec("depthwise", {"c": 8, "h": 9, "w": 9, "r": 3, "s": 3}, pad=1)
+    host = load("host:generic")
+    x86 = plan_int8(mm, signed, host)
+    assert (x86.activation_offset, x86.row_operand, x86.parallel_axis, x86.k_unroll) == (128, "activations", "columns", 0)
+    assert plan_int8(mm, unsigned, host).activation_offset == 0
+    assert plan_int8(conv, signed, host).row_operand == "weights"
+    arm = plan_arm_int8(conv, unsigned, load("cortex-a76"))
+    assert (arm.activation_offset, arm.row_operand, arm.k_unroll) == (-128, "weights", 1)
+    assert plan_arm_int8(mm, signed, load("cortex-a76")).activation_offset == 0
+    assert "#pragma GCC unroll 1" in render_int8_kernel(arm).source
+    unrolled = render_int8_kernel(dataclasses.replace(arm, k_unroll=4)).source
+    assert "#pragma GCC unroll 4" in unrolled and "#pragma GCC unroll 1" not in unrolled
+    assert "#pragma GCC unroll" not in render_int8_kernel(x86).source
+    generic_dw = plan_int8(dw, unsigned, host)
+    assert generic_dw.target_pragma == "" and "#pragma GCC target" not in render_int8_kernel(generic_dw).source
+    pragma = render_int8_kernel(dataclasses.replace(generic_dw, target_pragma="avx2,fma")).source
+    assert '#pragma GCC target("avx2,fma")' in pragma
+    with pytest.raises(OperatorError, match="split column tiles only"):
+        render_int8_kernel(dataclasses.replace(x86, parallel_axis="rows"))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,19 +9,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import needs_onnxruntime, nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.errors import OperatorError  # noqa: E402
-from xfc.hardware.load import load as load_hw  # noqa: E402
-from xfc.model import bounds  # noqa: E402
-from xfc.model.coverage import coverage, node_flops  # noqa: E402
-from xfc.model.load import load_model, parse_input_shapes  # noqa: E402
-from xfc.model.mapping import map_network  # noqa: E402
-from xfc.model.pipeline import analyse  # noqa: E402
+from xfc.cli import main
+from xfc.errors import OperatorError
+from xfc.hardware.load import load as load_hw
+from xfc.model import bounds
+from xfc.model.coverage import coverage, node_flops
+from xfc.model.load import load_model, parse_input_shapes
+from xfc.model.mapping import map_network
+from xfc.model.pipeline import analyse
 from xfc.ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, make_spec
-from xfc.ops.reference import reference  # noqa: E402
+from xfc.ops.reference import reference
 
 pytestmark = pytest.mark.unit
 
@@ -195,6 +193,7 @@ def test_cast_of_an_fp16_initializer_is_folded_at_load(tmp_path):
 
 
 @pytest.mark.host
+@needs_onnxruntime
 def test_cast_weight_model_verifies_on_the_host(tmp_path, capsys):
     model, _ = cast_weight_model()
     path = save(model, tmp_path)

@@ -4,19 +4,17 @@ No speed is asserted: the figures only have to exist, be positive and add up."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import needs_onnxruntime, nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.model.bench import ProfiledNode, fused_away, match_profiled  # noqa: E402
-from xfc.model.load import load_model  # noqa: E402
-from xfc.model.mapping import map_network  # noqa: E402
+from xfc.cli import main
+from xfc.model.bench import ProfiledNode, fused_away, match_profiled
+from xfc.model.load import load_model
+from xfc.model.mapping import map_network
 
 
 def save(model, directory: Path, name: str) -> Path:
@@ -54,6 +52,7 @@ def test_uncovered_nodes_missing_from_the_profile_are_reported_as_fused_away(tmp
 @pytest.mark.host
 @pytest.mark.parametrize("name, builder", [("resnet", lambda: nets.resnet_net(blocks=1, hw=9)),
                                            ("odd", nets.odd_net)])            # odd: a MatMul with B not constant
+@needs_onnxruntime
 def test_bench_times_layers_and_matches_onnxruntime(tmp_path, capsys, name, builder):
     out_dir = tmp_path / "out"
     code = main(["model", str(save(builder(), tmp_path, name)), "--hw", "host", "--bench", "--threads", "1",

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import needs_onnxruntime, nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.model import backend  # noqa: E402
+from xfc.cli import main
+from xfc.model import backend
 
 HAVE_ARM = bool(shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc"))
 needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="no qemu-aarch64 / aarch64 gcc")
@@ -53,6 +51,7 @@ def assert_verified(report, where_fragment: str):
     ("mobilenet", lambda: nets.mobilenet_net(blocks=1, hw=9), []),          # ragged 5x5 after the stride-2 stem
     ("mlp", nets.mlp_net, ["--device", "qemu", "--bench", "--repeat", "2"]),   # the explicit spelling, timed
 ])
+@needs_onnxruntime
 def test_arm_verify_under_qemu(tmp_path, capsys, name, builder, extra):
     out_dir = tmp_path / "out"
     code, report, captured = run_json(capsys, ["model", str(save(builder(), tmp_path, name)), "--hw", "snapdragon-865",
@@ -77,6 +76,7 @@ def test_arm_verify_under_qemu(tmp_path, capsys, name, builder, extra):
 
 @pytest.mark.emulated
 @needs_arm
+@needs_onnxruntime
 def test_arm_perturbed_kernel_output_fails(tmp_path, capsys, monkeypatch):
     """A qemu-run layer whose output is changed by 1e-3 of its largest value: exit 4, one line."""
     real = backend.RunnerKernel.run
@@ -102,6 +102,7 @@ def test_arm_perturbed_kernel_output_fails(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.adb
 @needs_arm
+@needs_onnxruntime
 def test_device_runs_the_layers_on_the_virtual_device(tmp_path, capsys, server):
     from android_runner.virtual_device import VirtualDevice
     dev = VirtualDevice(soc="snapdragon-865").start()
@@ -132,6 +133,7 @@ def test_device_runs_the_layers_on_the_virtual_device(tmp_path, capsys, server):
     ("snapdragon-865", "adreno-650", "mobilenet", lambda: nets.mobilenet_net(blocks=1, hw=9)),
     ("dimensity-1200", "mali-g77", "odd", nets.odd_net),
 ])
+@needs_onnxruntime
 def test_gpu_target_verifies_on_pocl(tmp_path, capsys, hw, gpu, name, builder):
     out_dir = tmp_path / "out"
     code, report, captured = run_json(capsys, ["model", str(save(builder(), tmp_path, name)), "--hw", hw,

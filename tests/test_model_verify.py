@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_nets as nets  # noqa: E402
+from support import needs_onnxruntime, nets
 
-from xfc.cli import main  # noqa: E402
-from xfc.hardware.load import load as load_hw  # noqa: E402
-from xfc.model import backend  # noqa: E402
-from xfc.model.load import load_model  # noqa: E402
-from xfc.model.mapping import map_network  # noqa: E402
-from xfc.model.pipeline import kernel_names  # noqa: E402
-from xfc.model.run import verify_network  # noqa: E402
+from xfc.cli import main
+from xfc.hardware.load import load as load_hw
+from xfc.model import backend
+from xfc.model.load import load_model
+from xfc.model.mapping import map_network
+from xfc.model.pipeline import kernel_names
+from xfc.model.run import verify_network
 
-pytestmark = pytest.mark.host
+pytestmark = [pytest.mark.host, needs_onnxruntime]   # every test here compares with onnxruntime
 
 
 def save(model, directory: Path, name: str) -> Path:

@@ -432,8 +432,7 @@ def test_synth_and_emitted_library_are_readable_by_other_users(tmp_path, capsys,
     (scripts 0755), so an app's build running as another user can read the header, CMakeLists.txt,
     manifest, weights and sources."""
     import onnx
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import model_nets as nets
+    from support import nets
     from xfc.cli import main
     synth_dir, lib_dir = tmp_path / "k", tmp_path / "lib"
     assert main(["synth", "matmul", "--hw", "host", "--shape", "m=5,n=6,k=7", "--json", "-o", str(synth_dir)]) == 0

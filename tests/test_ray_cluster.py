@@ -11,6 +11,7 @@ trees, sessions, a marker in their environment) and killed at the end, whatever 
 Without Ray, --executor ray is one line, exit 2. No speed is asserted."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -40,11 +41,9 @@ CLUSTER = "prime"
 TILES = "4x8,8x8,6x8"      # three device tiles: long enough to kill a worker in the middle
 SOCKET_TAIL = "/session_2026-11-23_22-40-10_751857_1271/sockets/plasma_store.1"   # what Ray appends
 HAVE_ARM = bool(shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc"))
-try:
-    import ray  # noqa: F401
-    HAVE_RAY = True
-except ImportError:
-    HAVE_RAY = False
+# Found, not imported: importing Ray costs a second at collection, and a broken install should fail
+# the tests that use it, not skip them.
+HAVE_RAY = importlib.util.find_spec("ray") is not None
 
 
 
@@ -460,7 +459,7 @@ def test_a_client_without_the_clusters_token_is_refused(cluster, tmp_path):
 # ---- where the nodes listen, and what a signal leaves behind ------------------------------------
 # Every listening socket of every process of a node's tree (xfc, `ray start`, gcs_server, raylet,
 # agents, task workers) and of a build's (the driver), sampled while a build runs through the
-# cluster. Processes and sockets are read from /proc (tests/support.py), not asked of Ray.
+# cluster. Processes and sockets are read from /proc (tests/support), not asked of Ray.
 
 # how each process shows itself: Ray 2.60 renames its agents, Ray 2.52 runs them under their script names
 AGENTS = {"runtime-env agent": ("ray::RuntimeEnvAgent", "/runtime_env/agent/main.py"),

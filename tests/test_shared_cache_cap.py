@@ -13,7 +13,7 @@ from xfc.cpu.tiles import MicroTile
 from xfc.ops.spec import make_spec
 from xfc.tiledb.calibrate import GRIDS, Measured, fit, predicted_s, training_specs
 
-from test_calibrate import CLUSTER, HW
+from support.calibration import CLUSTER, HW
 
 pytestmark = pytest.mark.unit
 

@@ -22,9 +22,13 @@ from xfc.tiledb.calibrate import (GRIDS, Measured, calibrated_constants, fit, pr
                                   training_cases, winograd_training_specs)
 from xfc.tiledb.store import TileDb
 
-from test_calibrate import CLUSTER, HW
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
+# A fit over Winograd plans searches the whole 3072-point grid of the four transform constants
+# (calibrate.JOINT) at least twice, re-estimating every Winograd plan at each point: pure, but
+# 5-40 s each, so `sweep` (in `make test`, not in `pytest -m unit`).
+WINOGRAD_FIT = pytest.mark.sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,22 +72,6 @@ def _winograd_items(truth, threads=(1, 2)) -> list[Measured]:
     return synthetic_items(training_cases(), truth, threads)
 
 
-def synthetic_items(cases, truth, threads=(1, 2), winograd_vectors="tiles") -> list[Measured]:
-    """'Measurements' of `cases` (TrainingCases) at each thread count: the plan each synthesizes,
-    timed as the model predicts it under the constants `truth`. winograd_vectors: the Winograd
-    plans' vector axis (default over tiles: the plans these objective tests were designed around;
-    None: the synthesizer's choice)."""
-    items = []
-    for case in cases:
-        for t in threads:
-            plan = synthesize_cpu(case.spec, HW, CLUSTER.role, t, lowering=case.lowering,
-                                  winograd_m=case.winograd_m,
-                                  winograd_vectors=winograd_vectors if case.lowering == "winograd" else None).plan
-            item = Measured(spec=case.spec, threads=t, plan=plan, measured_s=1.0, spread=0.0)
-            items.append(replace(item, measured_s=predicted_s(item, HW, CLUSTER, truth)))
-    return items
-
-
 def test_re_estimating_a_winograd_plan_reproduces_the_synthesizers_estimate():
     for case in training_cases():
         if case.lowering != "winograd":
@@ -95,6 +83,7 @@ def test_re_estimating_a_winograd_plan_reproduces_the_synthesizers_estimate():
                                                                                    rel=1e-12)
 
 
+@WINOGRAD_FIT
 def test_the_fit_recovers_known_winograd_stage_constants():
     truth = replace(DEFAULT_CONSTANTS, compute_efficiency=0.9, winograd_transform_efficiency=0.6,
                     winograd_store_cycles=2.0, winograd_scalar_cycles=1.5, winograd_group_cycles=16.0)
@@ -114,6 +103,7 @@ def test_the_fit_recovers_known_winograd_stage_constants():
         assert getattr(result.constants, field) == getattr(truth, field), field
 
 
+@WINOGRAD_FIT
 def test_fitted_winograd_constants_round_trip_and_change_the_winograd_estimate_only(tmp_path, monkeypatch):
     monkeypatch.setattr("xfc.tiledb.hostcc.compiler_version", lambda: "gcc (recorded)")   # no process in a unit test
     truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=3.0, winograd_group_cycles=32.0)
@@ -200,6 +190,7 @@ def test_the_column_tail_is_charged_on_avx512_and_steers_the_winograd_gemm_sched
     assert math.ceil((49 % chosen.nr) / 16) != 1
 
 
+@WINOGRAD_FIT
 def test_a_contended_measurement_is_left_out_of_the_fit():
     truth = replace(DEFAULT_CONSTANTS, winograd_store_cycles=2.0, winograd_scalar_cycles=1.5)
     items = _winograd_items(truth)

@@ -18,10 +18,13 @@ from xfc.tiledb.calibrate import (GRIDS, RANK_MARGIN, RANK_WEIGHT, REGULARIZATIO
                                   _Objective, clear_pairs, fit, predicted_s, rank_agreement, training_cases,
                                   winograd_training_specs)
 
-from test_calibrate import CLUSTER, HW
-from test_winograd_calibrate import synthetic_items
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
+# A fit over Winograd plans searches the whole 3072-point grid of the four transform constants
+# (calibrate.JOINT) at least twice, re-estimating every Winograd plan at each point: pure, but
+# 5-40 s each, so `sweep` (in `make test`, not in `pytest -m unit`).
+WINOGRAD_FIT = pytest.mark.sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,6 +66,7 @@ def _order(items, constants, spec, m_fast, m_slow) -> float:
     return by_m[m_slow] / by_m[m_fast]
 
 
+@WINOGRAD_FIT
 def test_the_ranking_term_orders_plans_that_absolute_error_alone_misorders():
     # Three layers measured from the static model, except that on one of them m = 4 ran 5% faster
     # than m = 2 (the static model has the two within 1%, m = 2 ahead), at 1 thread: no constants
@@ -94,6 +98,7 @@ def test_the_ranking_term_orders_plans_that_absolute_error_alone_misorders():
     assert absolute.error_after < ranked.error_after < 0.03    # for a little absolute error
 
 
+@WINOGRAD_FIT
 def test_a_flat_objective_resolves_to_the_same_constants_from_either_start():
     # One layer, its direct plan and one Winograd plan at 1 and 2 threads, measured from known
     # constants with +-2% of noise (alternating): four transform constants, two Winograd times that
@@ -118,6 +123,7 @@ def test_a_flat_objective_resolves_to_the_same_constants_from_either_start():
     assert fit(items, HW, CLUSTER, stored=truth) == both                        # deterministic
 
 
+@WINOGRAD_FIT
 def test_the_lower_descent_wins_and_the_stored_start_can_win():
     cases = _winograd_cases()[:8]
     # stored constants off the grids (an earlier calibration's grid): only the stored start

@@ -5,21 +5,17 @@ fp32 with perturbed inputs; host: a small network verified against onnxruntime."
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import model_nets as nets  # noqa: E402
-from xfc.cli import main  # noqa: E402
-from xfc.model import bounds as B  # noqa: E402
-from xfc.ops.reference import make_inputs, reference  # noqa: E402
-from xfc.ops.spec import make_spec  # noqa: E402
-from xfc.ops.winograd import winograd_conv, winograd_error_bound  # noqa: E402
+from support import needs_onnxruntime, nets
+from xfc.cli import main
+from xfc.model import bounds as B
+from xfc.ops.reference import make_inputs, reference
+from xfc.ops.spec import make_spec
+from xfc.ops.winograd import winograd_conv, winograd_error_bound
 
 
 @pytest.mark.unit
@@ -60,6 +56,7 @@ def _winograd_net() -> onnx.ModelProto:
 
 
 @pytest.mark.host
+@needs_onnxruntime
 def test_a_network_with_winograd_layers_verifies_against_onnxruntime(tmp_path, capsys):
     path = tmp_path / "wnet.onnx"
     onnx.save(_winograd_net(), str(path))
@@ -80,13 +77,13 @@ def test_a_network_with_winograd_layers_verifies_against_onnxruntime(tmp_path, c
 def test_the_emitted_library_runs_a_winograd_layer(tmp_path, capsys):
     """`--emit lib`: a Winograd layer's _packed_floats matches the manifest (U, not the filter) and
     both entry points of the linked library verify under the Winograd bound."""
-    import test_model_lib as lib_tests
-    if not lib_tests.HAVE_CMAKE:
+    from support import model_lib
+    if not model_lib.HAVE_CMAKE:
         pytest.skip("no cmake")
     from xfc.model.load import load_model
     from xfc.model.mapping import map_network
     from xfc.ops.reference import check_output
-    lib_dir, report, path = lib_tests.emit(tmp_path, capsys, "host", _winograd_net())
+    lib_dir, report, path = model_lib.emit(tmp_path, capsys, "host", _winograd_net())
     manifest = json.loads((lib_dir / "manifest.json").read_text())
     by_node = {layer["node"]: layer for layer in manifest["layers"]}
     net = map_network(load_model(path))
@@ -94,8 +91,8 @@ def test_the_emitted_library_runs_a_winograd_layer(tmp_path, capsys):
     assert wino
     layer = next(entry for entry in by_node.values() if any(entry["function"].endswith(k) for k in wino))
     item = next(i for i in net.layers if i.name == layer["node"])
-    app = lib_tests.build_app(tmp_path, lib_dir, manifest, layer, cross=False)
-    spec, x, w, b, outs, _ = lib_tests.run_layer(tmp_path, app, lib_dir, layer, item.spec, cross=False)
+    app = model_lib.build_app(tmp_path, lib_dir, manifest, layer, cross=False)
+    spec, x, w, b, outs, _ = model_lib.run_layer(tmp_path, app, lib_dir, layer, item.spec, cross=False)
     m = next(d["winograd_m"] for d in report["distinct_layers"] if layer["function"].endswith(d["kernel"]))
     for out in outs:
         verdict = check_output(spec, out, x, w, b, winograd_m=m)

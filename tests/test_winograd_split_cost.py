@@ -14,7 +14,7 @@ from xfc.cpu.winograd import plan_stages, transform_cycles
 from xfc.ops import winograd as wmath
 from xfc.ops.spec import make_spec
 
-from test_calibrate import CLUSTER, HW
+from support.calibration import CLUSTER, HW
 
 pytestmark = pytest.mark.unit
 

@@ -15,10 +15,13 @@ from xfc.cpu.winograd import stages_of_plan
 from xfc.ops.spec import make_spec
 from xfc.tiledb.calibrate import GRIDS, fit, predicted_s, training_cases
 
-from test_calibrate import CLUSTER, HW
-from test_winograd_calibrate import synthetic_items
+from support.calibration import CLUSTER, HW, synthetic_items
 
 pytestmark = pytest.mark.unit
+# A fit over Winograd plans searches the whole 3072-point grid of the four transform constants
+# (calibrate.JOINT) at least twice, re-estimating every Winograd plan at each point: pure, but
+# 5-40 s each, so `sweep` (in `make test`, not in `pytest -m unit`).
+WINOGRAD_FIT = pytest.mark.sweep
 
 # 512 channels at 14x14: U of F(4,3) is 36 x 512 x 512 floats = 38 MB, past the 32 MB L3.
 BIG = make_spec("conv2d", dict(c=512, h=14, w=14, k=512, r=3, s=3), pad=1)
@@ -64,6 +67,7 @@ def test_the_exposed_share_of_the_stream_adds_to_the_fmas_on_every_thread_count(
     assert DEFAULT_CONSTANTS.winograd_stream_exposed == 1.0     # the static guess: they add up
 
 
+@WINOGRAD_FIT
 def test_the_fit_recovers_a_known_stream_rate():
     truth = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=10.0)
     assert truth.winograd_stream_bytes_per_cycle in GRIDS["winograd_stream_bytes_per_cycle"]

@@ -19,7 +19,7 @@ from xfc.ops import winograd as wmath
 from xfc.ops.spec import make_spec
 from xfc.tiledb.plancache import synthesis_payload, synthesis_from_payload
 
-from test_calibrate import CLUSTER, HW
+from support.calibration import CLUSTER, HW
 
 pytestmark = pytest.mark.unit
 

@@ -8,6 +8,7 @@ targets cpu/, gpu/ (pure: plans and source text) -> toolchain/, runners/ -> pipe
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -32,14 +33,20 @@ def _module_name(path: Path) -> str:
 
 
 FILES = {_module_name(p): p for top in ("xfc", "android_runner") for p in sorted((ROOT / top).rglob("*.py"))}
-TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in FILES.items()}
+
+
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed on first use, not at collection (a run that selects none of
+    these tests, such as `-m host`, or an xdist worker that runs none of them, does not pay for it)."""
+    return {name: ast.parse(path.read_text(), str(path)) for name, path in FILES.items()}
 
 
 def _imports(name: str) -> set[str]:
     """The xfc / android_runner modules `name` imports (a `from pkg import sub` names pkg.sub)."""
     package = name if FILES[name].name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(TREES[name]):
+    for node in ast.walk(_trees()[name]):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -53,7 +60,9 @@ def _imports(name: str) -> set[str]:
     return {m for m in found if m.split(".")[0] in ("xfc", "android_runner") and m in FILES and m != name}
 
 
-GRAPH = {name: _imports(name) for name in FILES}
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    return {name: _imports(name) for name in FILES}
 
 
 def _in(module: str, *prefixes: str) -> bool:
@@ -65,7 +74,7 @@ def _violations(sources, allowed=None, forbidden=()):
     for name in FILES:
         if not _in(name, *sources):
             continue
-        for dep in sorted(GRAPH[name]):
+        for dep in sorted(_graph()[name]):
             if _in(dep, *sources):
                 continue
             if (allowed is not None and not (dep in allowed or _in(dep, *allowed))) or _in(dep, *forbidden):
@@ -91,8 +100,8 @@ def test_targets_are_pure(target, other):
 
 @pytest.mark.parametrize("target", ["xfc.cpu", "xfc.gpu"])
 def test_synthesis_and_spelling_are_separate(target):
-    assert f"{target}.codegen" not in GRAPH[f"{target}.synth"]
-    assert not GRAPH[f"{target}.codegen"] & {f"{target}.synth", f"{target}.cost_model"}
+    assert f"{target}.codegen" not in _graph()[f"{target}.synth"]
+    assert not _graph()[f"{target}.codegen"] & {f"{target}.synth", f"{target}.cost_model"}
 
 
 def test_build_and_runners_stay_below_the_pipeline():
@@ -105,7 +114,7 @@ def test_build_and_runners_stay_below_the_pipeline():
 def _stdlib_imports(name: str) -> set[str]:
     """Top-level names of every module `name` imports (stdlib included), function-level too."""
     found = set()
-    for node in ast.walk(TREES[name]):
+    for node in ast.walk(_trees()[name]):
         if isinstance(node, ast.Import):
             found |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level:
@@ -128,10 +137,10 @@ def test_only_the_chain_builds_and_runs_cpu_kernels():
     (xfc.toolchain.cpu) and a runner that would run what they build; synth, bench, compile, fuzz,
     sanitize, model and the tile database call the chain instead."""
     runners = {"xfc.runners", "xfc.runners.host", "xfc.runners.qemu", "xfc.runners.adb", "xfc.runners.pocl"}
-    bad = [n for n, deps in GRAPH.items() if _in(n, "xfc") and n != "xfc.pipeline.stages"
+    bad = [n for n, deps in _graph().items() if _in(n, "xfc") and n != "xfc.pipeline.stages"
            and "xfc.toolchain.cpu" in deps and deps & runners]
     assert bad == []
-    assert {"xfc.toolchain.cpu", "xfc.runners.host", "xfc.runners.qemu"} <= GRAPH["xfc.pipeline.stages"]
+    assert {"xfc.toolchain.cpu", "xfc.runners.host", "xfc.runners.qemu"} <= _graph()["xfc.pipeline.stages"]
 
 
 def test_runners_are_one_interface():
@@ -141,7 +150,7 @@ def test_runners_are_one_interface():
     for name in FILES:
         if not _in(name, "xfc.runners"):
             continue
-        for node in ast.walk(TREES[name]):
+        for node in ast.walk(_trees()[name]):
             if isinstance(node, ast.ClassDef) and node.name.endswith("Runner") and node.name != "Runner":
                 bases = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
                 if not any(b.endswith("Runner") for b in bases):
@@ -150,7 +159,7 @@ def test_runners_are_one_interface():
 
 
 def test_nothing_but_cli_imports_cli():
-    assert [f"{n} -> {d}" for n, deps in GRAPH.items() for d in deps
+    assert [f"{n} -> {d}" for n, deps in _graph().items() for d in deps
             if _in(d, "xfc.cli") and not _in(n, "xfc.cli", "xfc.__main__")] == []
 
 
@@ -159,7 +168,7 @@ def test_features_are_reached_from_cli_only():
     library reaches them only through cli/ and the Python API's composition root xfc.api (a tile
     database's evaluator and a test's fault are passed in as objects, never imported)."""
     features = ("xfc.tiledb", "xfc.testing", "xfc.model", "xfc.hwprobe")
-    bad = [f"{n} -> {d}" for n, deps in GRAPH.items() for d in deps
+    bad = [f"{n} -> {d}" for n, deps in _graph().items() for d in deps
            if _in(d, *features) and not _in(n, "xfc.cli", "xfc.api") and not any(_in(n, f) and _in(d, f)
                                                                                 for f in features)]
     assert bad == []
@@ -167,7 +176,7 @@ def test_features_are_reached_from_cli_only():
 
 def test_android_runner_boundary():
     assert _violations(["android_runner"], allowed={"xfc.hardware", "xfc.runners", "xfc.errors"}) == []
-    assert [f"{n} -> {d}" for n, deps in GRAPH.items() if _in(n, "xfc") for d in deps
+    assert [f"{n} -> {d}" for n, deps in _graph().items() if _in(n, "xfc") for d in deps
             if _in(d, "android_runner")] == []
 
 
@@ -179,7 +188,7 @@ VIRTUAL_DEVICE_LAYERS = ("android_runner.adb_wire", "android_runner.device_syste
 def test_virtual_device_layers():
     """Wire format and fake system at the bottom, then the shell, the services, the server + CLI."""
     assert set(VIRTUAL_DEVICE_LAYERS) <= FILES.keys()
-    bad = [f"{n} -> {d}" for i, n in enumerate(VIRTUAL_DEVICE_LAYERS) for d in sorted(GRAPH[n])
+    bad = [f"{n} -> {d}" for i, n in enumerate(VIRTUAL_DEVICE_LAYERS) for d in sorted(_graph()[n])
            if _in(d, "android_runner") and d not in VIRTUAL_DEVICE_LAYERS[:i]]
     assert bad == []
 
@@ -193,7 +202,7 @@ def test_no_import_cycles():
         counter[0] += 1
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(GRAPH[v]):
+        for w in sorted(_graph()[v]):
             if _is_package_of(w, v):
                 continue   # a module importing its own package's __init__ is how packages load
             if w not in index:
@@ -212,7 +221,7 @@ def test_no_import_cycles():
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(_graph()):
         if v not in index:
             visit(v)
     assert cycles == []
@@ -225,7 +234,7 @@ def _is_package_of(package: str, module: str) -> bool:
 def test_no_import_guards_around_xfc_modules():
     """No `try: from . import x / except ImportError` around xfc's own modules."""
     bad = []
-    for name, tree in TREES.items():
+    for name, tree in _trees().items():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Try):
                 continue
@@ -253,13 +262,13 @@ def _prints(tree) -> list[int]:
 
 
 def test_only_cli_and_settings_read_the_environment():
-    bad = [f"{n}:{line}" for n, tree in TREES.items() if _in(n, "xfc")
+    bad = [f"{n}:{line}" for n, tree in _trees().items() if _in(n, "xfc")
            and not _in(n, "xfc.cli", "xfc.settings") and n not in ENVIRON_EXCEPTIONS
            for line in _environ_reads(tree)]
     assert bad == []
 
 
 def test_only_cli_prints():
-    bad = [f"{n}:{line}" for n, tree in TREES.items() if _in(n, "xfc")
+    bad = [f"{n}:{line}" for n, tree in _trees().items() if _in(n, "xfc")
            and not _in(n, "xfc.cli") and n not in PRINT_EXCEPTIONS for line in _prints(tree)]
     assert bad == []

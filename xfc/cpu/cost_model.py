@@ -25,6 +25,7 @@ from typing import Optional
 
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from .config import element_fma_rate
 from .ir import DepthwiseSchedule, GemmSchedule
 from .isa import isa_row
 from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
@@ -178,7 +179,7 @@ def _static_score(tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
     # synthesis (a Winograd conv ranks up to seven GEMM problems)
     fmas = tile.accumulator_registers
     wide_loads, narrow_loads = tile.loads_per_k(isa)
-    fma_cycles = fmas / core.fma_per_cycle
+    fma_cycles = fmas / element_fma_rate(core, tile.elem_bytes)
     rules = core.load_rules
     if core.pipeline == "in_order" and not rules.ld128_dual_issues_with_fma:
         # 128-bit loads stall the FMA pipe; 64-bit loads pair with FMAs while slots last.
@@ -261,7 +262,7 @@ def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sche
     b_resident = sched.kc * sched.nr * tile.elem_bytes <= core.l1d.size_bytes * L1_RESIDENT_FILL
     bytes_per_k = tile.elem_bytes * (sched.mr + (0 if b_resident else sched.nr))
     stream_cycles = bytes_per_k / constants.l2_bytes_per_cycle
-    core_cycles = tile.accumulator_registers / core.fma_per_cycle / max(score.efficiency, 1e-9)
+    core_cycles = tile.accumulator_registers / element_fma_rate(core, tile.elem_bytes) / max(score.efficiency, 1e-9)
     p = L2_STREAM_OVERLAP_NORM
     return (core_cycles ** p + stream_cycles ** p) ** (1 / p) / core_cycles
 
@@ -289,7 +290,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     tail_efficiency = (tail_score or score).efficiency
     # FLOPs per FMA instruction scale with the lanes of the element type (fp16: twice fp32's);
     # the FMA instruction rate is the core's for that type (xfc/cpu/fp16.py passes the fp16 rate).
-    peak_flops_per_core = core.fp32_flop_per_cycle * (FLOAT_BYTES // tile.elem_bytes) * clock_hz
+    peak_flops_per_core = (core.fp32_lanes * 2 * element_fma_rate(core, tile.elem_bytes) * (FLOAT_BYTES // tile.elem_bytes)
+                           * clock_hz)
     compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
                  / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
     if interference:
@@ -403,7 +405,7 @@ def depthwise_estimate(spec: DepthwiseSpec, hw: HardwareDescription, cluster: Cp
     clock_hz = cluster.clock_ghz * 1e9
     vector_fmas = planes * blocks * sched.oh_rows * math.ceil(spec.out_w / lanes) * spec.r * spec.s
     issue = max(1.0, loads / fmas * k_.depthwise_load_cost)
-    fma_cycles = vector_fmas / core.fma_per_cycle * issue / k_.depthwise_efficiency
+    fma_cycles = vector_fmas / element_fma_rate(core, elem_bytes) * issue / k_.depthwise_efficiency
     staged_rows = planes * blocks * spec.window_rows(sched.oh_rows)
     staged = staged_rows * (spec.w + spec.pad_left + spec.pad_right)
     stage_cycles = (staged_rows * k_.stage_row_cycles

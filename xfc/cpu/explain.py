@@ -13,6 +13,7 @@ from typing import Optional
 from .._version import __version__
 from ..hardware.model import CpuCluster
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, OperatorSpec
+from .config import fma_rate
 from .cost_model import CostEstimate
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
 from .isa import isa_row
@@ -68,7 +69,7 @@ class CpuSynthesis:
         lines = [f"xfc {__version__}: {self.spec.describe()}",
                  f"hardware: {self.hardware}, {c.role} cluster: {c.count}x {c.core.name} @ {c.clock_ghz:g} GHz "
                  f"({c.core.pipeline.replace('_', '-')}, {c.core.vector_bits}-bit SIMD x{c.core.vector_registers} "
-                 f"registers, {c.core.fma_per_cycle:g} FMA/cycle, L1d {c.core.l1d.size_bytes // 1024} KiB, "
+                 f"registers, {fma_rate(c.core, self.plan.isa):g} FMA/cycle, L1d {c.core.l1d.size_bytes // 1024} KiB, "
                  f"L2 {c.l2.size_bytes // 1024} KiB), isa {self.plan.isa}"]
         if self.plan.lowering == "winograd":
             m, n, k = self.gemm_shape
@@ -116,7 +117,9 @@ class CpuSynthesis:
         # GFLOP/s are always the operator's FLOPs over the time; a Winograd plan multiplies less, so its
         # "effective" figure can exceed the cores' peak, which is reported beside it
         out["gflops_basis"] = "effective" if plan.lowering == "winograd" else "executed"
-        out["peak_gflops"] = round(self.cluster.peak_gflops_per_core * plan.threads, 3)
+        row, core = isa_row(plan.isa), self.cluster.core
+        ratio = fma_rate(core, plan.isa) / core.fma_per_cycle * (32 // row.elem_bits)   # fp16: its rate, twice the lanes
+        out["peak_gflops"] = round(self.cluster.peak_gflops_per_core * ratio * plan.threads, 3)
         if plan.lowering == "winograd":
             out["winograd_m"] = plan.winograd_m
             out["predicted_stages"] = dict(self.estimate.seconds_by_bound)

@@ -12,7 +12,8 @@ The fp32 synthesizer and templates are reused as they are; what changes is data:
     register budget counts exactly the A registers the loop uses (MR=14: 2) and every cache
     footprint (KC, MC, NC) is in 2-byte units;
   * the core's FMA rate is its fp16 rate (CpuCore.fp16_fma_rate: `fp16_fma_per_cycle` of the
-    description, else fma_per_cycle), and a FLOP count per FMA instruction of 2 x 8 lanes.
+    description, else fma_per_cycle), and a FLOP count per FMA instruction of 2 x 8 lanes: the cost
+    model asks xfc/cpu/config.py (fma_rate, gcc_march) and the description is never rewritten.
 
 Operands, accumulators and outputs are fp16, accumulating in fp16 as XNNPACK's f16-gemm does;
 bias and ReLU/ReLU6 are fused as for fp32. Winograd is never chosen (the direct lowering is forced:
@@ -24,32 +25,23 @@ hosts (no fp16 arithmetic here; xfc never labels an fp32 computation as fp16).
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 from ..errors import OperatorError
-from ..hardware.model import CpuCluster, HardwareDescription
+from ..hardware.model import HardwareDescription
 from ..ops.spec import OperatorSpec
 from .cost_model import DEFAULT_CONSTANTS, CostConstants, StaticEvaluator
 from .explain import CpuSynthesis
-from .isa import isa_row
+from .config import FP16_ISA, fp16_refusal as config_fp16_refusal
 
-FP16_ISA = "neon_fp16"
-FP16_MARCH_EXTENSION = "+fp16"
 
 
 def fp16_refusal(hw: HardwareDescription, cluster_role: Optional[str]) -> Optional[str]:
-    """Why hw's cluster cannot run fp16 kernels (one line), or None when it can."""
+    """Why hw's cluster cannot run fp16 kernels (one line), or None when it can (xfc/cpu/config.py)."""
     if hw.target_arch != "aarch64":
-        return (f"--dtype fp16 is supported for --target gpu only on {hw.name} ({hw.target_arch}): not implemented for "
-                f"this target yet (fp16 CPU kernels need AArch64 FP16 arithmetic, FMLA .8h; xfc does not run fp32 "
-                f"arithmetic under an fp16 label)")
+        return config_fp16_refusal(hw.clusters[0].core if hw.clusters else None, hw.target_arch, hw.name)
     cluster = hw.cluster(cluster_role)
-    missing = [f for f in isa_row(FP16_ISA).required_features if f not in cluster.core.features]
-    if missing:
-        return (f"--dtype fp16: {cluster.core.name} ({hw.name}, {cluster.role} cluster) lacks the "
-                f"'{missing[0]}' feature (FP16 arithmetic, Armv8.2-A FEAT_FP16) the fp16 kernels need")
-    return None
+    return config_fp16_refusal(cluster.core, hw.target_arch, f"{hw.name}, {cluster.role} cluster")
 
 
 def check_fp16_target(hw: HardwareDescription, cluster_role: Optional[str] = None) -> None:
@@ -59,25 +51,13 @@ def check_fp16_target(hw: HardwareDescription, cluster_role: Optional[str] = Non
         raise OperatorError(reason)
 
 
-def fp16_cluster(cluster: CpuCluster) -> CpuCluster:
-    """The cluster as the fp16 synthesizer sees it: FMA instructions at the core's fp16 rate, and
-    -march with +fp16 (armv9-a does not imply FEAT_FP16 in GCC)."""
-    core = cluster.core
-    march = core.gcc_march if "fp16" in core.gcc_march else core.gcc_march + FP16_MARCH_EXTENSION
-    return replace(cluster, core=replace(core, fma_per_cycle=core.fp16_fma_rate, gcc_march=march))
-
-
-def fp16_hardware(hw: HardwareDescription) -> HardwareDescription:
-    """hw with every fp16-capable cluster seen through fp16_cluster (others unchanged)."""
-    return replace(hw, clusters=tuple(fp16_cluster(c) if c.core.fp16_fma_rate is not None else c
-                                      for c in hw.clusters))
-
-
 def synthesize_fp16(spec: OperatorSpec, hw: HardwareDescription, cluster: Optional[str] = None,
                     threads: Optional[int] = None, constants: CostConstants = DEFAULT_CONSTANTS) -> CpuSynthesis:
     """An fp16 kernel plan for spec on hw's cluster (pure, deterministic). The static cost model
-    scores the micro-tiles (the tile database holds fp32 rows only); the direct lowering always."""
+    scores the micro-tiles (the tile database holds fp32 rows only); the direct lowering always. The
+    description is not rewritten: the synthesizer asks xfc/cpu/config.py for the fp16 FMA rate and
+    -march of the neon_fp16 dialect."""
     check_fp16_target(hw, cluster)
     from .synth import synthesize_cpu   # synth imports explain, which this module also needs: no cycle
-    return synthesize_cpu(spec, fp16_hardware(hw), cluster=cluster, threads=threads, evaluator=StaticEvaluator(),
+    return synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=StaticEvaluator(),
                           isa=FP16_ISA, constants=constants, lowering="direct")

@@ -50,49 +50,12 @@ from ..errors import OperatorError
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
+from .config import ARM_DOTS, ArmDot, arm_dots, dot_rate
 from .int8_plan import Int8Plan
 
 
-@dataclass(frozen=True)
-class ArmDot:
-    """One dot-product instruction and the packing it needs."""
-    name: str            # "sdot" | "smmla"
-    feature: str         # the core feature that has it
-    k_depth: int         # k elements per group (packing depth)
-    col_lanes: int       # output columns per column register
-    row_lanes: int       # output rows per row register
-    macs: int            # multiply-accumulates per instruction
-
-    def instructions(self, mr: int, nv: int) -> int:
-        return mr * nv if self.name == "sdot" else (mr // 2) * nv
-
-    def registers(self, mr: int, nv: int) -> int:
-        return self.instructions(mr, nv) + nv + mr // self.row_lanes
-
-
-SDOT = ArmDot("sdot", "dotprod", 4, 4, 4, 16)
-SMMLA = ArmDot("smmla", "i8mm", 8, 2, 2, 32)
-ARM_DOTS = {"sdot": SDOT, "smmla": SMMLA}
 MR_CHOICES = {"sdot": tuple(range(4, 25, 4)), "smmla": tuple(range(2, 17, 2))}
 MAX_NV = 8
-
-
-def dot_rate(core: CpuCore, dot: ArmDot) -> tuple[float, str]:
-    """(instructions per cycle, where the figure comes from)."""
-    if dot.name == "smmla" and core.smmla_per_cycle is not None:
-        return float(core.smmla_per_cycle), "smmla_per_cycle"
-    if core.sdot_per_cycle is not None:
-        return float(core.sdot_per_cycle), ("sdot_per_cycle (no smmla_per_cycle given)" if dot.name == "smmla"
-                                            else "sdot_per_cycle")
-    return float(core.fma_per_cycle), "fma_per_cycle (no sdot_per_cycle given)"
-
-
-def arm_dots(core: CpuCore) -> tuple[ArmDot, ...]:
-    """The instructions this core has, best first; a core without dotprod is refused (exit 2)."""
-    if "dotprod" not in core.features:
-        raise OperatorError(f"--dtype int8 on {core.name}: the core lacks 'dotprod' (SDOT, Armv8.2); "
-                            f"ARM int8 kernels need it (features: {', '.join(core.features)})")
-    return (SMMLA, SDOT) if "i8mm" in core.features else (SDOT,)
 
 
 def in_order(core: CpuCore) -> bool:
@@ -224,8 +187,8 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
         reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
         return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
-                     core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
-                     target_arch="aarch64")
+                        core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
+                        target_arch="aarch64")
     m, n, k = gemm_view(spec)
     if force_tile is not None:
         mr, nv = force_tile
@@ -285,8 +248,17 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
     header.append(f"{lowering}: M={m} N={n} K={k}, {tile.dot.name} register tile MR={tile.mr} NR={tile.nr}, "
                   f"{tile.dot.k_depth}-deep k groups" + (f" ({tile.rows} output rows)" if tile.rows > 1 else "")
                   + (", split 64-bit operand loads (in-order variant)" if tile.split_loads else ""))
+    reasons.append("k loops not unrolled: copies of the k step interleaved by the scheduler spill operands "
+                   "(llvm-mca, benchmarks/arm_int8_mca.py)")
     return Int8Plan(spec, quant, tile.dot.name, lowering, tile.mr, tile.nv, tile.dot.col_lanes, threads, name,
-                 core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
-                 qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
-                 ops_per_cycle=tile.ops_per_cycle,
-                 registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers))
+                    core.gcc_march, predicted, tuple(header), tuple(reasons), tile.rows, k_depth=tile.dot.k_depth,
+                    qemu_cpu=core.qemu_cpu, target_arch="aarch64", split_loads=tile.split_loads,
+                    ops_per_cycle=tile.ops_per_cycle,
+                    registers=(tile.dot.registers(tile.mr, tile.nv), core.vector_registers),
+                    activation_offset=signed_offset(quant), k_unroll=1,
+                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
+
+
+def signed_offset(quant: QuantParams) -> int:
+    """s8 x s8 dot products (sdot, smmla): uint8 activations are made signed by x ^ 0x80 = x - 128."""
+    return -128 if quant.act_type == "uint8" else 0

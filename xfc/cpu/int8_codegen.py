@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import OperatorError
 from ..ops.quant import channels, clamp_bounds, np_type
-from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
+from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import RenderedKernel
 from .int8_synth import Int8Plan
@@ -52,14 +52,9 @@ def _conv(spec) -> dict:
 
 
 def _shift(plan: Int8Plan) -> tuple[int, int]:
-    """(XOR applied to every activation byte, the zero point in the shifted domain). x86: u8 x s8
-    dot products, activations made unsigned (int8 ^ 0x80 = x + 128). ARM sdot/smmla: s8 x s8,
-    activations made signed (uint8 ^ 0x80 = x - 128); xfc/cpu/qarm.py derives the correction."""
-    q = plan.quant
-    if plan.target_arch == "aarch64":
-        flip = 0x80 if q.act_type == "uint8" else 0
-        return flip, q.a_zero_point - flip
-    return q.shift, q.a_zero_point + q.shift
+    """(XOR applied to every activation byte, the zero point in the shifted domain): the plan's
+    activation_offset spelled (an XOR with 0x80 adds or subtracts 128)."""
+    return (0x80 if plan.activation_offset else 0), plan.quant.a_zero_point + plan.activation_offset
 
 
 def render_context(plan: Int8Plan) -> tuple[str, dict]:
@@ -69,7 +64,8 @@ def render_context(plan: Int8Plan) -> tuple[str, dict]:
     ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.dialect, "op": spec.name,
            "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": x86, "march": plan.gcc_march,
            "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
-           "act_signed": q.act_type == "int8", "za": q.a_zero_point}
+           "act_signed": q.act_type == "int8", "za": q.a_zero_point, "k_unroll": plan.k_unroll,
+           "target_pragma": plan.target_pragma}
     if isinstance(spec, DepthwiseSpec):
         ctx.update({"conv": _conv(spec), "batch": spec.n, "hp": spec.h + spec.pad_top + spec.pad_bottom,
                     "wp": spec.w + spec.pad_left + spec.pad_right})
@@ -79,7 +75,9 @@ def render_context(plan: Int8Plan) -> tuple[str, dict]:
     k4 = math.ceil(k / kd) * kd
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
-    row_is_act = isinstance(spec, MatmulSpec)
+    row_is_act = plan.row_operand == "activations"
+    if plan.parallel_axis != "columns":
+        raise OperatorError(f"{plan.function_name}: the int8 templates split column tiles only, not {plan.parallel_axis}")
     ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
                 "L": plan.lanes, "MB": mb, "NB": nb, "row_is_act": row_is_act, "col_unsigned": not row_is_act,
                 "za_u": za_shifted, "act_flip": flip,

@@ -33,6 +33,18 @@ class Int8Plan:
     ops_per_cycle: Optional[float] = None             # ARM: the issue model's int8 ops per cycle
     registers: Optional[tuple[int, int]] = None       # ARM: (vector registers used, available)
     split_loads: bool = False          # ARM in-order variant: 128-bit operands loaded as two 64-bit halves
+    # Decisions the templates spell (they used to take them themselves):
+    activation_offset: int = 0         # GEMM lowerings: added to every activation byte by an XOR with 0x80 so that the dot
+                                       # product's signedness fits (x86 u8 x s8: int8 x + 128; ARM s8 x s8:
+                                       # uint8 x - 128); 0: used as they are. The kernel subtracts the
+                                       # shifted zero point a_zero_point + activation_offset
+    row_operand: str = "activations"   # GEMM rows: 'activations' (matmul: M = rows of x, weights are the
+                                       # packed columns) or 'weights' (implicit-GEMM conv: M = output
+                                       # channels, columns are pixels of the staged input)
+    parallel_axis: str = "columns"     # threads split the column tiles (a thread owns whole output columns)
+    k_unroll: int = 0                  # the k loops' unroll pragma: 0 leaves it to the compiler, 1 forbids it
+    target_pragma: str = ""            # depthwise on x86: the `#pragma GCC target` the compiler vectorizes
+                                       # the row loops for ('' none: the -march of the build)
 
     @property
     def nr(self) -> int:

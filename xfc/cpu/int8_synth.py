@@ -36,21 +36,14 @@ from ..errors import OperatorError
 from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
-from .isa import isa_for
+from .config import DOT_RATE, INT8_DIALECTS, INT8_LANES, int8_dialect, int8_registers
 from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
-INT8_DIALECTS = ("vnni", "avx2", "generic")
-LANES = {"vnni": 16, "avx2": 8, "generic": 4}          # int32 lanes per vector
-DOT_RATE = {"vnni": 1.0, "avx2": 0.5, "generic": 0.25}
 MAX_MR = 16
 MAX_NV = 4
-VNNI_FLAG = "avx512_vnni"
-
-
-def registers_needed(dialect: str, mr: int, nv: int) -> int:
-    if dialect == "avx2":
-        return mr * nv + 2 * nv + 2 + 1       # even/odd column halves, even/odd row value, the vpmaddwd result
-    return mr * nv + nv + 1 + 1                # column vectors, the broadcast row value, one spare
+# u8 x s8 dot products (vpdpbusd, vpmaddwd on zero-extended bytes): int8 activations are made unsigned
+# by x ^ 0x80 = x + 128 (QuantParams.shift), uint8 ones are used as they are.
+DEPTHWISE_TARGET_PRAGMA = {"vnni": "avx2,fma,avx512f,avx512bw,avx512vl", "avx2": "avx2,fma", "generic": ""}
 
 
 @dataclass(frozen=True)
@@ -65,23 +58,6 @@ class Int8Tile:
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
-
-
-def int8_dialect(hw: HardwareDescription, cluster: CpuCluster, host_flags: frozenset = frozenset()) -> tuple[str, str]:
-    """(dialect, why). host_flags: /proc/cpuinfo flags when hw is this machine (the host
-    description lists only the features of its fp32 path, so VNNI is read from the flags)."""
-    if hw.target_arch != "x86_64":
-        raise OperatorError(f"int8_dialect picks x86 dialects; {hw.name} ({hw.target_arch}) is planned by "
-                            f"xfc.cpu.int8_arm (plan_int8 dispatches there)")
-    isa = isa_for(cluster.core)
-    features = set(cluster.core.features) | set(host_flags)
-    if isa == "avx512":
-        if VNNI_FLAG in features:
-            return "vnni", "AVX-512 core with avx512_vnni: vpdpbusd"
-        return "avx2", "AVX-512 core without avx512_vnni: the AVX2 vpmaddwd dialect"
-    if isa == "avx2":
-        return "avx2", "AVX2 core: vpmaddwd on even/odd bytes (exact, no int16 saturation)"
-    return "generic", "no x86 SIMD dialect for this core: plain C"
 
 
 @dataclass(frozen=True)
@@ -112,14 +88,14 @@ def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: f
 def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int) -> tuple[Int8Tile, int]:
     """The register tile with the shortest modelled time, and how many tiles were scored."""
     core = cluster.core
-    lanes = LANES[dialect]
+    lanes = INT8_LANES[dialect]
     dots = core.fma_per_cycle * DOT_RATE[dialect]
     loads = core.load_rules.vector_loads_per_cycle
     clock_hz = cluster.clock_ghz * 1e9
     best, key_best, scored = None, None, 0
     for nv in range(1, MAX_NV + 1):
         for mr in range(1, MAX_MR + 1):
-            if registers_needed(dialect, mr, nv) > core.vector_registers:
+            if int8_registers(dialect, mr, nv) > core.vector_registers:
                 continue
             cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
             for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or shape.column_rows > 1)]:
@@ -147,7 +123,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
-    dialect, why = int8_dialect(hw, cl, host_flags)
+    dialect, why = int8_dialect(cl.core, host_flags)
     if force_dialect is not None:
         allowed = INT8_DIALECTS[INT8_DIALECTS.index(dialect):]
         if force_dialect not in allowed:
@@ -165,25 +141,29 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     if isinstance(spec, DepthwiseSpec):
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
         reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
-        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, LANES[dialect], min(threads, spec.n * spec.c), name,
-                     march, None, tuple(header), tuple(reasons))
+        pragma = DEPTHWISE_TARGET_PRAGMA[dialect]
+        if pragma:
+            reasons.append(f"depthwise rows vectorized by gcc for `#pragma GCC target(\"{pragma}\")` (the {dialect} "
+                           f"dialect's instructions)")
+        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, INT8_LANES[dialect], min(threads, spec.n * spec.c),
+                        name, march, None, tuple(header), tuple(reasons), target_pragma=pragma)
     m, n, k = gemm_view(spec)
     shape = gemm_shape(spec)
     if force_tile is not None:
         mr, nv = force_tile
-        if registers_needed(dialect, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
+        if int8_registers(dialect, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
             raise OperatorError(f"int8 tile {mr}x{nv} vectors does not fit {cl.core.vector_registers} registers")
         cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[dialect]), float(cl.core.fma_latency_cycles))
         rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
-        tile = Int8Tile(mr, nv, LANES[dialect], cycles,
-                     _tile_seconds(shape, mr, nv * LANES[dialect], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
-        reasons.append(f"register tile {mr}x{nv * LANES[dialect]} ({rows} output row(s)): forced by the caller")
+        tile = Int8Tile(mr, nv, INT8_LANES[dialect], cycles,
+                     _tile_seconds(shape, mr, nv * INT8_LANES[dialect], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
+        reasons.append(f"register tile {mr}x{nv * INT8_LANES[dialect]} ({rows} output row(s)): forced by the caller")
     else:
         tile, scored = choose_tile(dialect, shape, cl, threads)
         reasons.append(
             f"register tile {tile.mr}x{tile.nr}{f' as {tile.tile_rows} output rows' if tile.tile_rows > 1 else ''} "
             f"({tile.mr * tile.nv} accumulators, "
-            f"{registers_needed(dialect, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
+            f"{int8_registers(dialect, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
     threads = max(1, min(threads, math.ceil(shape.column_rows / tile.tile_rows)
@@ -193,7 +173,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
                   + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else ""))
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
-                 tuple(header), tuple(reasons), tile.tile_rows)
+                    tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
+                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
 
 
 def explain(plan: Int8Plan) -> str:

@@ -130,7 +130,10 @@ class CpuKernelPlan:
 
     @property
     def target_arch(self) -> str:
-        """'aarch64' (NEON dialects) or 'x86_64'."""
+        """'aarch64' (NEON dialects) or 'x86_64'. The portable generic dialect runs on either: an
+        ARM core's plan names its ARM -march or qemu CPU model, a host plan neither."""
+        if self.isa == "generic":
+            return "aarch64" if self.gcc_march.startswith("armv") or self.qemu_cpu else "x86_64"
         return isa_row(self.isa).target_arch
 
     @property

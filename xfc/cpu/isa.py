@@ -1,4 +1,6 @@
-"""The CPU instruction sets xfc generates code for: one row per ISA, the only place ISA facts live.
+"""The floating-point dialects xfc generates CPU code in: one row per dialect (fp32: avx512, avx2,
+neon, generic; fp16: neon_fp16). With xfc/cpu/config.py (what a core runs for each dtype: these
+rows, the int8 dialects and dot-product instructions, rates and -march) this is where ISA facts live.
 
 Every `isa == ...` question in synthesis, planning and code generation is a field of this table:
 

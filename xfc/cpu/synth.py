@@ -31,6 +31,7 @@ from .cost_model import (DEFAULT_CONSTANTS, L1_FILL, L2_FILL, L3_FILL, CostConst
                          depthwise_fmas_and_loads, gemm_estimate, l2_per_core_bytes, share_imbalance)
 from .explain import CpuSynthesis, GemmReasons, TileLevel, depthwise_levels, gemm_levels, plan_header
 from .ir import CpuKernelPlan, DepthwiseSchedule, GemmSchedule
+from .config import gcc_march
 from .isa import IsaRow, isa_for, isa_row
 from .tiles import (FLOAT_BYTES, RANK_BUCKET, MicroTile, MicroTileEvaluator, MicroTileScore, rank_micro_tiles,
                     round_down, round_up)
@@ -323,7 +324,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
         plan = CpuKernelPlan(
             spec=spec, isa=isa, vector_lanes=lanes, lowering="direct_depthwise", gemm=None, depthwise=sched,
             function_name="xfc_depthwise", header_lines=tuple(header_common + [tiles_line, f"isa: {isa}"]),
-            hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+            hardware_name=hw.name, gcc_march=gcc_march(core, isa), qemu_cpu=core.qemu_cpu)
         return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=levels,
                             estimate=estimate, gemm_shape=None)
 
@@ -367,7 +368,7 @@ def _gemm_synthesis(spec, hw, chosen, isa, best: Candidate, alternatives: tuple)
     plan = CpuKernelPlan(
         spec=spec, isa=isa, vector_lanes=row.synthesis_lanes(core), lowering=lowering, gemm=sched, depthwise=None,
         function_name=f"xfc_{spec.name}", header_lines=tuple(header_common + [gemm_line, tiles_line, f"isa: {isa}"]),
-        hardware_name=hw.name, gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu)
+        hardware_name=hw.name, gcc_march=gcc_march(core, isa), qemu_cpu=core.qemu_cpu)
     return CpuSynthesis(spec=spec, hardware=hw.name, cluster=chosen, plan=plan, levels=best.levels,
                         estimate=best.estimate, gemm_shape=tuple(view), alternatives=alternatives,
                         micro_tile_source=best.score.source)

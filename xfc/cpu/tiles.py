@@ -53,6 +53,9 @@ def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> l
               MR=14: q loads at rows 0 and 6 (lanes 2-7 of the second feed rows 8-13), two
               registers where pieces would take four (8 + 4 + 1 + 1). No lane past MR is read, so
               A read from the staged image (im2col_direct) stays inside its rows.
+
+    The one A-load rule: MicroTile.a_registers counts these groups (fp32 and fp16 alike) and code
+    generation (cpu/codegen.py, neon_asm.py) spells them, so the register budget is what is rendered.
     """
     row = isa_row(isa)
     if not row.lane_indexed or row_stride != 1:
@@ -95,15 +98,12 @@ class MicroTile:
         return self.mr * self.nr_vectors
 
     def a_registers(self, isa: str) -> int:
-        row = isa_row(isa)
-        if not row.lane_indexed:
-            return 1  # one broadcast register, reused row by row
-        if row.a_load_overlap:   # exactly the registers of the loads code generation spells
+        """Registers A's values occupy at one k step: one per load of a_load_groups, the loads code
+        generation spells (NEON: fp32 pieces, MR = 3 or 7 needing a d and a single load beside the q
+        ones; fp16 overlapping loads of one width), else one broadcast register reused row by row."""
+        if isa_row(isa).lane_indexed:
             return len(a_load_groups(isa, self.mr, self.a_load_bits))
-        # fp32 pieces: ceil(MR / values per load), one fewer than the pieces when MR % 4 == 3 with q
-        # loads (4 + 2 + 1); no fp32 tile is at the register file's edge there, and the fp32 plans
-        # (and their explanations) are kept as they are (scripts/plan_snapshot.py)
-        return math.ceil(self.mr / (self.a_load_bits // (8 * self.elem_bytes)))
+        return 1
 
     def registers(self, isa: str) -> int:
         return self.accumulator_registers + self.nr_vectors + self.a_registers(isa)

@@ -35,6 +35,20 @@ class GpuSynthesis:
     synthesis_seconds: float
     candidates_evaluated: int
 
+    @property
+    def kernel_variants(self) -> dict[str, GpuKernelPlan]:
+        """Every kernel file the plan ships, by variant: the plan's own, and for dtype fp16 also the
+        fp16-storage / fp32-arithmetic variant, which runs on devices without cl_khr_fp16."""
+        out = {self.plan.variant: self.plan}
+        if self.plan.dtype == "fp16":
+            out["fp16_storage"] = self.plan.with_variant("fp16_storage")
+        return out
+
+    @property
+    def portable_variant(self) -> str:
+        """The variant that runs on any OpenCL device (PoCL lacks cl_khr_fp16): what is verified here."""
+        return "fp16_storage" if self.plan.dtype == "fp16" else "fp32"
+
     def explain(self) -> str:
         lines = [self.plan.explain(), "", f"ranked alternatives ({PREDICTION_LABEL}):"]
         for i, alt in enumerate(self.alternatives, 1):

@@ -75,9 +75,7 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
     synthesis = synthesize_gpu(spec, hw, dtype=dtype, max_work_group_size=max_work_group_size)
     plan = synthesis.plan
     stem = spec.key()
-    kernels: dict[str, GpuKernelPlan] = {plan.variant: plan}
-    if dtype == "fp16":
-        kernels["fp16_storage"] = plan.with_variant("fp16_storage")
+    kernels: dict[str, GpuKernelPlan] = synthesis.kernel_variants     # the planner's: which files ship
     files = {}
     for variant, p in kernels.items():
         path = out / f"{stem}.{variant}.cl"
@@ -90,7 +88,7 @@ def _gpu_synth_into(out: Path, final: Path, spec, hw, dtype, verify, explain, be
     if explain:
         write_atomic(out / "explain.txt", explain_text + "\n")
 
-    run_variant = "fp16_storage" if dtype == "fp16" else "fp32"
+    run_variant = synthesis.portable_variant
     report = {
         **report_core("synth", "gpu", spec, plan.hardware_name, plan.tiles(), plan.cost.gflops),
         "gpu": plan.gpu_name,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from ..errors import OperatorError, XfcError
+from ..cpu.isa import ISA_TABLE
 from ..ops.spec import ACTIVATIONS, OPERATORS, SHAPE_KEYS, make_spec
 
 CASE_FORMAT = 1
@@ -28,7 +29,6 @@ FAILURE_CLASSES = ("wrong", "crash", "timeout", "build", "rejected", "error")
 CPU_ISAS = ("avx512", "avx2", "neon", "generic")
 DTYPES = ("fp32", "fp16", "int8")       # CPU: fp16 on ARM cores with FP16 arithmetic (qemu), int8 on x86 hosts
                                         # and ARM cores with dotprod; PoCL: fp32 and fp16 (fp16 storage)
-ISA_LANES = {"avx512": 16, "avx2": 8, "neon": 4, "generic": 4}
 GPU_LANE_HINTS = (4, 8, 16, 32)          # work-group widths and vector widths of the OpenCL kernels
 MAX_MACS = 1 << 22                       # multiply-adds per case (about 0.1 s under qemu)
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97,
@@ -439,7 +439,7 @@ def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareCho
         cluster, cores = hw.clusters[index_in_hw]
         isa = hw.isas[0] if rng.random() < 0.7 or len(hw.isas) == 1 else rng.choice(hw.isas[1:])
         threads = _draw_threads(rng, cores)
-        lanes = (ISA_LANES[isa],)
+        lanes = (ISA_TABLE[isa].hand_lanes,)   # the dialect's fp32 lanes (xfc/cpu/isa.py)
     op = rng.choice(OPERATORS)
     long_dim = rng.random() < 0.12       # one dimension may run long: crosses KC / MC / NC blocks
     long_key = ""

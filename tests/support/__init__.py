@@ -11,6 +11,7 @@ run by conftest.py, so a smaller machine reports what it could not do instead of
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import shlex
@@ -58,6 +59,13 @@ HAVE_OPENCL = (Path("/usr/include/CL/cl.h").exists()
                and any(Path(os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")).glob("*.icd")))
 needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no OpenCL headers, loader or ICD (apt-get install "
                                   "pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)")
+
+
+# onnxruntime (the test extra): the reference `xfc model --verify` and `--bench` compare with. Found,
+# not imported (a broken install then fails the tests that use it instead of skipping them).
+HAVE_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
+needs_onnxruntime = pytest.mark.skipif(not HAVE_ONNXRUNTIME, reason="onnxruntime is not installed (xfc[test]; "
+                                       "xfc model --verify and --bench compare with it)")
 
 
 def signals_as_default() -> None:
