@@ -3,22 +3,22 @@
 
     .venv/bin/python benchmarks/arm_mca.py                       # every cpu/*.yaml x every suite workload
     .venv/bin/python benchmarks/arm_mca.py --cores cortex-a710,cortex-x3 --only mm_512,dw_mbv2_s1
-    .venv/bin/python benchmarks/arm_mca.py --dtype fp16      # fp16 kernels (FMLA .8h) on the A55 and A76
+    .venv/bin/python benchmarks/arm_mca.py --dtype fp16      # fp16 kernels (FMLA .8h) on the A55, A76 and A710
 
 For each shipped core description (hardware_descriptions/cpu/*.yaml) and each workload of the
 suite (xfc/ops/workloads.py), the kernel is synthesized for one thread, rendered, compiled with
 xfc's ARM build flags (-S) and its innermost FMA loop analysed by xfc.analysis.mca under the core's LLVM 16
 model (xfc.analysis.mca.MODELS). Static analysis: no timing, no emulator, deterministic, so the figures
 do not depend on how busy this machine is. Predicted GFLOP/s = FMA per cycle on the core's pipes
-x 4 lanes x 2 FLOP x the core's clock: what the loop alone would sustain, an upper bound for the
+x lanes (4 fp32, 8 fp16) x 2 FLOP x the core's clock: what the loop alone would sustain, an upper bound for the
 operator (packing, tails and C write-back are outside the loop). Where the synthesizer chooses a
 Winograd plan (3x3 stride-1 convolutions), the loop is its GEMM stage's micro-kernel
 (xfc.analysis.mca.gemm_stage_kernel; the transforms are not in the figure).
 
 Results: a table on stdout and benchmarks/results/arm_mca.json (atomic; an existing file is
 replaced only if xfc wrote it, see xfc/outputs.py). --dtype fp16: the fp16 kernels (xfc/cpu/fp16.py,
-8 lanes; default cores cortex-a55 and cortex-a76) into benchmarks/results/arm_mca_fp16.json, with
-no pass/fail targets (issue 12's targets are for the fp32 assembly loops).
+8 lanes; default cores cortex-a55, cortex-a76 and cortex-a710) into
+benchmarks/results/arm_mca_fp16.json, against issue 33's fp16 targets (FP16_TARGETS).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "arm_mca.json"
 DEFAULT_OUT_FP16 = REPO / "benchmarks" / "results" / "arm_mca_fp16.json"
-FP16_CORES = ("cortex-a55", "cortex-a76")
+FP16_CORES = ("cortex-a55", "cortex-a76", "cortex-a710")
 KIND = "arm_mca"
 
 # The targets of issue 12 (after the loop work): A710-class model GEMM/conv >= 1.95 FMA/cycle,
@@ -46,6 +46,11 @@ KIND = "arm_mca"
 TARGETS = {"gemm_conv_fma_per_cycle_2pipe": 1.95, "depthwise_fma_per_cycle_2pipe": 1.8,
            "gemm_conv_fma_per_cycle_4pipe": 3.8, "spills": 0}
 
+# The fp16 targets of issue 33 (item 4): no spills and >= 1.9 FMLA .8h per cycle on the 2-pipe model
+# (A76 and A710 both run on the Neoverse-N2 model). Depthwise cannot pass 1.8 on that model (9 FMLA
+# and 1 q store per output vector on the two V pipes, NOTES["depthwise_ceiling_2pipe"]): its target is
+# that ceiling, which the stride-2 loop misses by 0.2 cycles per 40 (see NOTES["fp16"]).
+FP16_TARGETS = {"gemm_conv_fma_per_cycle_2pipe": 1.9, "depthwise_fma_per_cycle_2pipe": 1.8, "spills": 0}
 
 IN_ORDER = ("cortex-a53", "cortex-a55", "cortex-a510")
 
@@ -70,6 +75,16 @@ NOTES = {
     "machine_load": "llvm-mca figures are static: the compile and the scheduling model do not depend on how busy "
                     "the analysing machine is (it was shared with other jobs when this file was written)",
 }
+
+FP16_NOTE = ("fp16 kernels run neon_asm's loops spelled in .8h (plan field ukernel) with the A registers in v0-v15, "
+             "the only registers FMLA .8h by element can index, and A loaded 8 (q) or 4 (d) values at a time, the "
+             "last load overlapping the one before (tiles.a_load_groups), so the planner budgets exactly the "
+             "registers the loop uses. Before (GCC intrinsics, A grouped 8 + 4 + 1 + 1 at render time against a "
+             "budget of ceil(MR / 8)): 12-66 spill stores and 16-81 stack reloads per A76/A710 GEMM/conv loop and "
+             "0.85-1.63 FMLA/cycle on the Neoverse-N2 model (depthwise 1.31-1.33 with 7-10 spills), 0.2-0.5 on "
+             "the A55 model. Depthwise 8x1 (fp16 vectors of 8 fit OW = 56 and 28 "
+             "whole): 72 FMLA + 8 q stores = 40 V-pipe cycles per block, 1.80 at stride 1; stride 2 takes 40.2 "
+             "in the steady state (1.79)")
 
 
 def shipped_cores() -> list[str]:
@@ -122,15 +137,15 @@ def measure(core_name: str, workload: str, dtype: str = "fp32") -> dict:
     return row
 
 
-def criteria(rows: list[dict]) -> dict:
-    """Where the issue-12 targets stand."""
+def criteria(rows: list[dict], targets: dict = TARGETS) -> dict:
+    """Where the targets stand (issue 12's for fp32, FP16_TARGETS for fp16)."""
     def worst(pred, key):
         vals = [r[key] for r in rows if pred(r) and r[key] is not None]
         return min(vals) if vals else None
     gemm_conv = lambda r: r["operator"] in ("matmul", "conv2d")  # noqa: E731
     two_pipe = lambda r: r["model"] == "cortex-a710" and r["pipes_scale"] == 1  # noqa: E731
     return {
-        "targets": TARGETS,
+        "targets": targets,
         "min_gemm_conv_fma_per_cycle_2pipe": worst(lambda r: gemm_conv(r) and two_pipe(r), "fma_per_cycle"),
         "min_depthwise_fma_per_cycle_2pipe": worst(lambda r: r["operator"] == "depthwise" and two_pipe(r),
                                                    "fma_per_cycle"),
@@ -203,10 +218,7 @@ def main(argv=None) -> int:
                 print(f"[arm_mca] {core} {workload}: {rows[-1]['fma_per_cycle']:.2f} FMA/cycle", file=sys.stderr,
                       flush=True)
         print_table(rows)
-        crit = criteria(rows) if not fp16 else {
-            "note": "fp16 kernels are GCC intrinsics (neon_asm's assembly loops are written for .4s); no targets. "
-                    "FMLA .8h by element takes its indexed operand from v0-v15 only, and GCC spills the large "
-                    "register tiles the static model picks"}
+        crit = criteria(rows, FP16_TARGETS if fp16 else TARGETS)
         print("\n" + "; ".join(f"{k} {v}" for k, v in crit.items() if k != "targets"))
         what = "" if not fp16 else " (fp16 kernels: FMLA .8h, 8 lanes; xfc/cpu/fp16.py)"
         data = {
@@ -225,7 +237,7 @@ def main(argv=None) -> int:
                               "model_fma_per_cycle": m.model_fma_per_cycle, "pipes_scale": m.pipes_scale,
                               "reliable": m.reliable, "why": m.why} for core, m in mca.MODELS.items()},
             "criteria": crit,
-            "notes": NOTES,
+            "notes": {**NOTES, **({"fp16": FP16_NOTE} if fp16 else {})},
             "rows": rows,
         }
         from xfc.outputs import write_json_result

@@ -16,8 +16,9 @@ import pytest
 from support import needs_arm
 from xfc.analysis import mca
 from xfc.cpu import neon_asm
-from xfc.cpu.codegen import a_load_groups, render_cpu_kernel
+from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.tiles import a_load_groups
 from xfc.errors import ToolchainError
 from xfc.hardware import load
 from xfc.ops.workloads import suite_spec

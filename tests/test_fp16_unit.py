@@ -28,7 +28,9 @@ pytestmark = pytest.mark.unit
 def test_fp16_row_is_8_lanes_of_2_bytes_and_never_chosen_for_fp32():
     row = isa_row(FP16_ISA)
     a76 = load("cortex-a76").cluster().core
-    assert (row.elem_type, row.elem_bytes, row.synthesis_lanes(a76), row.asm_ukernels) == ("float16_t", 2, 8, False)
+    assert (row.elem_type, row.elem_bytes, row.synthesis_lanes(a76)) == ("float16_t", 2, 8)
+    # the .8h assembly loops, A in v0-v15 (the indexed operand of FMLA .8h by element), overlapping A loads
+    assert (row.asm_ukernels, row.indexed_registers, row.a_load_overlap) == (True, 16, True)
     assert synthesize_cpu(make_spec("matmul", dict(m=32, n=32, k=32)), load("cortex-a76")).plan.isa == "neon"
 
 
@@ -37,9 +39,10 @@ def test_micro_tiles_count_8_a_values_per_q_register():
     assert tiles and all(t.lanes == 8 and t.elem_bytes == 2 for t in tiles)
     fp16 = MicroTile(mr=14, nr_vectors=2, lanes=8, a_load_bits=128, elem_bytes=2)
     fp32 = MicroTile(mr=14, nr_vectors=2, lanes=4, a_load_bits=128)
-    # packed A loaded as it is spelled (tiles.a_load_widths): MR=14 fp16 is 8 + 4 + 1 + 1 values
-    # (q, d and two single loads), fp32 is 4 + 4 + 4 + 2: four A registers each
-    assert (fp16.a_registers(FP16_ISA), fp32.a_registers("neon")) == (4, 4)
+    # packed A budgeted as it is loaded (tiles.a_load_groups, the one rule codegen spells): fp16
+    # loads overlap (IsaRow.a_load_overlap), so MR=14 is two q loads, rows 0-7 and 6-13, 2 registers
+    # (pieces would be 8 + 4 + 1 + 1, four); fp32 stays in pieces 4 + 4 + 4 + 2, four registers
+    assert (fp16.a_registers(FP16_ISA), fp32.a_registers("neon")) == (2, 4)
     assert MicroTile(mr=5, nr_vectors=1, lanes=8, a_load_bits=64, elem_bytes=2).loads_per_k(FP16_ISA) == (1, 2)
 
 

@@ -146,3 +146,117 @@ def test_cli_int8_bad_input_exits_2_with_one_line(argv, contains, tmp_path, capf
     lines = [ln for ln in err.splitlines() if ln.startswith("xfc: error")]
     assert code == 2 and len(lines) == 1 and contains in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+# Depthwise 'tap_pairs' layout (x86 avx2 / vnni: int16 tap pairs, vpmaddwd + vpaddd or vpdpwssd). Ragged
+# geometry that reaches every staging mode ('pairs' stride 1, 'direct' stride 2 dilation 1, 'gather'),
+# widths and channel counts off a multiple of 8/16, planes under 16 bytes (the tail-buffer conversion),
+# asymmetric padding, dilation, both activation types with zero points at both ends.
+TAP_PAIRS_CASES = [
+    # shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads, staging
+    ({"c": 5, "h": 13, "w": 37, "r": 3, "s": 3, "n": 2}, {"stride": "1", "pad": "1,0,2,1"}, ("int8", -128, 127),
+     "relu6", True, True, 2, "pairs"),
+    ({"c": 7, "h": 15, "w": 23, "r": 3, "s": 3}, {"stride": "2", "pad": "0,1,1,0"}, ("uint8", 255, 0),
+     "none", False, False, 1, "direct"),
+    ({"c": 3, "h": 17, "w": 29, "r": 3, "s": 5}, {"stride": "2", "pad": "2,3,1,0", "dilation": "1,2"},
+     ("uint8", 128, 3), "relu", True, True, 2, "gather"),
+    ({"c": 9, "h": 11, "w": 19, "r": 5, "s": 4}, {"stride": "1,3", "pad": "2,1", "dilation": "2,1"},
+     ("int8", 127, -128), "relu6", True, False, 1, "gather"),
+    ({"c": 4, "h": 3, "w": 3, "r": 3, "s": 3, "n": 2}, {"stride": "1", "pad": "1"}, ("int8", 0, -7),
+     "none", False, True, 2, "pairs"),
+    ({"c": 17, "h": 7, "w": 7, "r": 3, "s": 3}, {"stride": "1", "pad": "1", "dilation": "2,3"}, ("uint8", 0, 255),
+     "relu6", True, True, 1, "pairs"),
+    ({"c": 2, "h": 9, "w": 70, "r": 7, "s": 7}, {"stride": "2,1", "pad": "3,2,1,3"}, ("uint8", 7, 128),
+     "none", True, True, 2, "pairs"),
+]
+
+
+def _tap_pairs_spec(shape, geometry, quant, activation, per_channel, bias):
+    act, a_zp, out_zp = quant
+    spec = make_spec("depthwise", shape, bias=bias, activation=activation, **geometry)
+    return spec, QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
+
+
+@pytest.mark.skipif("avx2" not in available_isas(), reason="no AVX2 here")
+@pytest.mark.parametrize("case", TAP_PAIRS_CASES, ids=[f"{c[7]}-{c[2][0]}-{i}" for i, c in enumerate(TAP_PAIRS_CASES)])
+def test_depthwise_tap_pairs_matches_the_reference_exactly(case, tmp_path):
+    shape, geometry, quant, activation, per_channel, bias, threads, staging = case
+    spec, q = _tap_pairs_spec(shape, geometry, quant, activation, per_channel, bias)
+    plan, kernel = compile_int8(spec, q, load("host:avx2"), tmp_path, threads=threads, flags=FLAGS)
+    assert (plan.dialect, plan.depthwise_layout, plan.depthwise_staging) == ("avx2", "tap_pairs", staging)
+    assert any(r.startswith(f"depthwise staging '{staging}'") for r in plan.reasons)
+    for seed, mode in ((11, "random"), (12, "extreme")):
+        verdict = verify_int8(kernel, seed=seed, mode=mode)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), mode, verdict)
+
+
+@pytest.mark.skipif("avx2" not in available_isas(), reason="no AVX2 here")
+@pytest.mark.parametrize("vectors, rows", [(1, 4), (3, 3), (4, 2), (2, 1)])
+def test_depthwise_tap_pairs_forced_blocks(vectors, rows, tmp_path):
+    """Blocks the model does not pick, on shapes whose last row block and last column group are partial
+    (and whose last vector holds fewer than 8 pixels): multi-row blocks share staged-row loads."""
+    hw = load("host:avx2")
+    for i, (shape, geometry) in enumerate([({"c": 3, "h": 19, "w": 45, "r": 3, "s": 3}, {"stride": "1", "pad": "1"}),
+                                           ({"c": 2, "h": 23, "w": 61, "r": 3, "s": 3}, {"stride": "2", "pad": "1"})]):
+        spec, q = _tap_pairs_spec(shape, geometry, ("int8", -9, 4), "relu6", True, True)
+        plan, kernel = compile_int8(spec, q, hw, tmp_path / str(i), threads=2, flags=FLAGS, force_tile=(8, vectors),
+                                    force_rows=rows)
+        assert (plan.tile_rows, plan.nv, plan.lanes) == (rows, vectors, 8)
+        verdict = verify_int8(kernel, seed=i)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+def test_depthwise_plans_name_layout_and_staging():
+    """The layout and staging are plan fields the planner decides with a reason: generic keeps the
+    plane layout (no staging), avx2 and vnni plan tap pairs; a block that cannot be forced is refused."""
+    from xfc.cpu.int8_synth import plan_int8
+    spec, q = _tap_pairs_spec({"c": 8, "h": 14, "w": 14, "r": 3, "s": 3}, {"stride": "2", "pad": "1"}, ("uint8", 128, 128),
+                              "none", False, True)
+    generic = plan_int8(spec, q, load("host:generic"), threads=1)
+    assert (generic.depthwise_layout, generic.depthwise_staging) == ("plane", "")
+    vnni = plan_int8(spec, q, _vnni_host(), threads=1, host_flags=_VNNI_FLAGS)
+    assert (vnni.dialect, vnni.depthwise_layout, vnni.depthwise_staging) == ("vnni", "tap_pairs", "direct")
+    assert vnni.summary()["staging"] == "direct" and "vpdpwssd" in " ".join(vnni.header_lines)
+    with pytest.raises(OperatorError, match="lanes"):
+        plan_int8(spec, q, _vnni_host(), threads=1, host_flags=_VNNI_FLAGS, force_tile=(4, 1))
+
+
+_VNNI_FLAGS = None
+
+
+def _vnni_host():
+    """An AVX-512 VNNI host description from synthetic /proc/cpuinfo facts (this CPU need not have it)."""
+    global _VNNI_FLAGS
+    from xfc.hardware.host import X86_64_V4_FLAGS, describe_host
+    _VNNI_FLAGS = frozenset(X86_64_V4_FLAGS) | {"avx512_vnni"}
+    return describe_host({"flags": set(_VNNI_FLAGS), "model name": "AVX-512 VNNI core"}, {}, 2, "x86_64", isa="avx512")
+
+
+_vnni_host()
+
+
+@pytest.mark.parametrize("case", TAP_PAIRS_CASES[:4], ids=[f"{c[7]}-{i}" for i, c in enumerate(TAP_PAIRS_CASES[:4])])
+@pytest.mark.parametrize("force", [None, (16, 2, 3), (8, 4, 2)], ids=["planned", "zmm-2x3", "ymm-4x2"])
+def test_depthwise_tap_pairs_vnni_compiles(case, force, tmp_path):
+    """The AVX-512 VNNI variant (vpdpwssd, 16- and 8-lane blocks) cannot run on an AVX2 machine, and
+    qemu-x86_64's TCG has no AVX-512: it is compiled here for x86-64-v4 + avx512vnni (errors and
+    warnings fail), run where the CPU has avx512_vnni (test_int8_kernel_matches_the_reference_exactly)."""
+    import shutil
+    import subprocess
+    from xfc.pipeline import stages
+    from xfc.cpu.int8_synth import plan_int8
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    shape, geometry, quant, activation, per_channel, bias, threads, staging = case
+    spec, q = _tap_pairs_spec(shape, geometry, quant, activation, per_channel, bias)
+    kw = {} if force is None else {"force_tile": force[:2], "force_rows": force[2]}
+    plan = plan_int8(spec, q, _vnni_host(), threads=threads, host_flags=_VNNI_FLAGS, **kw)
+    assert (plan.dialect, plan.depthwise_layout, plan.depthwise_staging) == ("vnni", "tap_pairs", staging)
+    rendered = stages.render(plan)
+    assert "_dpwssd_epi32" in rendered.source and "_madd_epi16" not in rendered.source
+    source = tmp_path / "k.c"
+    source.write_text(rendered.source)
+    proc = subprocess.run(["gcc", "-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Werror", "-Wno-unused-function",
+                           "-march=x86-64-v4", "-mavx512vnni", "-c", str(source), "-o", str(tmp_path / "k.o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]

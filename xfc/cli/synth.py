@@ -62,7 +62,12 @@ def print_summary(report: dict) -> None:
     print(f"xfc synth {op}{' int8' if int8 else ''} for {report['hardware']} ({target}"
           + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
     tiles = report.get("tile_summary") or report.get("tiles")
-    if int8:
+    if int8 and "layout" in tiles:   # depthwise: a block of output rows x vectors, no register tile
+        print(f"  plan: {tiles['lowering']} ({tiles['layout']}), {tiles['dialect']} dialect, blocks of "
+              f"{tiles['tile_rows']} output row(s) x {tiles['vectors']} vector(s) of {tiles['lanes']} pixels, "
+              f"{tiles['threads']} thread(s)")
+        tiles = None
+    elif int8:
         print(f"  plan: {tiles['lowering']}, {tiles['dialect']} dialect, register tile {tiles['mr']}x{tiles['nr']}, "
               f"{tiles['threads']} thread(s)")
         if "k_depth" in tiles:   # ARM dot-product micro-tile (xfc/cpu/qarm.py)

@@ -33,7 +33,7 @@ from ..paths import TEMPLATES_DIR
 from . import neon_asm, winograd
 from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
 from .isa import ISA_TABLE, ISAS
-from .tiles import a_load_widths
+from .tiles import a_load_groups   # the planner's A-load groups (tiles.py budgets their registers)
 
 TEMPLATE_DIR = TEMPLATES_DIR
 
@@ -131,8 +131,9 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         _one_of("depthwise schedule ukernel", d.ukernel, UKERNELS)
         if d.ukernel != "intrinsics":
             regs = neon_asm.depthwise_registers(spec.r * spec.s, d.oh_rows, d.ow_vectors, spec.epilogue.activation)
-            if plan.isa != "neon" or regs > neon_asm.VECTOR_REGISTERS or spec.out_w < d.ow_vectors * lanes:
-                raise OperatorError(f"depthwise schedule ukernel '{d.ukernel}' needs isa neon, at most "
+            if (not (row.asm_ukernels and row.target_arch == "aarch64") or regs > neon_asm.VECTOR_REGISTERS
+                    or spec.out_w < d.ow_vectors * lanes):
+                raise OperatorError(f"depthwise schedule ukernel '{d.ukernel}' needs isa neon or neon_fp16, at most "
                                     f"{neon_asm.VECTOR_REGISTERS} vector registers and one whole column block "
                                     f"(isa {plan.isa}, {regs} registers, OW={spec.out_w})")
         return
@@ -179,11 +180,14 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule a_load_bits={g.a_load_bits} must be 64 or 128 for neon")
     _one_of("gemm schedule ukernel", g.ukernel, UKERNELS)
     if g.ukernel != "intrinsics":
-        regs = neon_asm.register_count(g.mr, g.nr // lanes, a_load_groups(plan.isa, g.mr, g.a_load_bits))
-        if plan.isa != "neon" or g.a_pack == "direct" or regs > neon_asm.VECTOR_REGISTERS:
-            raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon, A packed or im2col_direct and "
-                                f"at most {neon_asm.VECTOR_REGISTERS} vector registers (isa {plan.isa}, "
-                                f"a_pack {g.a_pack}, {regs} registers)")
+        groups = a_load_groups(plan.isa, g.mr, g.a_load_bits)
+        regs = neon_asm.register_count(g.mr, g.nr // lanes, groups)
+        if (not (row.asm_ukernels and row.target_arch == "aarch64") or g.a_pack == "direct"
+                or regs > neon_asm.VECTOR_REGISTERS or len(groups) > row.indexed_registers):
+            raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon or neon_fp16, A packed or "
+                                f"im2col_direct, at most {neon_asm.VECTOR_REGISTERS} vector registers and the A "
+                                f"registers in v0-v{row.indexed_registers - 1} (isa {plan.isa}, a_pack {g.a_pack}, "
+                                f"{regs} registers, {len(groups)} for A)")
     if g.mr > 64 or g.nr // lanes > 16:
         raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
 
@@ -204,18 +208,6 @@ def _check_stage_copy(stage_copy: str, stride_w: int, staged: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 # Render context
 # ---------------------------------------------------------------------------------------------
-
-def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> list[dict]:
-    """The A loads of tiles.a_load_widths (the planner's rule) spelled as groups: each load's width,
-    its offset (row * row_stride for rows read in place) and the rows it feeds, lane by lane
-    (vfmaq_laneq_f32 / vfmaq_lane_f32, fp16: the _f16 forms)."""
-    groups, row = [], 0
-    for width in a_load_widths(isa, mr, a_load_bits, in_place=row_stride != 1):
-        groups.append({"width": width, "offset": row * row_stride,
-                       "rows": [{"row": row + lane, "lane": lane} for lane in range(width)]})
-        row += width
-    return groups
-
 
 def _conv_geometry(spec) -> dict:
     return {"c": spec.c, "h": spec.h, "w": spec.w, "r": spec.r, "s": spec.s,
@@ -280,9 +272,10 @@ def _asm_kloop(plan: CpuKernelPlan, variant: dict) -> Optional[dict]:
     g = plan.gemm
     if g.ukernel == "intrinsics":
         return None
+    row = ISA_TABLE[plan.isa]
     kloop = neon_asm.render_asm_kloop(variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack, g.mr,
-                                      g.k_unroll, g.ukernel)
-    return {**kloop, "order": g.ukernel}
+                                      g.k_unroll, g.ukernel, row.elem_bits, row.indexed_registers)
+    return {**kloop, "order": g.ukernel, "elem": row.elem_type}
 
 
 def conv_stage_geometry(spec) -> dict:
@@ -406,8 +399,10 @@ def depthwise_context(plan: CpuKernelPlan) -> dict:
                 "vectors": [{"vec": j, "valid": v, "half": 0 < v <= lanes // 2} for j, v in enumerate(valid)]}
     dw_asm = None
     if d.ukernel != "intrinsics":
-        dw_asm = neon_asm.render_depthwise_asm(loads, len(taps), d.oh_rows, d.ow_vectors, lanes, spec.out_w,
-                                               spec.epilogue.activation, d.ukernel)
+        row = ISA_TABLE[plan.isa]
+        dw_asm = {**neon_asm.render_depthwise_asm(loads, len(taps), d.oh_rows, d.ow_vectors, lanes, spec.out_w,
+                                                  spec.epilogue.activation, d.ukernel, row.elem_bits),
+                  "elem": row.elem_type}
     ctx = _common_context(plan, "cpu/depthwise.c.j2")
     ctx.update({
         "dw_asm": dw_asm, "dw_asm_blocks": spec.out_w // ow_block,

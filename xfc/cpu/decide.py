@@ -109,8 +109,8 @@ def depthwise_ukernel(row: IsaRow, core: Optional[CpuCore], spec: DepthwiseSpec,
     # the staged rows one row block reads (an upper bound of the stage's row stride), and C rows
     stage_cols = spec.stride_w * (math.ceil((spec.w + spec.pad_left + spec.pad_right) / spec.stride_w)
                                   + block + spec.s * spec.dilation_w + lanes)
-    in_bytes = 4 * spec.window_rows(oh_rows) * stage_cols
-    out_bytes = 4 * oh_rows * spec.out_w + 16 * ow_vectors
+    in_bytes = row.elem_bytes * spec.window_rows(oh_rows) * stage_cols
+    out_bytes = row.elem_bytes * oh_rows * spec.out_w + 16 * ow_vectors
     if (regs > min(core.vector_registers, neon_asm.VECTOR_REGISTERS) or spec.out_w < block
             or max(in_bytes, out_bytes) > neon_asm.DW_MAX_OFFSET_BYTES):
         return "intrinsics"

@@ -3,9 +3,14 @@
 The fp32 synthesizer and templates are reused as they are; what changes is data:
 
   * the ISA row `neon_fp16` (isa.py): element type float16_t, 16-bit elements, 8 lanes per q
-    register, the neon_fp16 dialect (templates/cpu/dialect_neon_fp16.h.j2), intrinsics only;
-  * the micro-tiles carry 2-byte elements (tiles.MicroTile.elem_bytes), so the register budget
-    counts 8 A values per q-register load and every cache footprint (KC, MC, NC) is in 2-byte units;
+    register, the neon_fp16 dialect (templates/cpu/dialect_neon_fp16.h.j2); on cores with a
+    description the full tile's K loop and the depthwise column blocks are neon_asm's inline
+    assembly spelled in .8h (plan field `ukernel`), with the A registers in v0-v15 (the only
+    registers FMLA .8h by element can index);
+  * the micro-tiles carry 2-byte elements (tiles.MicroTile.elem_bytes), and A is loaded 8 (q) or
+    4 (d) values at a time, the last load overlapping the one before (tiles.a_load_groups), so the
+    register budget counts exactly the A registers the loop uses (MR=14: 2) and every cache
+    footprint (KC, MC, NC) is in 2-byte units;
   * the core's FMA rate is its fp16 rate (CpuCore.fp16_fma_rate: `fp16_fma_per_cycle` of the
     description, else fma_per_cycle), and a FLOP count per FMA instruction of 2 x 8 lanes: the cost
     model asks xfc/cpu/config.py (fma_rate, gcc_march) and the description is never rewritten.

@@ -188,7 +188,7 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
         return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
                         core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
-                        target_arch="aarch64")
+                        target_arch="aarch64", parallel_axis="planes")
     m, n, k = gemm_view(spec)
     if force_tile is not None:
         mr, nv = force_tile

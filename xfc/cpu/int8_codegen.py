@@ -57,6 +57,55 @@ def _shift(plan: Int8Plan) -> tuple[int, int]:
     return (0x80 if plan.activation_offset else 0), plan.quant.a_zero_point + plan.activation_offset
 
 
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _tap_pairs_context(plan: Int8Plan) -> dict:
+    """The geometry of the 'tap_pairs' depthwise layout (int8_depthwise.c.j2) for the plan's block.
+    Slot j of a filter row holds taps (2j, 2j + 1); its input column, sw * ow + 2j * dw, is
+    sw * (ow + q) + p: phase p of the staged row, pair ow + q."""
+    spec, lanes = plan.spec, plan.lanes
+    sw, dw, sh, dh = spec.stride_w, spec.dilation_w, spec.stride_h, spec.dilation_h
+    pairs = math.ceil(spec.s / 2)
+    cols = [(2 * j * dw) % sw for j in range(pairs)], [(2 * j * dw) // sw for j in range(pairs)]
+    phases = sorted(set(cols[0]))
+    slots = [{"phase": p, "phase_index": phases.index(p), "q": q} for p, q in zip(*cols)]
+    vecs = math.ceil(spec.out_w / lanes)
+    wph = vecs * lanes + max(cols[1])                 # pairs a row's vector loads reach
+    wpha = _round_up(wph, 16)
+    staging = plan.depthwise_staging
+    if staging == "direct":
+        row = _round_up(max(wph, -(-(spec.pad_left + spec.w) // 2)), 16)
+        vlen = 2 * row                                # the row is V itself
+    else:
+        row = len(phases) * wpha
+        reads = wpha + dw if staging == "pairs" else sw * (wpha - 1) + max(phases) + dw + 1
+        vlen = _round_up(max(reads, spec.pad_left + spec.w), 32)
+    fpre = _round_up(spec.pad_left, 16)
+    flen = fpre + max(spec.h * spec.w, 16) + vlen
+    partial = spec.out_w % lanes
+    nv = plan.nv
+    if partial:
+        col_groups = (vecs - 1) // nv
+        col_tail = vecs - col_groups * nv
+    else:
+        col_groups, col_tail = vecs // nv, vecs % nv
+    rb = plan.tile_rows
+    row_uses = {}
+    for rows in {rb, spec.out_h % rb} - {0}:
+        uses: dict[int, list] = {}
+        for t in range(rows):
+            for r in range(spec.r):
+                uses.setdefault(t * sh + r * dh, []).append((t, r))
+        row_uses[rows] = sorted(uses.items())
+    return {"L": lanes, "NV": nv, "RB": rb, "SJ": pairs, "NPH": len(phases), "phases": phases, "slots": slots,
+            "WPHA": wpha, "ROW": row, "VLEN": vlen, "FPRE": fpre, "FLEN": flen, "staging": staging, "row_uses": row_uses,
+            "col_groups": col_groups, "col_tail_vecs": col_tail, "col_last": partial or lanes,
+            "row_groups": spec.out_h // rb, "row_tail": spec.out_h % rb,
+            "vp": "_mm512" if lanes == 16 else "_mm256", "vnni_madd": plan.dialect == "vnni"}
+
+
 def render_context(plan: Int8Plan) -> tuple[str, dict]:
     spec, q = plan.spec, plan.quant
     qlo, qhi = clamp_bounds(spec, q)
@@ -68,7 +117,14 @@ def render_context(plan: Int8Plan) -> tuple[str, dict]:
            "target_pragma": plan.target_pragma}
     if isinstance(spec, DepthwiseSpec):
         ctx.update({"conv": _conv(spec), "batch": spec.n, "hp": spec.h + spec.pad_top + spec.pad_bottom,
-                    "wp": spec.w + spec.pad_left + spec.pad_right})
+                    "wp": spec.w + spec.pad_left + spec.pad_right, "layout": plan.depthwise_layout})
+        if plan.depthwise_layout == "tap_pairs":
+            if plan.parallel_axis != "planes":
+                raise OperatorError(f"{plan.function_name}: the depthwise template splits planes only, "
+                                    f"not {plan.parallel_axis}")
+            if plan.depthwise_staging not in ("pairs", "direct", "gather"):
+                raise OperatorError(f"{plan.function_name}: unknown depthwise staging '{plan.depthwise_staging}'")
+            ctx.update(_tap_pairs_context(plan))
         return "cpu/int8_depthwise.c.j2", ctx
     m, n, k = gemm_view(spec)
     kd = plan.k_depth

@@ -41,10 +41,19 @@ class Int8Plan:
     row_operand: str = "activations"   # GEMM rows: 'activations' (matmul: M = rows of x, weights are the
                                        # packed columns) or 'weights' (implicit-GEMM conv: M = output
                                        # channels, columns are pixels of the staged input)
-    parallel_axis: str = "columns"     # threads split the column tiles (a thread owns whole output columns)
+    parallel_axis: str = "columns"     # what threads split: 'columns' (GEMM column tiles: a thread owns whole output
+                                       # columns) or 'planes' (depthwise: whole (image, channel) planes)
     k_unroll: int = 0                  # the k loops' unroll pragma: 0 leaves it to the compiler, 1 forbids it
-    target_pragma: str = ""            # depthwise on x86: the `#pragma GCC target` the compiler vectorizes
-                                       # the row loops for ('' none: the -march of the build)
+    target_pragma: str = ""            # depthwise on x86: the `#pragma GCC target` the kernel is compiled for
+                                       # ('' none: the -march of the build)
+    depthwise_layout: str = "plane"    # depthwise: 'plane' (each channel plane staged as int16 x - zp, row loops
+                                       # vectorized by the compiler: generic, ARM) or 'tap_pairs' (staged as int16
+                                       # pairs of horizontally adjacent taps, explicit vpmaddwd / vpdpwssd on
+                                       # `lanes` output pixels per vector, blocks of tile_rows output rows x nv
+                                       # vectors; x86 avx2 / vnni: int8_synth.choose_depthwise_block)
+    depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
+                                       # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
+                                       # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'
 
     @property
     def nr(self) -> int:
@@ -57,6 +66,10 @@ class Int8Plan:
     def summary(self) -> dict:
         out = {"dialect": self.dialect, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
                "tile_rows": self.tile_rows, "threads": self.threads}
+        if self.lowering == "direct_depthwise":
+            out.update(layout=self.depthwise_layout, lanes=self.lanes, vectors=self.nv, parallel_axis=self.parallel_axis)
+            if self.depthwise_staging:
+                out.update(staging=self.depthwise_staging)
         if self.target_arch == "aarch64" and self.lowering != "direct_depthwise":
             out.update(k_depth=self.k_depth, registers_used=self.registers[0], registers_available=self.registers[1],
                        predicted_ops_per_cycle=round(self.ops_per_cycle, 2), split_loads=self.split_loads)
@@ -75,7 +88,11 @@ class Int8Synthesis:
         return "\n".join([*self.plan.header_lines, *("  " + r for r in self.plan.reasons)])
 
     def summary_line(self) -> str:
-        return f"int8 {self.plan.dialect} tile {self.plan.mr}x{self.plan.nr}"
+        plan = self.plan
+        if plan.lowering == "direct_depthwise":
+            return (f"int8 {plan.dialect} depthwise ({plan.depthwise_layout}, {plan.tile_rows} row(s) x {plan.nv} x "
+                    f"{plan.lanes} pixels)")
+        return f"int8 {plan.dialect} tile {plan.mr}x{plan.nr}"
 
     def report(self) -> dict:
         plan = self.plan

@@ -43,7 +43,15 @@ MAX_MR = 16
 MAX_NV = 4
 # u8 x s8 dot products (vpdpbusd, vpmaddwd on zero-extended bytes): int8 activations are made unsigned
 # by x ^ 0x80 = x + 128 (QuantParams.shift), uint8 ones are used as they are.
-DEPTHWISE_TARGET_PRAGMA = {"vnni": "avx2,fma,avx512f,avx512bw,avx512vl", "avx2": "avx2,fma", "generic": ""}
+DEPTHWISE_TARGET_PRAGMA = {"vnni": "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni", "avx2": "avx2,fma", "generic": ""}
+# Depthwise on x86 SIMD (layout 'tap_pairs', templates/cpu/int8_depthwise.c.j2): the vector widths each
+# dialect may use (int32 lanes: 8 = ymm, 16 = zmm), and the issue model's per-vector counts.
+DEPTHWISE_LANES = {"vnni": (8, 16), "avx2": (8,)}
+DW_MAX_ROWS = 4
+DW_MAX_VECTORS = 4
+DW_EPILOGUE_UOPS = {8: 11, 16: 7}       # requantize + narrow + store one accumulator vector (xfc_store)
+DW_STAGE_UOPS = {"direct": 5, "pairs": 12, "gather": 64}   # per 16 input columns of a staged row
+DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,108 @@ def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: in
     return best, scored
 
 
+@dataclass(frozen=True)
+class DepthwiseBlock:
+    """A depthwise block: `rows` output rows x `vectors` vectors of `lanes` pixels; its modelled time."""
+    lanes: int
+    vectors: int
+    rows: int
+    cycles_per_plane: float
+    seconds: float
+    bound: str                     # what limits the busiest block: 'madd', 'loads', 'issue' or 'latency'
+    weights_in_registers: bool
+
+
+DW_STAGING_REASONS = {
+    "pairs": "stride 1: the pairs (V[i], V[i + dw]) interleaved from two loads of V (vpunpck{{l,h}}wd)",
+    "direct": "stride 2, dilation 1: the pair (V[2i], V[2i + 1]) is V itself, stored as it is",
+    "gather": "stride {sw}, dilation {dw}: no vector shuffle forms the pairs, gathered element by element"}
+
+
+def depthwise_staging(spec: DepthwiseSpec) -> tuple[str, str]:
+    """How a staged row's tap pairs are built from the int16 row V, and why: the horizontal geometry
+    decides ('pairs', 'direct' or 'gather': DW_STAGING_REASONS)."""
+    if spec.stride_w == 1:
+        mode = "pairs"
+    elif spec.stride_w == 2 and spec.dilation_w == 1:
+        mode = "direct"
+    else:
+        mode = "gather"
+    return mode, DW_STAGING_REASONS[mode].format(sw=spec.stride_w, dw=spec.dilation_w)
+
+
+def _dw_block_cycles(spec: DepthwiseSpec, rows: int, vectors: int, core, fused_madd: bool, lanes: int,
+                     weights_in_registers: bool) -> tuple[float, str]:
+    """One block's cycles: max(madd instructions / rate, loads / load rate, instructions / issue width,
+    the dependent chain of one accumulator).
+    Every staged row the block touches is loaded once per tap slot and vector; a load read by one
+    madd is folded into it, one read by several costs an instruction of its own."""
+    pairs = math.ceil(spec.s / 2)
+    offsets = [t * spec.stride_h + r * spec.dilation_h for t in range(rows) for r in range(spec.r)]
+    distinct = len(set(offsets))
+    madds = rows * vectors * spec.r * pairs
+    loads = distinct * pairs * vectors + (0 if weights_in_registers else spec.r * pairs)
+    shared = sum(1 for o in set(offsets) if offsets.count(o) > 1) * pairs * vectors
+    instructions = madds * (1 if fused_madd else 2) + shared + rows * vectors * DW_EPILOGUE_UOPS[lanes]
+    madd_rate = core.fma_per_cycle                           # vpmaddwd / vpdpwssd on the FMA ports (assumed)
+    load_rate = core.load_rules.vector_loads_per_cycle * (2 if lanes == 8 and core.vector_bits == 512 else 1)
+    chain = spec.r * pairs * (core.fma_latency_cycles if fused_madd else 1)   # one accumulator's dependent adds
+    terms = {"madd": madds / madd_rate, "loads": loads / load_rate, "issue": instructions / core.decode_width,
+             "latency": float(chain)}
+    bound = max(terms, key=terms.get)
+    return terms[bound], bound
+
+
+def depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster, threads: int, lanes: int, vectors: int,
+                    rows: int) -> Optional[DepthwiseBlock]:
+    """The modelled time of one (lanes, vectors, rows) block shape, None when its accumulators do not
+    fit the registers. Per plane: the staging of its rows plus every block of the row/column tiling
+    (ragged blocks counted as computed: a partial vector costs a whole one); planes split over threads."""
+    core = cluster.core
+    pairs = math.ceil(spec.s / 2)
+    accumulators = rows * vectors + vectors + DW_FIXED_REGISTERS
+    if accumulators > core.vector_registers:
+        return None
+    in_regs = accumulators + spec.r * pairs <= core.vector_registers
+    vecs_per_row = math.ceil(spec.out_w / lanes)
+    col_blocks = [(vectors, vecs_per_row // vectors)] + ([(vecs_per_row % vectors, 1)]
+                                                         if vecs_per_row % vectors else [])
+    row_blocks = [(rows, spec.out_h // rows)] + ([(spec.out_h % rows, 1)] if spec.out_h % rows else [])
+    plane = spec.h * math.ceil(spec.w / 16) * DW_STAGE_UOPS[depthwise_staging(spec)[0]] / core.decode_width
+    worst = ("issue", 0.0)
+    for nrows, rcount in row_blocks:
+        for nvec, ccount in col_blocks:
+            if nrows == 0 or nvec == 0 or rcount * ccount == 0:
+                continue
+            cycles, bound = _dw_block_cycles(spec, nrows, nvec, core, dialect == "vnni", lanes, in_regs)
+            plane += cycles * rcount * ccount
+            if cycles * rcount * ccount > worst[1]:
+                worst = (bound, cycles * rcount * ccount)
+    planes = spec.n * spec.c
+    used = max(1, min(threads, planes))
+    seconds = math.ceil(planes / used) * plane / (cluster.clock_ghz * 1e9)
+    return DepthwiseBlock(lanes, vectors, rows, plane, seconds, worst[0], in_regs)
+
+
+def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster,
+                           threads: int) -> tuple[DepthwiseBlock, int]:
+    """The (lanes, vectors, rows) block with the shortest modelled time per call (depthwise_block),
+    and how many were scored; ties to wider vectors, then fewer accumulators, then fewer rows."""
+    best, key_best, scored = None, None, 0
+    for lanes in DEPTHWISE_LANES[dialect]:
+        vecs_per_row = math.ceil(spec.out_w / lanes)
+        for vectors in range(1, min(DW_MAX_VECTORS, vecs_per_row) + 1):
+            for rows in range(1, min(DW_MAX_ROWS, spec.out_h) + 1):
+                block = depthwise_block(spec, dialect, cluster, threads, lanes, vectors, rows)
+                if block is None:
+                    continue
+                scored += 1
+                key = (round(block.seconds * 1e12), -lanes, rows * vectors, rows)
+                if key_best is None or key < key_best:
+                    best, key_best = block, key
+    return best, scored
+
+
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
@@ -139,14 +249,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               f"dialect={dialect} ({why}) threads={threads}"]
     reasons = [f"dialect: {why}"]
     if isinstance(spec, DepthwiseSpec):
-        header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
-        reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
-        pragma = DEPTHWISE_TARGET_PRAGMA[dialect]
-        if pragma:
-            reasons.append(f"depthwise rows vectorized by gcc for `#pragma GCC target(\"{pragma}\")` (the {dialect} "
-                           f"dialect's instructions)")
-        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, INT8_LANES[dialect], min(threads, spec.n * spec.c),
-                        name, march, None, tuple(header), tuple(reasons), target_pragma=pragma)
+        return _plan_depthwise(spec, quant, dialect, cl, threads, name, march, header, reasons, force_tile, force_rows)
     m, n, k = gemm_view(spec)
     shape = gemm_shape(spec)
     if force_tile is not None:
@@ -175,6 +278,52 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
+
+
+def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,
+                    march: str, header: list, reasons: list, force_tile: Optional[tuple[int, int]] = None,
+                    force_rows: Optional[int] = None) -> Int8Plan:
+    """Depthwise: the plane layout (generic) or tap pairs (avx2, vnni) with the block the issue model
+    picks; force_tile = (lanes, vectors) and force_rows = output rows (tests) fix the block instead."""
+    threads = min(threads, spec.n * spec.c)
+    pragma = DEPTHWISE_TARGET_PRAGMA[dialect]
+    if dialect not in DEPTHWISE_LANES:
+        header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
+        reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
+        return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, 1, INT8_LANES[dialect], threads, name, march, None,
+                        tuple(header), tuple(reasons), target_pragma=pragma, parallel_axis="planes")
+    if force_tile is not None or force_rows is not None:
+        lanes, vectors = force_tile or (DEPTHWISE_LANES[dialect][0], 1)
+        rows = force_rows or 1
+        if lanes not in DEPTHWISE_LANES[dialect] or not (1 <= vectors <= DW_MAX_VECTORS) or not (1 <= rows <= DW_MAX_ROWS):
+            raise OperatorError(f"depthwise block of {rows} row(s) x {vectors} x {lanes} lanes: the {dialect} dialect "
+                                f"takes lanes {DEPTHWISE_LANES[dialect]}, 1..{DW_MAX_VECTORS} vectors, "
+                                f"1..{DW_MAX_ROWS} rows")
+        block = depthwise_block(spec, dialect, cl, threads, lanes, vectors, rows)
+        if block is None:
+            raise OperatorError(f"depthwise block of {rows} row(s) x {vectors} vector(s) does not fit "
+                                f"{cl.core.vector_registers} registers")
+        scored = 0
+    else:
+        block, scored = choose_depthwise_block(spec, dialect, cl, threads)
+    staging, staging_why = depthwise_staging(spec)
+    madd = "vpdpwssd" if dialect == "vnni" else "vpmaddwd + vpaddd"
+    header.append(f"lowering: direct depthwise, tap pairs ({madd}), blocks of {block.rows} output row(s) x "
+                  f"{block.vectors} x {block.lanes} pixels")
+    reasons.append(f"depthwise: each plane staged as int16 (x - zp) pairs of adjacent taps "
+                   f"({staging} staging), {spec.r} x {math.ceil(spec.s / 2)} {madd} per "
+                   f"{block.lanes} outputs; compiled for `#pragma GCC target(\"{pragma}\")`")
+    reasons.append(f"depthwise staging '{staging}': {staging_why}")
+    chosen = f"fastest of {scored}" if scored else "forced by the caller,"
+    reasons.append(f"depthwise block {block.rows} row(s) x {block.vectors} vector(s) of {block.lanes} lanes: {chosen} "
+                   f"by the issue model ({block.cycles_per_plane:.0f} cycles per plane, bound by "
+                   f"{block.bound}; weights {'in registers' if block.weights_in_registers else 'broadcast from memory'}); "
+                   f"threads split the {spec.n * spec.c} planes")
+    ops = 2.0 * spec.n * spec.c * spec.out_h * spec.out_w * spec.r * spec.s
+    return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, block.vectors, block.lanes, threads, name, march,
+                    ops / 1e9 / block.seconds if block.seconds > 0 else None, tuple(header), tuple(reasons),
+                    tile_rows=block.rows, target_pragma=pragma, depthwise_layout="tap_pairs", parallel_axis="planes",
+                    depthwise_staging=staging)
 
 
 def explain(plan: Int8Plan) -> str:

@@ -21,7 +21,11 @@ Every `isa == ...` question in synthesis, planning and code generation is a fiel
   hand_*              what hand plans (plans.py) choose when the caller does not: tile and -march
   elem_type, elem_bits the C element type of inputs, weights, outputs and accumulators ('float', 32; the
                       fp16 row: 'float16_t', 16, fp16 arithmetic throughout as in mobile libraries)
-  asm_ukernels        whether the NEON inline-assembly K loops (neon_asm.py, written for .4s) may be chosen
+  asm_ukernels        whether the NEON inline-assembly loops (neon_asm.py: .4s, and .8h for fp16) may be chosen
+  a_load_overlap      lane-indexed A loads: False, pieces of decreasing width that tile MR exactly (4 + 2 + 1);
+                      True, ceil(MR / w) loads of one width, the last overlapping (tiles.a_load_groups)
+  indexed_registers   the v registers a lane-indexed FMA can take its indexed operand (A) from: 32, or 16
+                      for FMLA .8h by element (its Rm field has 4 bits: v0-v15)
   interference_model  the cost model's interference terms (cost_model.py: issue bounds as a 4-norm,
                       B micro-panels streamed from L2, column-tail tiles at their own score) apply;
                       measured on the 16-register x86 dialects (issue 17), the others keep the
@@ -56,7 +60,9 @@ class IsaRow:
     interference_model: bool = False      # cost_model's measured interference terms apply
     elem_type: str = "float"              # C element type of every operand and accumulator
     elem_bits: int = 32                   # its width: lanes per register = vector bits / elem_bits
-    asm_ukernels: bool = True             # neon_asm's .4s inline-assembly K loops may be chosen
+    asm_ukernels: bool = True             # neon_asm's inline-assembly loops may be chosen
+    a_load_overlap: bool = False          # A loads of one width, the last overlapping (tiles.a_load_groups)
+    indexed_registers: int = 32           # v0..v(n-1) may be the indexed operand of a lane-indexed FMA
     target_arch: str = "x86_64"           # what the dialect's code runs on ('aarch64': NEON)
 
     @property
@@ -96,13 +102,13 @@ ISA_TABLE: dict[str, IsaRow] = {
         required_features=(), hand_lanes=4, hand_tile=(4, 8), hand_depthwise_rows=2,
         hand_depthwise_vectors=4, hand_march="", interference_model=True),
     # fp16 storage and fp16 arithmetic (FMLA .8h; docs/fp16.md): chosen only by --dtype fp16
-    # (xfc/cpu/fp16.py), never by isa_for. Intrinsics only: neon_asm's K loops are written for .4s.
+    # (xfc/cpu/fp16.py), never by isa_for. neon_asm spells its loops in .8h; A registers in v0-v15.
     "neon_fp16": IsaRow(
         name="neon_fp16", prelude="cpu/dialect_neon_fp16.h.j2", lanes=(8,), fixed_lanes=None, has_mask=False,
         a_operand="lane_indexed", a_load_bits=(128, 64), transpose16=False, half_vectors=False,
         required_features=("neon", "fp16"), hand_lanes=8, hand_tile=(6, 16), hand_depthwise_rows=4,
         hand_depthwise_vectors=2, hand_march="armv8.2-a+fp16", elem_type="float16_t", elem_bits=16,
-        asm_ukernels=False, target_arch="aarch64"),
+        a_load_overlap=True, indexed_registers=16, target_arch="aarch64"),
 }
 
 # Which dialect a core gets: the first whose features it lists (most specific first).

@@ -4,14 +4,18 @@ The intrinsics micro-kernel leaves register allocation and instruction order to 
 accumulators of large tiles and turns 64-bit A loads into scalar loads on in-order cores
 (../shared/reference/arm-mca.md). Hand-written libraries write the K loop in assembly instead;
 this module does the same for the full MR x NR tile of a plan whose `ukernel` is one of
-ASM_UKERNELS (decide.gemm_ukernel chooses it from the core):
+ASM_UKERNELS (decide.gemm_ukernel chooses it from the core), for fp32 (FMLA .4s) and fp16
+(FMLA .8h, Elem.of(16)):
 
-  register map   accumulators v0.., then the B vectors, then one register per A load group
-                 (codegen.a_load_groups: q loads of 4 rows, d loads of 2, s loads of 1), so the loop
-                 uses exactly MicroTile.registers() vector registers and never touches the stack
+  register map   fp32: accumulators v0.., then the B vectors, then one register per A load group
+                 (tiles.a_load_groups: q loads of 4 rows, d loads of 2, s loads of 1); fp16: the A
+                 groups first (FMLA .8h by element takes its indexed operand from v0-v15 only), then
+                 the accumulators, then B. The loop uses exactly MicroTile.registers() vector
+                 registers and never touches the stack
   loads          B with post-incremented ldr/ldp q; packed A with a post-incremented first load and
                  negative offsets for the rest of the k step (64-bit `ldr d` when the plan says
-                 a_load_bits=64); im2col_direct A from the staged image at koff[k]
+                 a_load_bits=64; fp16 q/d loads of 8/4 rows that may overlap, h loads of 1);
+                 im2col_direct A from the staged image at koff[k]
   order          'asm_out_of_order': a k step's loads, then its FMAs (the core reorders);
                  'asm_in_order': each A load two groups ahead of the FMAs that use it, so an
                  in-order core does not wait on a load right before its FMA
@@ -29,8 +33,38 @@ UKERNELS = ("intrinsics",) + ASM_UKERNELS
 VECTOR_REGISTERS = 32
 A_LOOKAHEAD_GROUPS = 2   # in-order order: A loads this many groups ahead of their FMAs
 
-_KIND = {4: "q", 2: "d", 1: "s"}     # A load group width (floats) -> FP register view
-_BYTES = {"q": 16, "d": 8, "s": 4}
+_KIND = {128: "q", 64: "d", 32: "s", 16: "h"}     # A load group width in bits -> FP register view
+_BYTES = {"q": 16, "d": 8, "s": 4, "h": 2}
+
+
+@dataclass(frozen=True)
+class Elem:
+    """How an element type is spelled: fp32 (.4s, s[lane]) or fp16 (.8h, h[lane])."""
+
+    bits: int
+    arrangement: str        # a full q register of elements: '4s' | '8h'
+    lane: str               # one lane: 's' | 'h'
+
+    @property
+    def bytes(self) -> int:
+        return self.bits // 8
+
+    @property
+    def shift(self) -> int:
+        """log2 of the element size: element offsets -> byte offsets (lsl)."""
+        return self.bytes.bit_length() - 1
+
+    @staticmethod
+    def of(bits: int) -> "Elem":
+        if bits == 32:
+            return FP32
+        if bits == 16:
+            return FP16
+        raise ValueError(f"no NEON assembly for {bits}-bit elements")
+
+
+FP32 = Elem(bits=32, arrangement="4s", lane="s")
+FP16 = Elem(bits=16, arrangement="8h", lane="h")
 
 
 @dataclass(frozen=True)
@@ -50,20 +84,30 @@ def register_count(rows: int, nvec: int, a_groups: list[dict]) -> int:
     return rows * nvec + nvec + len(a_groups)
 
 
-def register_map(rows: int, nvec: int, a_groups: list[dict]) -> RegisterMap:
-    """Accumulators first, then B, then A; raises ValueError past the 32 registers."""
+def register_map(rows: int, nvec: int, a_groups: list[dict], indexed_registers: int = VECTOR_REGISTERS) -> RegisterMap:
+    """Accumulators first, then B, then A; A first where the indexed operand of FMLA by element is
+    limited to v0..v(indexed_registers - 1) (IsaRow.indexed_registers: 16 for .8h), then the
+    accumulators, then B. Raises ValueError past the 32 registers or the indexed range."""
     need = register_count(rows, nvec, a_groups)
     if need > VECTOR_REGISTERS:
         raise ValueError(f"{rows}x{nvec}-vector tile needs {need} vector registers (> {VECTOR_REGISTERS})")
+    na = len(a_groups)
+    if indexed_registers < VECTOR_REGISTERS:
+        if na > indexed_registers:
+            raise ValueError(f"{na} A registers do not fit v0-v{indexed_registers - 1} (the indexed operand of "
+                             f"FMLA by element)")
+        acc = tuple(tuple(na + i * nvec + j for j in range(nvec)) for i in range(rows))
+        b0 = na + rows * nvec
+        return RegisterMap(acc=acc, b=tuple(range(b0, b0 + nvec)), a=tuple(range(na)))
     acc = tuple(tuple(i * nvec + j for j in range(nvec)) for i in range(rows))
     b0 = rows * nvec
     b = tuple(range(b0, b0 + nvec))
-    a = tuple(range(b0 + nvec, b0 + nvec + len(a_groups)))
+    a = tuple(range(b0 + nvec, b0 + nvec + na))
     return RegisterMap(acc=acc, b=b, a=a)
 
 
 def _mem(kind: str, reg: int, base: str, offset: int) -> str:
-    """A load of `kind` (q/d/s) into reg at [base + offset]: ldr with a scaled unsigned offset where
+    """A load of `kind` (q/d/s/h) into reg at [base + offset]: ldr with a scaled unsigned offset where
     it encodes, else ldur (signed 9-bit unscaled)."""
     size = _BYTES[kind]
     if offset >= 0 and offset % size == 0 and offset // size < 4096:
@@ -86,27 +130,30 @@ def _b_loads(regs: RegisterMap) -> list[str]:
     return out
 
 
-def _a_loads(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int) -> tuple[list[str], list[str]]:
+def _a_loads(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int,
+             elem: Elem = FP32) -> tuple[list[str], list[str]]:
     """(address setup, one load per A group) for one k step."""
-    kinds = [_KIND[g["width"]] for g in a_groups]
+    kinds = [_KIND[g["width"] * elem.bits] for g in a_groups]
+    eb = elem.bytes
     if a_pack == "im2col_direct":
-        setup = ["ldr %[t], [%[koff]], #8", "add %[t], %[ap], %[t], lsl #2"]
-        return setup, [_mem(k, regs.a[i], "%[t]", 4 * g["offset"]) for i, (k, g) in enumerate(zip(kinds, a_groups))]
-    step = 4 * mr
+        setup = ["ldr %[t], [%[koff]], #8", f"add %[t], %[ap], %[t], lsl #{elem.shift}"]
+        return setup, [_mem(k, regs.a[i], "%[t]", eb * g["offset"]) for i, (k, g) in enumerate(zip(kinds, a_groups))]
+    step = eb * mr
     loads = []
     for i, (k, g) in enumerate(zip(kinds, a_groups)):
         if i == 0:   # offset 0: the k step's first load moves the pointer to the next k step
             loads.append(f"ldr {k}{regs.a[0]}, [%[ap]], #{step}")
         else:
-            loads.append(_mem(k, regs.a[i], "%[ap]", 4 * g["offset"] - step))
+            loads.append(_mem(k, regs.a[i], "%[ap]", eb * g["offset"] - step))
     return [], loads
 
 
-def _fmas(regs: RegisterMap, a_groups: list[dict], gi: int) -> list[str]:
+def _fmas(regs: RegisterMap, a_groups: list[dict], gi: int, elem: Elem = FP32) -> list[str]:
     out = []
     for row in a_groups[gi]["rows"]:
         for j, b in enumerate(regs.b):
-            out.append(f"fmla v{regs.acc[row['row']][j]}.4s, v{b}.4s, v{regs.a[gi]}.s[{row['lane']}]")
+            out.append(f"fmla v{regs.acc[row['row']][j]}.{elem.arrangement}, v{b}.{elem.arrangement}, "
+                       f"v{regs.a[gi]}.{elem.lane}[{row['lane']}]")
     return out
 
 
@@ -119,9 +166,10 @@ def koff_ahead(a_pack: str, order: str) -> bool:
     return a_pack == "im2col_direct" and order == "asm_in_order"
 
 
-def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order: str) -> list[str]:
+def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order: str,
+           elem: Elem = FP32) -> list[str]:
     """The instructions of one k step."""
-    setup, a_loads = _a_loads(regs, a_groups, a_pack, mr)
+    setup, a_loads = _a_loads(regs, a_groups, a_pack, mr, elem)
     ahead = koff_ahead(a_pack, order)
     if ahead:
         setup = []
@@ -129,7 +177,7 @@ def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order:
     if order == "asm_out_of_order":
         lines += a_loads
         for gi in range(len(a_groups)):
-            lines += _fmas(regs, a_groups, gi)
+            lines += _fmas(regs, a_groups, gi, elem)
         return lines
     groups = len(a_groups)
     # koff ahead: the next offset load pairs with the FMAs after group 0 (at the step's start it would
@@ -140,16 +188,16 @@ def k_step(regs: RegisterMap, a_groups: list[dict], a_pack: str, mr: int, order:
     for gi in range(groups):
         if gi + A_LOOKAHEAD_GROUPS < len(a_loads):
             lines.append(a_loads[gi + A_LOOKAHEAD_GROUPS])
-        lines += _fmas(regs, a_groups, gi)
+        lines += _fmas(regs, a_groups, gi, elem)
         if ahead and gi == 0:
             lines.append("ldr %[t2], [%[koff]], #8")
         if ahead and gi == add_after:
-            lines.append("add %[t], %[ap], %[t2], lsl #2")
+            lines.append(f"add %[t], %[ap], %[t2], lsl #{elem.shift}")
     return lines
 
 
 def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr: int, k_unroll: int,
-                     order: str) -> dict:
+                     order: str, elem_bits: int = 32, indexed_registers: int = VECTOR_REGISTERS) -> dict:
     """The K loop of the full tile as assembly lines plus the registers it clobbers.
 
     Operands the template binds: %[ap] %[bp] %[koff] (pointers, advanced), %[main] (k_unroll-step
@@ -158,12 +206,13 @@ def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr
     """
     if order not in ASM_UKERNELS:
         raise ValueError(f"asm order '{order}' is not one of {ASM_UKERNELS}")
-    regs = register_map(rows, nvec, a_groups)
-    step = k_step(regs, a_groups, a_pack, mr, order)
-    lines = [f"movi v{r}.4s, #0" for row in regs.acc for r in row]
+    elem = Elem.of(elem_bits)
+    regs = register_map(rows, nvec, a_groups, indexed_registers)
+    step = k_step(regs, a_groups, a_pack, mr, order, elem)
+    lines = [f"movi v{r}.{elem.arrangement}, #0" for row in regs.acc for r in row]
     ahead = koff_ahead(a_pack, order)
     if ahead:   # the first k step's A address
-        lines += ["ldr %[t], [%[koff]], #8", "add %[t], %[ap], %[t], lsl #2"]
+        lines += ["ldr %[t], [%[koff]], #8", f"add %[t], %[ap], %[t], lsl #{elem.shift}"]
     lines += ["cbz %[main], 2f", "1:"]
     for _ in range(k_unroll):
         lines += step
@@ -175,8 +224,10 @@ def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr
         lines.append(f"stp q{acc[i]}, q{acc[i + 1]}, [%[acc], #{16 * i}]")
     if len(acc) % 2:
         lines.append(f"str q{acc[-1]}, [%[acc], #{16 * (len(acc) - 1)}]")
+    layout = ("A v0.., then the accumulators, then B" if regs.a and regs.a[0] == 0
+              else "accumulators v0.., then B, then A")
     return {"lines": lines, "clobbers": [f"v{r}" for r in regs.used], "registers": len(regs.used),
-            "koff_ahead": ahead}
+            "koff_ahead": ahead, "layout": layout}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,16 +279,28 @@ def _residue_pointer(name: str, offset: int) -> tuple[str, int]:
     return f"%[{name}{res}]", offset - res
 
 
-def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, lanes: int, out_w: int,
-                         activation: str, order: str) -> dict:
-    """The loop over the full column blocks of one full row block, as assembly lines.
+def _residues(elem: Elem, byte_offsets: list[int]) -> list[int]:
+    """The byte residues mod 16 the loop needs a pointer for besides 0: fp32 all of 4, 8, 12 (bound
+    whether used or not, as the loop always has); fp16 only those the offsets use (up to 7 of 2..14)."""
+    if elem.bits == 32:
+        return [4, 8, 12]
+    return sorted({off % 16 for off in byte_offsets} - {0})
 
-    Operands the template binds: %[x0] (stage + ow0), %[y0] (out row oh0 + ow0), %[x4] %[x8] %[x12]
-    %[y4] %[y8] %[y12] (the same + 4/8/12 bytes, set here), %[n] (blocks), %[w] (weights pointer),
-    %[init] (the bias bits, or 0). Weights and activation constants are loaded once.
+
+def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, lanes: int, out_w: int,
+                         activation: str, order: str, elem_bits: int = 32) -> dict:
+    """The loop over the full column blocks of one full row block, as assembly lines (fp32: .4s;
+    fp16: .8h, elem_bits=16).
+
+    Operands the template binds: %[x0] (stage + ow0), %[y0] (out row oh0 + ow0), the pointers named
+    in 'x_pointers' / 'y_pointers' (%[x4] = %[x0] + 4 bytes, ...; fp32 x4 x8 x12 y4 y8 y12, set
+    here), %[n] (blocks), %[w] (weights pointer), %[init] (the bias bits, or 0, of type
+    'init_type'). Weights and activation constants are loaded once.
     """
     if order not in ASM_UKERNELS:
         raise ValueError(f"asm order '{order}' is not one of {ASM_UKERNELS}")
+    elem = Elem.of(elem_bits)
+    arr, eb = elem.arrangement, elem.bytes
     consts = depthwise_constant_registers(activation)
     pool = VECTOR_REGISTERS - taps - rows * vectors - consts
     if pool < DW_MIN_INPUT_REGISTERS:
@@ -246,23 +309,25 @@ def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, 
     wreg = [rows * vectors + t for t in range(taps)]
     creg = [rows * vectors + taps + c for c in range(consts)]
     inreg = [rows * vectors + taps + consts + p for p in range(pool)]
-    block_bytes = 4 * vectors * lanes
-    lines = ["add %[x4], %[x0], #4", "add %[x8], %[x0], #8", "add %[x12], %[x0], #12",
-             "add %[y4], %[y0], #4", "add %[y8], %[y0], #8", "add %[y12], %[y0], #12"]
-    lines += [f"ld1r {{v{r}.4s}}, [%[w]], #4" for r in wreg]
+    block_bytes = eb * vectors * lanes
+    in_offsets = [eb * ld["offset"] for ld in loads]
+    out_offsets = {(i, j): eb * i * out_w + 16 * j for i in range(rows) for j in range(vectors)}
+    x_res, y_res = _residues(elem, in_offsets), _residues(elem, list(out_offsets.values()))
+    lines = [f"add %[x{r}], %[x0], #{r}" for r in x_res] + [f"add %[y{r}], %[y0], #{r}" for r in y_res]
+    lines += [f"ld1r {{v{r}.{arr}}}, [%[w]], #{eb}" for r in wreg]
     if consts:
-        lines.append(f"movi v{creg[0]}.4s, #0")
+        lines.append(f"movi v{creg[0]}.{arr}, #0")
     if consts > 1:
-        lines.append(f"fmov v{creg[1]}.4s, #6.0")
+        lines.append(f"fmov v{creg[1]}.{arr}, #6.0")
     lines += ["1:"]
     started: set[int] = set()
     if order == "asm_in_order":
-        lines += [f"dup v{r}.4s, %w[init]" for row in acc for r in row]
+        lines += [f"dup v{r}.{arr}, %w[init]" for row in acc for r in row]
         started = {r for row in acc for r in row}
     loads = interleave_row_halves(loads, rows)
     load_ins = []
     for k, ld in enumerate(loads):
-        ptr, off = _residue_pointer("x", 4 * ld["offset"])
+        ptr, off = _residue_pointer("x", eb * ld["offset"])
         if off > DW_MAX_OFFSET_BYTES:
             raise ValueError(f"depthwise input offset {off} bytes does not encode")
         load_ins.append(f"ldr q{inreg[k % pool]}, [{ptr}, #{off}]")
@@ -276,22 +341,24 @@ def render_depthwise_asm(loads: list[dict], taps: int, rows: int, vectors: int, 
             r = acc[u["row"]][u["vec"]]
             if r not in started:   # initialised right before its first FMA, on an integer pipe (not a V-pipe copy)
                 started.add(r)
-                body.append(f"dup v{r}.4s, %w[init]")
-            body.append(f"fmla v{r}.4s, v{x}.4s, v{wreg[u['tap']]}.4s")
+                body.append(f"dup v{r}.{arr}, %w[init]")
+            body.append(f"fmla v{r}.{arr}, v{x}.{arr}, v{wreg[u['tap']]}.{arr}")
     lines += body
     for i in range(rows):
         for j in range(vectors):
             r = acc[i][j]
             if consts:
-                lines.append(f"fmax v{r}.4s, v{r}.4s, v{creg[0]}.4s")
+                lines.append(f"fmax v{r}.{arr}, v{r}.{arr}, v{creg[0]}.{arr}")
             if consts > 1:
-                lines.append(f"fmin v{r}.4s, v{r}.4s, v{creg[1]}.4s")
-            ptr, off = _residue_pointer("y", 4 * i * out_w + 16 * j)
+                lines.append(f"fmin v{r}.{arr}, v{r}.{arr}, v{creg[1]}.{arr}")
+            ptr, off = _residue_pointer("y", out_offsets[(i, j)])
             if off > DW_MAX_OFFSET_BYTES:
                 raise ValueError(f"depthwise output offset {off} bytes does not encode")
             lines.append(f"str q{r}, [{ptr}, #{off}]")
-    for p in ("x0", "x4", "x8", "x12", "y0", "y4", "y8", "y12"):
+    for p in ["x0"] + [f"x{r}" for r in x_res] + ["y0"] + [f"y{r}" for r in y_res]:
         lines.append(f"add %[{p}], %[{p}], #{block_bytes}")
     lines += ["subs %[n], %[n], #1", "b.ne 1b"]
     used = [r for row in acc for r in row] + wreg + creg + inreg
-    return {"lines": lines, "clobbers": [f"v{r}" for r in sorted(used)], "registers": len(used), "order": order}
+    return {"lines": lines, "clobbers": [f"v{r}" for r in sorted(used)], "registers": len(used), "order": order,
+            "x_pointers": [f"x{r}" for r in x_res], "y_pointers": [f"y{r}" for r in y_res],
+            "init_type": "unsigned int" if elem.bits == 32 else "unsigned short"}

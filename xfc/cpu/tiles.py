@@ -1,6 +1,8 @@
 """Register micro-tiles: the unit the cost model scores and the tile database measures.
 
   MicroTile             MR rows x NR_VECTORS vectors of accumulators, and how A reaches the FMAs
+  a_load_groups         how the MR values of A at one k step are loaded: what a tile's A registers
+                        are budgeted from and what code generation spells (one function for both)
   MicroTileScore        cycles per k step and the share of FMA peak it sustains
   MicroTileEvaluator    the interface a scorer implements: cost_model.StaticEvaluator (the static
                         issue model) or a measured tile database (xfc.tiledb.TileDbEvaluator)
@@ -35,22 +37,48 @@ def round_up(x: int, multiple: int) -> int:
     return math.ceil(x / multiple) * multiple
 
 
-def a_load_widths(isa: str, mr: int, a_load_bits: int, in_place: bool = False) -> tuple[int, ...]:
-    """How the MR values of A at one k step are loaded: one element per entry (a broadcast per row:
-    the x86 and generic dialects, and A read in place, whose rows are not adjacent), or, for NEON's
-    lane-indexed FMAs on packed A, q-register vectors (4 fp32 / 8 fp16 values), then d-register
-    halves, then single values (64-bit loads start at the d-register width). The one rule: the
-    register budget (MicroTile.a_registers) counts these loads and the code generator spells them."""
+def a_load_groups(isa: str, mr: int, a_load_bits: int, row_stride: int = 1) -> list[dict]:
+    """How the MR values of A at one k step are loaded and fed to the FMAs: a list of groups
+    {width, offset, rows: [{row, lane}]}, one A register and one load each.
+
+    x86/generic, or A read in place (row_stride > 1: rows are not adjacent): one broadcast per
+    row at offset row * row_stride. NEON with packed A, consumed lane by lane (vfmaq_laneq /
+    vfmaq_lane, FMLA by element); a_load_bits=64 starts at the d-register width:
+
+      pieces  (fp32 row `neon`): q-register vectors of 4, then d-register halves of 2, then 1 for the
+              remainder, tiling MR exactly (MR=7: 4 + 2 + 1, three registers);
+      overlap (fp16 row `neon_fp16`, IsaRow.a_load_overlap): ceil(MR / w) loads of the widest width
+              w <= MR (8 with q loads, 4 with d loads, else 1), the last one ending at row MR - 1
+              and so overlapping the one before; a row is fed from the first load that holds it.
+              MR=14: q loads at rows 0 and 6 (lanes 2-7 of the second feed rows 8-13), two
+              registers where pieces would take four (8 + 4 + 1 + 1). No lane past MR is read, so
+              A read from the staged image (im2col_direct) stays inside its rows.
+
+    The one A-load rule: MicroTile.a_registers counts these groups (fp32 and fp16 alike) and code
+    generation (cpu/codegen.py, neon_asm.py) spells them, so the register budget is what is rendered.
+    """
     row = isa_row(isa)
-    if not row.lane_indexed or in_place:
-        return (1,) * mr
+    if not row.lane_indexed or row_stride != 1:
+        return [{"width": 1, "offset": i * row_stride, "rows": [{"row": i, "lane": 0}]} for i in range(mr)]
     q_lanes = 128 // row.elem_bits
-    widths, left = [], mr
-    for width in ((q_lanes, q_lanes // 2, 1) if a_load_bits >= 128 else (q_lanes // 2, 1)):
-        while left >= width:
-            widths.append(width)
-            left -= width
-    return tuple(widths)
+    widths = (q_lanes, q_lanes // 2, 1) if a_load_bits >= 128 else (q_lanes // 2, 1)
+    groups = []
+    if row.a_load_overlap:
+        width = next(w for w in widths if w <= mr)
+        loads = math.ceil(mr / width)
+        offsets = [min(i * width, mr - width) for i in range(loads)]
+        for i, offset in enumerate(offsets):
+            first = i * width                       # rows 0..i*width-1 are fed by the loads before
+            groups.append({"width": width, "offset": offset,
+                           "rows": [{"row": r, "lane": r - offset} for r in range(first, min(first + width, mr))]})
+        return groups
+    done = 0
+    for width in widths:
+        while mr - done >= width:
+            groups.append({"width": width, "offset": done,
+                           "rows": [{"row": done + lane, "lane": lane} for lane in range(width)]})
+            done += width
+    return groups
 
 
 @dataclass(frozen=True)
@@ -70,11 +98,11 @@ class MicroTile:
         return self.mr * self.nr_vectors
 
     def a_registers(self, isa: str) -> int:
-        """Registers A's values occupy at one k step: one per load of a_load_widths (NEON: a q, a d or
-        a single value each; MR = 3 or 7 needs a d and a single load beside the q ones), else one
-        broadcast register reused row by row."""
+        """Registers A's values occupy at one k step: one per load of a_load_groups, the loads code
+        generation spells (NEON: fp32 pieces, MR = 3 or 7 needing a d and a single load beside the q
+        ones; fp16 overlapping loads of one width), else one broadcast register reused row by row."""
         if isa_row(isa).lane_indexed:
-            return len(a_load_widths(isa, self.mr, self.a_load_bits))
+            return len(a_load_groups(isa, self.mr, self.a_load_bits))
         return 1
 
     def registers(self, isa: str) -> int:
@@ -82,7 +110,11 @@ class MicroTile:
 
     def loads_per_k(self, isa: str) -> tuple[int, int]:
         """(128-bit-or-wider vector loads, narrow 64-bit loads) per k step."""
-        if isa_row(isa).lane_indexed:
+        row = isa_row(isa)
+        if row.lane_indexed and row.a_load_overlap:   # the loads code generation spells
+            bits = [g["width"] * row.elem_bits for g in a_load_groups(isa, self.mr, self.a_load_bits)]
+            return (self.nr_vectors + sum(b >= 128 for b in bits), sum(b < 128 for b in bits))
+        if row.lane_indexed:
             a_loads = math.ceil(self.mr / (self.a_load_bits // (8 * self.elem_bytes)))
             return (self.nr_vectors + (a_loads if self.a_load_bits == 128 else 0),
                     a_loads if self.a_load_bits == 64 else 0)

@@ -16,6 +16,14 @@ SUITE = {
     "dw_mbv2_s2": ("depthwise", dict(c=96, h=112, w=112, r=3, s=3), dict(stride=2, pad=1)),
 }
 
+# The distinct depthwise layers of MobileNetV2 (torchvision, 224 x 224 input, batch 1): 3x3, pad 1,
+# stride 1 or 2, channels 32..960 at 112..7 pixels (the benchmarks' `mbv2_dw` group, issue 33).
+MOBILENETV2_DEPTHWISE = {
+    f"dw_mbv2_c{c}_{hw}_s{stride}": ("depthwise", dict(c=c, h=hw, w=hw, r=3, s=3), dict(stride=stride, pad=1))
+    for c, hw, stride in [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2),
+                          (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
+}
+
 
 def suite_spec(name: str, **epilogue) -> OperatorSpec:
     """The named workload as a spec; epilogue: bias=..., activation=..."""
