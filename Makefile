@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
 
 setup:
 	@scripts/setup.sh
@@ -38,6 +38,11 @@ tiledb: setup
 # Needs torch + torchvision in .venv (the script names the pip command when they are missing).
 model-bench: setup
 	@$(VENV_PY) benchmarks/model_bench.py
+
+# The README's "Using it" commands as printed, in a fresh directory under umask 022: every line
+# exits as the README says and every output is 0644 (programs 0755). Not in CI (full-size kernels).
+readme-check: setup
+	@$(VENV_PY) scripts/readme_check.py
 
 # Differential fuzzing soak (not in CI): 10,000 random kernels of every dtype (fp32, fp16, int8) on host,
 # qemu-aarch64 and PoCL.
