@@ -618,3 +618,14 @@ def test_kept_case_passes(path):
     proc = _run_xfc("fuzz", "--replay", str(path.relative_to(REPO)), cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert ": pass (" in proc.stdout
+
+
+@pytest.mark.unit
+def test_default_targets_narrow_to_those_with_hardware_for_the_dtype():
+    """`xfc fuzz --dtype int8` (no --targets) runs where int8 kernels exist instead of refusing the
+    default PoCL target; an explicit --targets is never narrowed (select_hardware refuses it)."""
+    from xfc.cli.fuzz import targets_with_hardware
+    assert targets_with_hardware(["qemu", "pocl"], None, ["int8"]) == ["qemu"]
+    assert targets_with_hardware(["qemu", "pocl"], None, ["fp16"]) == ["qemu", "pocl"]
+    assert targets_with_hardware(["qemu", "pocl"], ["mali-g78"], ["fp32"]) == ["pocl"]
+    assert build_parser().parse_args(["fuzz"]).targets is None

@@ -53,11 +53,22 @@ def shipped_hardware() -> list[tuple[str, object]]:
     return out
 
 
-def hardware_pool(targets, names=None, dtypes=DTYPES):
+def _pool(targets, dtypes):
     isas = host_isas() if "host" in targets else ()
     host = host_description(isas[0]) if isas else None
-    pool = for_dtypes(choices_from_descriptions(shipped_hardware(), host, isas), dtypes)
-    return select_hardware(pool, targets, names)
+    return for_dtypes(choices_from_descriptions(shipped_hardware(), host, isas), dtypes)
+
+
+def hardware_pool(targets, names=None, dtypes=DTYPES):
+    return select_hardware(_pool(targets, dtypes), targets, names)
+
+
+def targets_with_hardware(targets, names=None, dtypes=DTYPES) -> list[str]:
+    """The default targets narrowed to those with hardware for the dtypes (and --hw names): int8 has
+    no PoCL kernels, fp16 CPU kernels no host; an explicit --targets is never narrowed."""
+    pool = _pool(targets, dtypes)
+    wanted = set(names) if names else None
+    return [t for t in targets if any(wanted is None or c.name in wanted for c in pool.get(t, ()))]
 
 
 def check_toolchains(targets) -> None:
@@ -361,6 +372,13 @@ def cmd_fuzz(args) -> int:
     jobs = args.jobs or _cpu_count()
     if args.out:   # refuse a file xfc did not write now, not after the cases have run
         claim_file(Path(args.out), json_is_ours(RESULTS_LEGACY_KEYS), option="--out")
+    if not _csv(args.targets):
+        kept = targets_with_hardware(targets, _csv(args.hw), dtypes)
+        dropped = [t for t in targets if t not in kept]
+        if kept and dropped and not args.quiet:
+            print(f"xfc fuzz: no {'/'.join(dtypes)} kernels run on {', '.join(dropped)}; "
+                  f"targets {','.join(kept)}", file=sys.stderr)
+        targets = kept or targets      # none left: select_hardware says why in one line
     check_toolchains(targets)
     pool_hw = hardware_pool(targets, _csv(args.hw), dtypes)
     count = args.cases if args.time is None else None
@@ -454,9 +472,9 @@ def register(sub) -> None:
     size.add_argument("--cases", type=int, default=None, metavar="N", help=f"cases to run (default {DEFAULT_CASES})")
     size.add_argument("--time", type=float, default=None, metavar="S", help="run new cases for S seconds instead")
     p.add_argument("--seed", type=int, default=1, help="generation seed: same seed, same cases (default 1)")
-    p.add_argument("--targets", default=",".join(TARGETS), metavar="T,...",
+    p.add_argument("--targets", default=None, metavar="T,...",
                    help="where to run: host (native gcc), qemu (aarch64 under qemu-aarch64), pocl (OpenCL on PoCL); "
-                   "default all")
+                   "default: every one with hardware for the --dtype asked for")
     p.add_argument("--dtype", default=",".join(DTYPES), metavar="D,...",
                    help="element types to draw: fp32, fp16 (ARM cores with FP16 arithmetic under qemu; fp16 storage "
                    "on PoCL), int8 (x86 hosts; ARM cores with dotprod under qemu); each case one its hardware runs; "
