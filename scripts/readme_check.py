@@ -48,7 +48,12 @@ def main(argv=None) -> int:
         for line in readme_commands((REPO / "README.md").read_text()):
             argv = shlex.split(line)
             start = time.perf_counter()
-            proc = subprocess.run([str(xfc), *argv[1:]], cwd=work, capture_output=True, text=True, timeout=1800)
+            try:
+                proc = subprocess.run([str(xfc), *argv[1:]], cwd=work, capture_output=True, text=True, timeout=1800)
+            except subprocess.TimeoutExpired:
+                surprises += 1
+                print(f"FAIL  1800 s  {line}  [timed out]")
+                continue
             seconds = time.perf_counter() - start
             placeholder = any(p in line for p in PLACEHOLDERS)
             # one line: an error on stderr, or `hw validate`'s report line for the file on stdout
@@ -64,7 +69,8 @@ def main(argv=None) -> int:
         for path in sorted((work / "xfc-out").rglob("*")):
             if path.is_file():
                 mode = path.stat().st_mode & 0o777
-                want = 0o755 if path.suffix in (".sh", ".so", ".aarch64") or os.access(path, os.X_OK) else 0o644
+                with path.open("rb") as f:      # programs (ELF, scripts) 0755; anything else 0644
+                    want = 0o755 if f.read(4).startswith((b"\x7fELF", b"#!")) else 0o644
                 if mode not in (0o644, 0o755) or mode != want:
                     surprises += 1
                     print(f"FAIL mode {oct(mode)} {path.relative_to(work)}")

@@ -52,6 +52,22 @@ def test_specs_and_kernels_agree_on_the_bias():
         with_bias.host.run_packed(a, packed)
 
 
+def test_network_only_epilogues_are_refused_outside_the_network_runtime():
+    """A residual epilogue adds what the output buffer holds on entry: a single kernel called from
+    Python would add garbage, so xfc.compile refuses it in one line; int8 kernels fuse only bias
+    and relu / relu6, so an int8 plan with a network activation is refused instead of built without it."""
+    from xfc.errors import OperatorError
+    from xfc.ops.quant import QuantParams
+    from xfc.pipeline.synth import plan_cpu
+    hw = xfc.load_hardware("host")
+    residual = xfc.make_spec("matmul", dict(m=8, n=9, k=10), residual=True)
+    with pytest.raises(OperatorError, match="residual epilogue .* only the network runtime"):
+        xfc.compile(residual, hw, threads=1)
+    swish = xfc.make_spec("conv2d", dict(c=8, h=6, w=6, k=8, r=1, s=1), activation="hardswish")
+    with pytest.raises(OperatorError, match="int8: epilogue 'hardswish' has no int8 kernels"):
+        plan_cpu(swish, hw, "int8", threads=1, quant=QuantParams())
+
+
 def test_compile_for_arm_needs_out_dir_and_is_not_callable(tmp_path):
     import shutil
     if shutil.which("aarch64-linux-gnu-gcc") is None:

@@ -13,7 +13,7 @@ line does. Every function takes an optional `environ` mapping (default os.enviro
   XFC_TEST_MUTANT                    test_mutant(): TEST-ONLY deliberately wrong kernel (xfc.testing.mutants)
   XFC_DEBUG                          debug(): show tracebacks of internal errors
 Other environment reads, each documented where it happens (docs/ARCHITECTURE.md lists them):
-child processes inherit the environment (xfc/build/procs.py adds to it); `xfc tiledb` and
+child processes inherit the environment (xfc/toolchain/procs.py adds to it); `xfc tiledb` and
 `make tiledb` read SOURCE_DATE_EPOCH through xfc.tiledb.store.timestamps(environ).
 """
 from __future__ import annotations

@@ -177,7 +177,11 @@ def channel_axis(spec: OperatorSpec) -> int:
 
 
 def check_spec(spec: OperatorSpec) -> OperatorSpec:
-    """An int8 spec must keep its int32 accumulators in range (see the module docstring)."""
+    """An int8 spec must keep its int32 accumulators in range (see the module docstring) and ask
+    only for what int8 kernels fuse: bias and relu / relu6 (requantization clamps)."""
+    if spec.epilogue.extended:
+        raise OperatorError(f"{spec.name} int8: epilogue '{spec.epilogue.describe()}' has no int8 kernels "
+                            f"(int8 fuses bias and relu or relu6)")
     if spec.reduction_size > MAX_INT8_REDUCTION:
         raise OperatorError(f"{spec.name} int8: reduction size {spec.reduction_size} exceeds {MAX_INT8_REDUCTION} "
                             f"(K x 255 x 128 must stay within int32)")

@@ -67,6 +67,10 @@ def plan_cpu(spec, hw, dtype=FP32, *, cluster=None, threads=None, evaluator=None
              lowering: str = "auto", quant=None):
     """(synthesis, seconds): the plan of spec for hw's cluster in dtype."""
     dtype = dtype_named(dtype)
+    if spec.epilogue.residual:   # its kernels read the addend from the output buffer: the runtime's only
+        raise OperatorError(f"{spec.describe()}: a residual epilogue adds what the output buffer holds on entry; "
+                            f"only the network runtime calls such kernels (xfc model --emit lib, "
+                            f"xfc.compile_model)")
     return PLANNERS[dtype.name](spec, hw, cluster=cluster, threads=threads, evaluator=evaluator,
                                 constants=constants, lowering=lowering, quant=quant)
 

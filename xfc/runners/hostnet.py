@@ -9,6 +9,7 @@ else is converted once) and C writes the outputs straight into fresh numpy array
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 from typing import Mapping, Union
 
@@ -19,7 +20,8 @@ from ..errors import DeviceError, OperatorError
 
 class HostNetwork:
     """`net(x)` / `net(x1, x2)` / `net({"name": x})` -> the output array (or a tuple of them, in the
-    graph's output order). `threads`: the count the network was created with."""
+    graph's output order). `threads`: the count the network was created with. Calls from several
+    Python threads are safe and take turns (one arena); for parallel inferences, compile one each."""
 
     def __init__(self, library: Path, prefix: str, weights: bytes, threads: int = 0, model: str = ""):
         self.library = Path(library)
@@ -52,6 +54,8 @@ class HostNetwork:
         self.threads = int(threads_of(self._handle))
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
+        # one C network has one arena: calls from several Python threads take turns
+        self._lock = threading.Lock()
 
     def _arrays(self, args, kwargs) -> list[np.ndarray]:
         if len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
@@ -78,12 +82,13 @@ class HostNetwork:
             raise OperatorError(f"{self.model or self.prefix}: the network was closed")
         arrays = self._arrays(args, kwargs)
         outs = [np.empty(shape, np.float32) for _, shape in self.outputs]
-        for i, a in enumerate(arrays):
-            self._in_ptrs[i] = a.ctypes.data
-        for j, o in enumerate(outs):
-            self._out_ptrs[j] = o.ctypes.data
-        if self._run(self._handle, self._in_ptrs, self._out_ptrs) != 0:
-            raise DeviceError(self._error(self._handle).decode(errors="replace"))
+        with self._lock:
+            for i, a in enumerate(arrays):
+                self._in_ptrs[i] = a.ctypes.data
+            for j, o in enumerate(outs):
+                self._out_ptrs[j] = o.ctypes.data
+            if self._run(self._handle, self._in_ptrs, self._out_ptrs) != 0:
+                raise DeviceError(self._error(self._handle).decode(errors="replace"))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def close(self) -> None:
