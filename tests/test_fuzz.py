@@ -158,6 +158,9 @@ def test_every_dtype_is_drawn_where_its_hardware_runs_it(pool):
     assert {q.act_type for q in quants} == {"uint8", "int8"} and {q.per_channel for q in quants} == {True, False}
     int8_only = list(generate_cases(11, for_dtypes(pool, ["int8"]), ["host", "qemu"], count=60, dtypes=["int8"]))
     assert {c.dtype for c in int8_only} == {"int8"}
+    # fp16 alone: every case fp16, on PoCL too (a GPU with fp16 storage draws it whenever fp32 is not asked)
+    fp16_only = list(generate_cases(11, for_dtypes(pool, ["fp16"]), ["qemu", "pocl"], count=60, dtypes=["fp16"]))
+    assert {(c.target, c.dtype) for c in fp16_only} == {("qemu", "fp16"), ("pocl", "fp16")}
     with pytest.raises(OperatorError, match="no hardware"):
         select_hardware(for_dtypes(pool, ["fp16"]), ["host"])
     shrunk = [c for c in shrink_candidates(quants and next(c for c in cpu if c.dtype == "int8" and c.quant))]

@@ -432,7 +432,9 @@ def generate_case(seed: int, index: int, pool: Mapping[str, Sequence[HardwareCho
     hw = rng.choice(list(pool[target]))
     cluster, threads, isa, dtype, quant = None, None, "", "fp32", ""
     if target == "pocl":
-        dtype = "fp16" if "fp16" in hw.dtypes and rng.random() < 0.3 and "fp16" in dtypes else "fp32"
+        if "fp16" in hw.dtypes:   # the draw is taken whatever dtypes asks, so the geometry after it is too
+            drawn_fp16 = rng.random() < 0.3
+            dtype = "fp16" if "fp16" in dtypes and (drawn_fp16 or "fp32" not in dtypes) else "fp32"
         lanes = GPU_LANE_HINTS
     else:
         index_in_hw = rng.randrange(len(hw.clusters))
