@@ -632,3 +632,8 @@ def test_default_targets_narrow_to_those_with_hardware_for_the_dtype():
     assert targets_with_hardware(["qemu", "pocl"], None, ["fp16"]) == ["qemu", "pocl"]
     assert targets_with_hardware(["qemu", "pocl"], ["mali-g78"], ["fp32"]) == ["pocl"]
     assert build_parser().parse_args(["fuzz"]).targets is None
+    # the results document's command reruns the same cases: it names the dtypes
+    from xfc.cli.fuzz import _command
+    args = build_parser().parse_args(["fuzz", "--dtype", "int8", "--cases", "300", "--seed", "31"])
+    assert _command(args, ["host", "qemu"], 2, ["int8"]) == \
+        "xfc fuzz --cases 300 --seed 31 --targets host,qemu --dtype int8 --jobs 2"

@@ -414,7 +414,7 @@ def cmd_fuzz(args) -> int:
             progress.message(f"xfc fuzz: saved {path}; reproduce with: {doc['replay']}")
     doc = results_document(records, failures, seed=args.seed, targets=targets, pool=pool_hw, jobs=jobs,
                            timeout_s=args.timeout, started_at=started_at, duration_s=time.monotonic() - t0,
-                           command=_command(args, targets, jobs))
+                           command=_command(args, targets, jobs, dtypes))
     if args.out:
         write_json_result(Path(args.out), doc, kind="fuzz_results", legacy_keys=RESULTS_LEGACY_KEYS)
     if args.json:
@@ -426,11 +426,12 @@ def cmd_fuzz(args) -> int:
     return 4 if doc["failures"] else 0
 
 
-def _command(args, targets, jobs) -> str:
+def _command(args, targets, jobs, dtypes) -> str:
     """The run as one canonical command line (for the results document)."""
     argv = ["xfc", "fuzz"] + (["--time", f"{args.time:g}"] if args.time is not None else
                               ["--cases", str(args.cases or DEFAULT_CASES)])
-    argv += ["--seed", str(args.seed), "--targets", ",".join(targets), "--jobs", str(jobs)]
+    argv += ["--seed", str(args.seed), "--targets", ",".join(targets), "--dtype", ",".join(dtypes),
+             "--jobs", str(jobs)]
     if args.hw:
         argv += ["--hw", args.hw]
     return command_text(argv)
