@@ -143,16 +143,21 @@ class HostKernel:
             raise ToolchainError(f"{self.rendered.function_name}: pre-packing the weights failed")
         return packed
 
-    def _with_packed(self, values: Sequence) -> list[GuardedBuffer]:
-        """The operands with the caller's packed buffer in the weights' place (checked for size)."""
+    def _packed_operand(self, operands: Sequence) -> tuple[int, list, np.ndarray]:
+        """(weights index, the operands as a list, the packed weights from prepack(), checked for size)."""
         w = self.abi.weights_index
-        values = list(values)
+        values = list(operands)
         if len(values) <= w:
             raise OperatorError(f"{self.rendered.function_name}: run_packed takes the packed weights as operand {w + 1}")
         packed = np.ascontiguousarray(values[w], self.abi.packed_type).reshape(-1)
         if packed.size != int(self._packed_size()):
             raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
                                     f"expected {int(self._packed_size())} (from prepack of this kernel)")
+        return w, values, packed
+
+    def _with_packed(self, values: Sequence) -> list[GuardedBuffer]:
+        """The operands with the caller's packed buffer in the weights' place (checked for size)."""
+        w, values, packed = self._packed_operand(values)
         values[w] = np.zeros(self.abi.operand_shapes[w], self.abi.operand_types[w])   # checked, then replaced
         buffers = self._operands(values)
         buffers[w] = GuardedBuffer.copy_of(packed, "packed weights")
@@ -206,14 +211,7 @@ class HostKernel:
         themselves (guarded=True: as run_packed_guarded)."""
         if self.guarded:
             return self.run_packed_guarded(*operands)
-        w = self.abi.weights_index
-        values = list(operands)
-        if len(values) <= w:
-            raise OperatorError(f"{self.rendered.function_name}: run_packed takes the packed weights as operand {w + 1}")
-        packed = np.ascontiguousarray(values[w], self.abi.packed_type).reshape(-1)
-        if packed.size != int(self._packed_size()):
-            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
-                                    f"expected {int(self._packed_size())} (from prepack of this kernel)")
+        w, values, packed = self._packed_operand(operands)
         arrays = self._direct_operands(values, skip=w)
         arrays[w] = packed
         return self._direct(self._fn_packed, arrays)

@@ -40,6 +40,20 @@ def _write_build_script(out_dir: Path, name: str, commands: list[list[str]]) -> 
     return script
 
 
+def _compile_once(artifact: Path, command_for, what: str, out_dir: Path) -> None:
+    """Build artifact unless it exists (its name carries the digest of sources and flags): the
+    compiler writes a temporary file beside it (command_for(tmp)), renamed into place when done."""
+    if artifact.exists():
+        return
+    tmp = artifact.with_name(f".{artifact.name}.{os.getpid()}.tmp")
+    try:
+        run(command_for(tmp), what, COMPILE_TIMEOUT_S, cwd=out_dir)
+        os.replace(tmp, artifact)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 # ---------------------------------------------------------------------------------------------
 # Host build
 # ---------------------------------------------------------------------------------------------
@@ -64,15 +78,8 @@ def build_host(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     library = out_dir / f"lib{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.so"
     cmd = host_compile_command(rendered, kernel_c, harness_c, library)
     _write_build_script(out_dir, "build.sh", [cmd])
-    if not library.exists():
-        tmp = library.with_name(f".{library.name}.{os.getpid()}.tmp")
-        cmd_tmp = host_compile_command(rendered, kernel_c, harness_c, tmp)
-        try:
-            run(cmd_tmp, f"host compile of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
-            os.replace(tmp, library)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+    _compile_once(library, lambda tmp: host_compile_command(rendered, kernel_c, harness_c, tmp),
+                  f"host compile of {kernel_c.name}", out_dir)
     return library
 
 
@@ -94,15 +101,8 @@ def build_arm(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     probe = arm_compile_command(rendered, kernel_c, harness_c, Path("x"))
     binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.aarch64"
     _write_build_script(out_dir, "build_arm.sh", [arm_compile_command(rendered, kernel_c, harness_c, binary)])
-    if not binary.exists():
-        tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
-        try:
-            run(arm_compile_command(rendered, kernel_c, harness_c, tmp),
-                 f"aarch64 compile of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
-            os.replace(tmp, binary)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+    _compile_once(binary, lambda tmp: arm_compile_command(rendered, kernel_c, harness_c, tmp),
+                  f"aarch64 compile of {kernel_c.name}", out_dir)
     return binary
 
 
@@ -126,13 +126,6 @@ def build_sanitized(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Pat
     kernel_c, harness_c = write_sources(rendered, out_dir)
     probe = sanitize_compile_command(rendered, kernel_c, harness_c, Path("x"))
     binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.asan"
-    if not binary.exists():
-        tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
-        try:
-            run(sanitize_compile_command(rendered, kernel_c, harness_c, tmp),
-                f"sanitizer build of {kernel_c.name}", COMPILE_TIMEOUT_S, cwd=out_dir)
-            os.replace(tmp, binary)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+    _compile_once(binary, lambda tmp: sanitize_compile_command(rendered, kernel_c, harness_c, tmp),
+                  f"sanitizer build of {kernel_c.name}", out_dir)
     return binary
