@@ -12,6 +12,8 @@ line does. Every function takes an optional `environ` mapping (default os.enviro
   XFC_ADB                            adb_binary(): the adb executable used to start a server
   XFC_TEST_MUTANT                    test_mutant(): TEST-ONLY deliberately wrong kernel (xfc.testing.mutants)
   XFC_DEBUG                          debug(): show tracebacks of internal errors
+  XFC_PCH                            precompiled_headers(): 'off' compiles kernels without the
+                                     precompiled ISA header (xfc.toolchain.pch)
 Other environment reads, each documented where it happens (docs/ARCHITECTURE.md lists them):
 child processes inherit the environment (xfc/toolchain/procs.py adds to it); `xfc tiledb` and
 `make tiledb` read SOURCE_DATE_EPOCH through xfc.tiledb.store.timestamps(environ).
@@ -61,6 +63,11 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
         return Path(env["XDG_CACHE_HOME"]) / "xfc"
     home = env.get("HOME")
     return (Path(home) if home else Path.home()) / ".cache" / "xfc"
+
+
+def precompiled_headers(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """False when XFC_PCH is off / 0 / no / false (xfc.toolchain.pch: a compile-time cache only)."""
+    return _env(environ).get("XFC_PCH", "").strip().lower() not in ("off", "0", "no", "false")
 
 
 def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:

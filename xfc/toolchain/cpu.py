@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from ..cpu.codegen import RenderedKernel
+from ..errors import ToolchainError
 from ..outputs import write_atomic
+from . import pch
 from .tools import ARM_CC, COMPILE_TIMEOUT_S, HOST_CC, digest, require_tool, run
 
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Wno-unused-function")
@@ -40,18 +43,33 @@ def _write_build_script(out_dir: Path, name: str, commands: list[list[str]]) -> 
     return script
 
 
-def _compile_once(artifact: Path, command_for, what: str, out_dir: Path) -> None:
+def _compile_once(artifact: Path, command_for, what: str, out_dir: Path, sources: tuple[str, ...] = ()) -> None:
     """Build artifact unless it exists (its name carries the digest of sources and flags): the
-    compiler writes a temporary file beside it (command_for(tmp)), renamed into place when done."""
+    compiler writes a temporary file beside it (command_for(tmp)), renamed into place when done.
+    sources: their text, for the precompiled ISA header (xfc.toolchain.pch; the same bytes either way)."""
     if artifact.exists():
         return
     tmp = artifact.with_name(f".{artifact.name}.{os.getpid()}.tmp")
     try:
-        run(command_for(tmp), what, COMPILE_TIMEOUT_S, cwd=out_dir)
+        compile_with_pch(command_for(tmp), what, sources, cwd=out_dir)
         os.replace(tmp, artifact)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def compile_with_pch(command: list[str], what: str, sources: Sequence[str], cwd: Path) -> None:
+    """Run a compile command with the precompiled ISA header when there is one for its compiler and
+    flags; a failure with it is retried without it (the header can only save time)."""
+    flags = [a for a in command[1:] if a.startswith("-") and a != "-o"]
+    extra = pch.include_flags(command[0], flags, sources)
+    if extra:
+        try:
+            run([command[0], *extra, *command[1:]], what, COMPILE_TIMEOUT_S, cwd=cwd)
+            return
+        except ToolchainError:
+            pass
+    run(command, what, COMPILE_TIMEOUT_S, cwd=cwd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,7 +97,7 @@ def build_host(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     cmd = host_compile_command(rendered, kernel_c, harness_c, library)
     _write_build_script(out_dir, "build.sh", [cmd])
     _compile_once(library, lambda tmp: host_compile_command(rendered, kernel_c, harness_c, tmp),
-                  f"host compile of {kernel_c.name}", out_dir)
+                  f"host compile of {kernel_c.name}", out_dir, (rendered.source, rendered.harness_source))
     return library
 
 
@@ -102,7 +120,7 @@ def build_arm(rendered: RenderedKernel, out_dir: str | os.PathLike) -> Path:
     binary = out_dir / f"{rendered.function_name}_{digest(rendered.source, rendered.harness_source, *probe)}.aarch64"
     _write_build_script(out_dir, "build_arm.sh", [arm_compile_command(rendered, kernel_c, harness_c, binary)])
     _compile_once(binary, lambda tmp: arm_compile_command(rendered, kernel_c, harness_c, tmp),
-                  f"aarch64 compile of {kernel_c.name}", out_dir)
+                  f"aarch64 compile of {kernel_c.name}", out_dir, (rendered.source, rendered.harness_source))
     return binary
 
 

@@ -31,6 +31,7 @@ import jinja2
 import numpy as np
 
 from ..._version import __version__
+from ...toolchain.cpu import compile_with_pch
 from ...toolchain.tools import COMPILE_TIMEOUT_S, require_tool, run
 from ...cpu.isa import ISA_TABLE
 from ...outputs import write_atomic
@@ -422,8 +423,8 @@ def compile_objects(rendered: Rendered, src_dir: Path, obj_dir: Path, tools, pro
 
     def compile_one(item):
         source, obj = item
-        run([tools.cc, *flags, f"-march={march}", "-c", str(src_dir / source), "-o", str(obj)],
-            f"{tools.abi} compile of {source}", COMPILE_TIMEOUT_S, cwd=src_dir)
+        compile_with_pch([tools.cc, *flags, f"-march={march}", "-c", str(src_dir / source), "-o", str(obj)],
+                         f"{tools.abi} compile of {source}", (rendered.files.get(source, ""),), cwd=src_dir)
 
     say(f"--emit lib: compiling {len(sources)} sources for {tools.abi} ({len(rendered.kernel_files)} kernels, the "
         f"network{', the weights' if len(sources) > len(rendered.kernel_files) + 1 else ''})")
