@@ -171,6 +171,9 @@ def test_bad_models_are_exit_2_in_one_line(tmp_path, capsys):
                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])]), tmp_path, "relu")
     code, _, captured = run_json(capsys, ["model", str(no_kernel), "--hw", "snapdragon-865", "--emit", "lib", "-o", str(out)])
     assert_one_line_error(code, captured.err, 2, "no node maps to an xfc kernel")
+    code, _, captured = run_json(capsys, ["model", str(no_kernel), "--hw", "host", "--emit", "lib", "--profile",
+                                          "-o", str(out)])
+    assert_one_line_error(code, captured.err, 2, "--profile", "--emit lib --bench")
     assert not out.exists()
 
 
@@ -218,10 +221,15 @@ def test_bench_against_onnxruntime_and_a_wrong_step_fails_the_check(tmp_path, ca
     path = save(nets.bottleneck_net(), tmp_path, "bottleneck")
     out = tmp_path / "o"
     code, report, captured = run_json(capsys, ["model", str(path), "--hw", "host", "--emit", "lib", "--bench",
-                                               "--threads", "1", "--repeat", "3", "--json", "-o", str(out)])
+                                               "--profile", "--threads", "1", "--repeat", "3", "--json", "-o", str(out)])
     assert code == 0, captured.err
     b = report["network_bench"]
     assert b["threads"] == 1 and b["rounds"] == 3 and b["runs"] == 3 and not b["xfc"]["emulated"]
+    # --profile: every step timed, in order, named; kernels with their GFLOP/s
+    steps = b["profile"]["steps"]
+    assert [s["step"] for s in steps] == list(range(report["network"]["steps"])) and all(s["ms"] > 0 for s in steps)
+    assert sum(s["share"] for s in steps) == pytest.approx(1.0)
+    assert all(s["gflops"] > 0 for s in steps if s["what"].startswith("conv2d"))
     assert b["onnxruntime"]["label"].startswith("onnxruntime") and "1 intra-op thread" in b["onnxruntime"]["label"]
     assert b["speedup"] == pytest.approx(b["onnxruntime"]["median_ms"] / b["xfc"]["median_ms"])
     assert b["xfc"]["arena_bytes"] == report["network"]["arena_bytes"] > 0

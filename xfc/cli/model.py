@@ -41,6 +41,8 @@ def cmd_model(args) -> int:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
     if args.dtype != "fp32":
         raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
+    if args.profile and not (args.emit == "lib" and args.bench):
+        raise OperatorError("--profile times the steps of the network's benchmark program: add --emit lib --bench")
     if args.embed_weights and args.emit != "lib":
         raise OperatorError("--embed-weights compiles the weights into the network library: add --emit lib")
     input_shapes = parse_input_shapes(args.input_shape)
@@ -54,7 +56,7 @@ def cmd_model(args) -> int:
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
                        bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights,
-                       thread_wait=args.thread_wait)
+                       thread_wait=args.thread_wait, profile=args.profile)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -119,6 +121,10 @@ def register(sub) -> None:
                    help="with --emit lib --bench and more than one thread: how idle threads wait, the same for xfc "
                         "and onnxruntime: passive (default: they sleep; OMP_WAIT_POLICY=passive, onnxruntime without "
                         "spinning: what a shared, loaded machine needs) or spin (both runtimes' defaults)")
+    p.add_argument("--profile", action="store_true",
+                   help="with --emit lib --bench: one more set of runs with the benchmark program's --profile (a "
+                        "timestamp after every step) and the time of each step in the report: where the network's time "
+                        "goes (the timed rounds run without it)")
     p.add_argument("--embed-weights", action="store_true",
                    help="with --emit lib: compile the weights into the library (<name>_create_embedded)")
     p.add_argument("--explain", action="store_true",

@@ -90,7 +90,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
               target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
               toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20,
               progress: Optional[Callable[[str], None]] = None, embed_weights: bool = False,
-              thread_wait: str = "passive") -> dict:
+              thread_wait: str = "passive", profile: bool = False) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
     xfc Runner for that device when the caller made one already (it read the device's identity);
@@ -104,7 +104,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
         return run_network_model(path, hw, out_dir, input_shapes=input_shapes, cluster=cluster, threads=threads,
                                  verify=verify, explain=explain, force=force, seed=seed, device=device, runner=runner,
                                  toolchain_env=toolchain_env, bench=bench, repeat=repeat, embed_weights=embed_weights,
-                                 thread_wait=thread_wait, progress=progress)
+                                 thread_wait=thread_wait, profile=profile, progress=progress)
     placement = backend.Placement(device=device, runner=runner)
     what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.

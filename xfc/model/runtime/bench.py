@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -81,8 +82,27 @@ def _quantiles(samples_ms):
     return {"p10_ms": float(q[0]), "median_ms": float(q[1]), "p90_ms": float(q[2]), "min_ms": float(min(samples_ms))}
 
 
+def step_profile(program, steps_ms) -> list[dict]:
+    """One row per step of the program's --profile: what it runs, its median milliseconds, its share
+    of their sum and, for a kernel, the GFLOP/s that makes."""
+    total = sum(steps_ms) or 1.0
+    rows = []
+    for index, (step, ms) in enumerate(zip(program.steps, steps_ms)):
+        row = {"step": index, "name": step.name, "ms": ms, "share": ms / total}
+        if step.kind == "kernel":
+            flops = step.spec.flops * step.groups * step.batch
+            row.update(what=f"{step.spec.describe().replace(' epilogue=none', '').replace(' dilation=1x1', '')}"
+                            + (f" x{step.groups * step.batch}" if step.groups * step.batch > 1 else ""),
+                       gflops=flops / (ms * 1e6) if ms > 0 else None)
+        else:
+            row["what"] = step.op
+        rows.append(row)
+    return rows
+
+
 def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: Path, prog_runner, *, threads: int,
-                  runs: int, compare: bool, say, rounds: int, warmup: int = 3, wait: str = "passive") -> dict:
+                  runs: int, compare: bool, say, rounds: int, warmup: int = 3, wait: str = "passive",
+                  profile: bool = False) -> dict:
     program = lowered.program
     run_dir = scratch / "bench"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +136,14 @@ def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: P
                    "telemetry": result.telemetry or None},
            "onnxruntime": None, "speedup": None,
            "note": NOTE_HOST if compare else NOTE_DEVICE.format(where=result.where)}
+    if profile:
+        say(f"bench: benchmark_{rendered.name} --profile, {warmup} + {runs} runs (a timestamp after every step)")
+        profiled = prog_runner.run(replace(request, profile=True)).report
+        steps = step_profile(program, profiled["steps_ms"])
+        out["profile"] = {"steps": steps, "steps_sum_ms": sum(s["ms"] for s in steps),
+                          "median_ms": profiled["median_ms"],
+                          "note": "a separate set of runs with a timestamp after every step: each step's median "
+                                  "milliseconds; the timed rounds above run without the timestamps"}
     if compare:
         out["onnxruntime"] = {"label": label, "median_ms": statistics.median(ort_rounds), "round_medians_ms": ort_rounds,
                               **{k: v for k, v in _quantiles(ort_samples).items() if k != "median_ms"}}

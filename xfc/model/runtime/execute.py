@@ -39,6 +39,7 @@ class ProgramRequest:
     output_count: int = 0
     step_outputs: tuple[int, ...] = ()     # outputs per step (the dump's files)
     env: tuple[tuple[str, str], ...] = ()  # the program's extra environment (OMP_WAIT_POLICY)
+    profile: bool = False                  # --profile: the median time of every step ("steps_ms")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def program_args(req: ProgramRequest, path=str) -> list[str]:
         args += ["--outputs", path(req.outputs_dir)]
     if req.dump_dir is not None:
         args += ["--dump", path(req.dump_dir)]
+    if req.profile:
+        args.append("--profile")
     return args
 
 

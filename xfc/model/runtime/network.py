@@ -67,7 +67,7 @@ def _program_runner(hw, device, runner, cluster):
 
 def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, threads=None, verify=False,
                       explain=False, force=False, seed=0, device=None, runner=None, toolchain_env=None,
-                      bench=False, repeat=20, embed_weights=False, thread_wait="passive",
+                      bench=False, repeat=20, embed_weights=False, thread_wait="passive", profile=False,
                       progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model --emit lib` (module docstring); returns the report."""
     from .execute import QemuProgram
@@ -114,7 +114,7 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
                                        default_threads, seed, say)
             if bench:
                 timing = _bench(lowered, rendered, feeds, exe, staging.path, scratch, prog_runner, hw,
-                                threads or default_threads, repeat, say, thread_wait)
+                                threads or default_threads, repeat, say, thread_wait, profile)
         report = build_report(net, cov, {s: syntheses[s] for s in report_specs}, kernel_names(report_specs), hw=hw,
                               cluster=cluster, threads=threads, explain=explain)
         report["network"] = network_summary(lowered, rendered, syntheses)
@@ -174,8 +174,9 @@ def _original(lowered):
     return _Original(lowered.original)
 
 
-def _bench(lowered, rendered, feeds, exe, weights_dir, scratch, prog_runner, hw, threads, repeat, say, wait):
+def _bench(lowered, rendered, feeds, exe, weights_dir, scratch, prog_runner, hw, threads, repeat, say, wait,
+           profile=False):
     from .bench import bench_program
     return bench_program(lowered, rendered, feeds, exe, weights_dir / rendered.weights_file, scratch, prog_runner,
                          threads=threads, runs=repeat, compare=hw.target_arch == "x86_64", say=say,
-                         rounds=BENCH_ROUNDS, wait=wait)
+                         rounds=BENCH_ROUNDS, wait=wait, profile=profile)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ...ops.accuracy import format_ratio
 
-WEAK_BOUND_SHARE = 0.1   # an output bound above this share of the output's magnitude is flagged (as report.py does)
+WEAK_BOUND_SHARE = 0.1
+PROFILE_LINES = 8         # --profile: the slowest steps printed (all are in the JSON report)   # an output bound above this share of the output's magnitude is flagged (as report.py does)
 
 
 def _mib(n: int) -> str:
@@ -61,4 +62,12 @@ def network_lines(report: dict) -> list[str]:
             out.append(f"  onnxruntime {o['median_ms']:.4g} ms ({o['label']}): xfc is {b['speedup']:.3g}x onnxruntime "
                        f"(> 1: faster)")
         out.append(f"  note: {b['note']}")
+        prof = b.get("profile")
+        if prof:
+            top = sorted(prof["steps"], key=lambda s: -s["ms"])[:PROFILE_LINES]
+            out.append(f"  profile: {len(prof['steps'])} steps sum to {prof['steps_sum_ms']:.4g} ms (median of each; a "
+                       f"separate set of runs); the slowest {len(top)}:")
+            for s in top:
+                rate = f", {s['gflops']:.1f} GFLOP/s" if s.get("gflops") else ""
+                out.append(f"    step {s['step']:3d} {s['ms']:8.4f} ms {s['share'] * 100:5.1f}%  {s['what']}{rate}  ({s['name']})")
     return out
