@@ -336,6 +336,7 @@ class _Objective:
         self.winograd = [i.plan.lowering == "winograd" for i in self.items]
         self.other_fields = [f for f in DEFAULT_CONSTANTS.as_dict() if not winograd_only(f)]
         self._cache: dict[tuple, list[float]] = {}
+        self._scores: dict[CostConstants, float] = {}
 
     def log_predicted(self, constants: CostConstants) -> list[float]:
         key = tuple(getattr(constants, f) for f in self.other_fields)
@@ -348,6 +349,14 @@ class _Objective:
                 for i, w, o in zip(self.items, self.winograd, others)]
 
     def __call__(self, constants: CostConstants) -> float:
+        # a descent retries the moves of its last sweep from the same point, and two starts often
+        # meet: about half the trial constants repeat, and the objective is a pure function of them
+        score = self._scores.get(constants)
+        if score is None:
+            score = self._scores[constants] = self._score(constants)
+        return score
+
+    def _score(self, constants: CostConstants) -> float:
         logs = self.log_predicted(constants)
         absolute = statistics.fmean(abs(p - m) for p, m in zip(logs, self.log_measured))
         rank = 0.0
