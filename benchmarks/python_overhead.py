@@ -35,14 +35,8 @@ ROUNDS = 15
 
 def python_times(call, runs: int, warmup: int = 3) -> tuple[float, float]:
     """(median, minimum) milliseconds of runs calls."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples) * 1e3, min(samples) * 1e3
+    samples = _python_block(call, runs, warmup)
+    return statistics.median(samples), min(samples)
 
 
 KERNEL_BLOCKS = 12
