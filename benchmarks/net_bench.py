@@ -49,6 +49,8 @@ def run_one(arch: str, path: Path, threads: int, verify: bool, args, tmp: Path) 
             "-o", str(tmp / f"{arch}-t{threads}")]
     if verify:
         argv.append("--verify")
+    if args.profile:
+        argv.append("--profile")
     print(f"[net-bench] {' '.join(argv[2:])}", file=sys.stderr, flush=True)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
     if proc.returncode != 0 or not proc.stdout.strip():
@@ -72,7 +74,9 @@ def row(arch: str, threads: int, report: dict) -> dict:
             "output_bound_kind": None if v is None else sorted({c["bound_kind"] for c in v["outputs"]}),
             "worst_step_ratio": None if v is None else v["worst_layer_ratio"],
             "onnxruntime": b["onnxruntime"]["label"], "thread_wait": b["thread_wait"],
-            "flops": report["flops"]["total"]}
+            "flops": report["flops"]["total"],
+            # --profile: the slowest steps of the program's per-step timing (a separate set of runs)
+            "slowest_steps": sorted(b["profile"]["steps"], key=lambda s: -s["ms"])[:8] if b.get("profile") else None}
 
 
 def geomean(values) -> float:
@@ -87,6 +91,10 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per round (default 20)")
     parser.add_argument("--no-verify", action="store_true", help="skip --verify")
+    parser.add_argument("--profile", action="store_true",
+                        help="also time every step (xfc model --profile): the slowest eight per row in the JSON")
+    parser.add_argument("--out-name", default="net_bench.json",
+                        help="the results file's name in --results (default net_bench.json)")
     parser.add_argument("--thread-wait", choices=("passive", "spin"), default="passive",
                         help="idle threads of both runtimes sleep (passive, default) or spin (xfc model --thread-wait)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
@@ -131,10 +139,11 @@ def main(argv=None) -> int:
             print(f"threads {threads}: geomean x{geomean(speedups):.3f}, min x{min(speedups):.3f} over "
                   f"{len(speedups)} networks")
     from xfc.outputs import write_json_result
-    out = args.results / "net_bench.json"
+    out = args.results / args.out_name
     write_json_result(out, {"benchmark": "whole network: xfc --emit lib benchmark program vs onnxruntime session.run",
                             "machine": machine_facts(), "size": args.size, "runs_per_round": args.runs,
-                            "rows": rows, "summary": summary,
+                            "rows": rows, "summary": summary, "command": "benchmarks/net_bench.py "
+                            + " ".join(argv if argv is not None else sys.argv[1:]),
                             "weights": "random, seeded (benchmarks/nets.py), exported at run time (opset 17)"},
                       kind="net-bench")
     print(f"-> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
