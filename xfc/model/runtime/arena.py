@@ -85,7 +85,13 @@ def plan_arena(program: Program) -> ArenaPlan:
     """The arena plan of a program (module docstring)."""
     roots = [t for t in program.shapes if t not in program.aliases]
     inputs = {t: i for i, t in enumerate(program.inputs)}
-    outputs = {t: j for j, t in enumerate(program.outputs) if t not in program.aliases}
+    # a graph output that is a view of another tensor (a Reshape or Flatten last) has that tensor's
+    # buffer: route_outputs left it a view only where the whole buffer is the output's
+    outputs: dict[str, int] = {}
+    for j, t in enumerate(program.outputs):
+        r, off = program.root(t)
+        if off == 0 and r not in inputs and r not in outputs:
+            outputs[r] = j
     in_arena = {t for t in roots if t not in inputs and t not in outputs}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
