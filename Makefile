@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
+.PHONY: setup demo test bench bench-setup model-bench sanitize soak net-fuzz readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
 
 setup:
 	@scripts/setup.sh
@@ -52,6 +52,14 @@ SOAK_JOBS ?= 2
 soak: setup
 	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl --dtype fp32,fp16,int8 \
 		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
+
+# Random small networks through the network runtime (issue 32; not in CI): xfc fuzz --networks,
+# host and snapdragon-865 under qemu alternating -> benchmarks/results/fuzz_networks.json.
+NET_FUZZ_NETWORKS ?= 200
+NET_FUZZ_SEED ?= 32
+net-fuzz: setup
+	@$(VENV_PY) -m xfc fuzz --networks $(NET_FUZZ_NETWORKS) --seed $(NET_FUZZ_SEED) --targets host,qemu \
+		--out benchmarks/results/fuzz_networks.json
 
 # int8 (issue 13), correctness only (not in CI): the suite on every host int8 dialect and >= 100
 # random shapes per operator, byte-exact against xfc/ops/quant.py -> benchmarks/results/int8_sweep.json.

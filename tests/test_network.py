@@ -336,3 +336,48 @@ def test_compile_model_is_one_c_call_per_inference(tmp_path):
     with pytest.raises(Exception, match="shape"):
         net(x[:, :2])
     net.close()
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_a_graph_output_that_is_a_view_is_written_to_the_callers_buffer(tmp_path):
+    """A network ending in a view (Reshape after a channel shuffle, as `xfc fuzz --networks` drew it):
+    the tensor the view names is placed in the caller's output buffer. It was left in the arena, so
+    the output was never written while every step checked fine on its own inputs."""
+    import xfc
+    import onnxruntime as ort
+    b = nets.Builder(11)
+    y = b.relu6(b.conv("x", 9, 12, k=3, pad=0, group=3))
+    y = b.node("Reshape", [y, b.const(np.array([1, 2, 6, 12, 3], np.int64), "shape")])
+    y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
+    y = b.node("Reshape", [y, b.const(np.array([1, 12, 12, 3], np.int64), "shape")])
+    model = b.model({"x": [1, 9, 14, 5]}, [y])
+    program = lower_network(load_model(save(model, tmp_path, "view_out")), "view_out").program
+    assert program.outputs[0] in program.aliases
+    assert plan_arena(program).places[program.outputs[0]].where == "output"
+    net = xfc.compile_model(model, threads=1, out_dir=tmp_path / "net")
+    x = np.random.default_rng(5).uniform(-1, 1, size=(1, 9, 14, 5)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = net(x)
+    assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-5 * max(1.0, np.abs(want).max())
+    net.close()
+
+
+@support.needs_onnxruntime
+@support.needs_arm
+@pytest.mark.host
+@pytest.mark.emulated
+def test_fuzz_networks_verify_on_the_host_and_under_qemu(tmp_path, capsys):
+    """`xfc fuzz --networks`: random small networks through --emit lib --verify, host and qemu alternating;
+    the same seed draws the same networks. Seed 3's second network is the view-output case above."""
+    out = tmp_path / "nets.json"
+    code = main(["fuzz", "--networks", "4", "--seed", "3", "--targets", "host,qemu", "--save-dir",
+                 str(tmp_path / "saved"), "--out", str(out), "--quiet"])
+    captured = capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert code == 0, captured.err[-2000:]
+    assert doc["networks"] == 4 and doc["passed"] == 4 and doc["failures"] == 0
+    assert [r["hardware"] for r in doc["rows"]] == ["host", "snapdragon-865"] * 2
+    assert doc["rows"][1]["blocks"] == ["grouped 3x3/1 g3 ->12 relu6", "shuffle g2"]
+    assert all(r["steps"] >= 1 and r["worst_step_ratio"] <= 1 for r in doc["rows"])
+    assert "4/4 networks verified" in captured.out and not (tmp_path / "saved").exists()

@@ -346,9 +346,74 @@ def _shrink_failure(pool: WorkerPool, case: FuzzCase, result: CaseResult, attemp
     return shrunk.case, final, {"attempts": shrunk.attempts, "steps": shrunk.steps}
 
 
+NETWORK_HARDWARE = {"host": "host", "qemu": "snapdragon-865"}   # --networks: where each target runs them
+
+
+def cmd_fuzz_networks(args) -> int:
+    """--networks N: random small networks through the network runtime (xfc.testing.netfuzz), one at a
+    time in this process (each runs its benchmark program as a child), host and qemu alternating."""
+    from ..testing.netfuzz import random_network, run_network_case
+    if args.networks < 1:
+        raise OperatorError(f"--networks must be >= 1, got {args.networks}")
+    targets = _csv(args.targets) or ["host", "qemu"]
+    for t in targets:
+        if t not in NETWORK_HARDWARE:
+            raise OperatorError(f"--targets {t}: --networks runs on {', '.join(NETWORK_HARDWARE)}")
+    if args.dtype != ",".join(DTYPES) and args.dtype != "fp32":
+        raise OperatorError("--networks draws fp32 networks (int8 and fp16 networks are issue 33's): use --dtype fp32")
+    if args.out:
+        claim_file(Path(args.out), json_is_ours(RESULTS_LEGACY_KEYS), option="--out")
+    check_toolchains(targets)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    from ..api import load_hardware
+    cores = {t: _cpu_count() if t == "host" else load_hardware(NETWORK_HARDWARE[t]).cluster().count for t in targets}
+    rows, failures = [], []
+    with _Scratch() as scratch:
+        for index in range(args.networks):
+            target = targets[index % len(targets)]
+            case = random_network(args.seed, index, NETWORK_HARDWARE[target], max_threads=cores[target])
+            result = run_network_case(case, scratch / f"net{index}")
+            rows.append({"index": index, "target": target, "hardware": case.hardware, "threads": case.threads,
+                         "input": list(case.input_shape), "blocks": list(case.blocks), "status": result.status,
+                         "seconds": round(result.seconds, 3), "steps": result.steps,
+                         "worst_step_ratio": result.worst_step_ratio, "detail": result.detail})
+            if not args.quiet:
+                print(f"xfc fuzz: [{index + 1}/{args.networks}] {result.status} ({result.seconds:.1f} s) "
+                      f"{case.describe()}", file=sys.stderr, flush=True)
+            if result.status != "pass":
+                saved = Path(args.save_dir) / f"net-s{args.seed}-n{index}-{result.status}.onnx"
+                write_owned_file(saved, case.model.SerializeToString(), lambda existing: False, option="--save-dir")
+                replay = (f"xfc model {saved} --hw {case.hardware} --emit lib --verify --threads {case.threads} "
+                          f"--seed {index}")
+                failures.append({**rows[-1], "saved": str(saved), "replay": replay})
+                print(f"xfc fuzz: FAIL {result.status}: {case.describe()}\n    {result.detail}\n"
+                      f"    saved {saved}; reproduce with: {replay}", file=sys.stderr, flush=True)
+    ratios = [r["worst_step_ratio"] for r in rows if r["worst_step_ratio"] is not None]
+    doc = {"xfc_fuzz_results": 1, "kind": "networks", "command": command_text(
+               ["xfc", "fuzz", "--networks", str(args.networks), "--seed", str(args.seed), "--targets",
+                ",".join(targets)]),
+           "seed": args.seed, "targets": targets, "machine": machine_info(), "started_at": started_at,
+           "duration_s": round(time.monotonic() - t0, 3), "networks": len(rows),
+           "passed": sum(r["status"] == "pass" for r in rows), "failures": len(failures),
+           "worst_step_ratio": max(ratios) if ratios else None, "failed_networks": failures, "rows": rows}
+    if args.out:
+        write_json_result(Path(args.out), doc, kind="fuzz_results", legacy_keys=RESULTS_LEGACY_KEYS)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"xfc fuzz --networks: {doc['passed']}/{len(rows)} networks verified, {len(failures)} failed "
+              f"({doc['duration_s']:.0f} s; worst step at {format_ratio(doc['worst_step_ratio'])}x its bound)")
+        if args.out:
+            print(f"  results: {args.out}")
+    return 4 if failures else 0
+
+
 def cmd_fuzz(args) -> int:
     if args.replay:
         return cmd_replay(args)
+    if args.networks is not None:
+        return cmd_fuzz_networks(args)
     targets = _csv(args.targets) or list(TARGETS)
     for t in targets:
         if t not in TARGETS:
@@ -472,6 +537,11 @@ def register(sub) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--cases", type=int, default=None, metavar="N", help=f"cases to run (default {DEFAULT_CASES})")
     size.add_argument("--time", type=float, default=None, metavar="S", help="run new cases for S seconds instead")
+    size.add_argument("--networks", type=int, default=None, metavar="N",
+                      help="instead of operators: N random small fp32 networks (convolutions, depthwise and grouped, "
+                           "fused activations, residual Add, squeeze-excitation, pooling, Concat, Resize, channel "
+                           "shuffle, BatchNormalization, a classifier head) through `xfc model --emit lib --verify`, "
+                           "alternating --targets host and qemu (snapdragon-865)")
     p.add_argument("--seed", type=int, default=1, help="generation seed: same seed, same cases (default 1)")
     p.add_argument("--targets", default=None, metavar="T,...",
                    help="where to run: host (native gcc), qemu (aarch64 under qemu-aarch64), pocl (OpenCL on PoCL); "

@@ -1,0 +1,222 @@
+"""Random small networks for `xfc fuzz --networks N` (issue 32 item 6): the network runtime end to end.
+
+Each network is drawn from (seed, index) alone: an input of 1-12 channels at 4-19 pixels, then 2-6
+blocks of the node kinds the runtime runs (xfc/model/runtime: convolutions, depthwise and grouped,
+with bias and the fused activations; a residual Add; squeeze-excitation; max and average pooling;
+Concat; nearest Resize; a channel shuffle; BatchNormalization), and sometimes a classifier head
+(GlobalAveragePool, Flatten, Gemm, Softmax). run_network_case builds it as `xfc model NET --emit lib
+--verify` does (the whole network in C, every step checked on its own inputs and the outputs
+against onnxruntime under the derived bound) on the host or, for an ARM description, under qemu.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+OPSET = 17
+ACTIVATIONS = ("none", "relu", "relu6", "hardswish", "sigmoid", "silu", "leakyrelu")
+BLOCKS = ("conv", "depthwise", "grouped", "residual", "se", "pool", "concat", "upsample", "shuffle", "batchnorm")
+
+
+@dataclass(frozen=True)
+class NetworkCase:
+    seed: int
+    index: int
+    hardware: str                 # a description name: 'host' or an ARM one (run under qemu)
+    threads: int
+    model: object = field(repr=False, compare=False)   # onnx.ModelProto
+    blocks: tuple[str, ...] = ()  # what was drawn, in order (for the report)
+    input_shape: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        return (f"net s{self.seed}-n{self.index} {'x'.join(map(str, self.input_shape))} on {self.hardware} "
+                f"t{self.threads}: {' > '.join(self.blocks)}")
+
+
+class _Graph:
+    """Nodes and initializers of one network; shapes tracked as (channels, height, width)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.np_rng = np.random.default_rng(rng.getrandbits(32))
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def const(self, array, prefix: str = "w") -> str:
+        from onnx import numpy_helper
+        name = self.name(prefix)
+        array = np.asarray(array)
+        self.inits.append(numpy_helper.from_array(array if array.dtype == np.int64 else array.astype(np.float32), name))
+        return name
+
+    def rand(self, *shape, scale: float = 1.0) -> np.ndarray:
+        return (self.np_rng.uniform(-1.0, 1.0, size=shape) * scale).astype(np.float32)
+
+    def node(self, op: str, inputs, **attrs) -> str:
+        from onnx import helper
+        out = self.name("t")
+        self.nodes.append(helper.make_node(op, list(inputs), [out], name=self.name(op.lower()), **attrs))
+        return out
+
+    def conv(self, x: str, c_in: int, c_out: int, k: int, stride: int, pad: int, group: int = 1,
+             bias: bool = True) -> str:
+        w = self.const(self.rand(c_out, c_in // group, k, k, scale=1.0 / np.sqrt(c_in // group * k * k)))
+        inputs = [x, w] + ([self.const(self.rand(c_out, scale=0.1), "b")] if bias else [])
+        return self.node("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=group)
+
+    def activation(self, x: str, kind: str) -> str:
+        if kind == "relu":
+            return self.node("Relu", [x])
+        if kind == "relu6":
+            return self.node("Clip", [x, self.const(np.float32(0.0), "lo"), self.const(np.float32(6.0), "hi")])
+        if kind == "hardswish":
+            return self.node("HardSwish", [x])
+        if kind == "sigmoid":
+            return self.node("Sigmoid", [x])
+        if kind == "silu":                 # as exporters write it: x * Sigmoid(x)
+            return self.node("Mul", [x, self.node("Sigmoid", [x])])
+        if kind == "leakyrelu":
+            return self.node("LeakyRelu", [x], alpha=0.1)
+        return x
+
+
+def _out(extent: int, k: int, stride: int, pad: int) -> int:
+    return (extent + 2 * pad - k) // stride + 1
+
+
+def random_network(seed: int, index: int, hardware: str, max_threads: int = 2) -> NetworkCase:
+    """The network of (seed, index): same arguments, same model."""
+    from onnx import TensorProto, helper, shape_inference
+    rng = random.Random(f"xfc-netfuzz:{seed}:{index}")
+    g = _Graph(rng)
+    c, h, w = rng.randint(1, 12), rng.randint(4, 19), rng.randint(4, 19)
+    input_shape = (1, c, h, w)
+    x, drawn = "input", []
+    for _ in range(rng.randint(2, 6)):
+        kind = rng.choice(BLOCKS)
+        act = rng.choice(ACTIVATIONS)
+        if kind in ("conv", "depthwise", "grouped"):
+            k = rng.choice([1, 3, 5] if kind == "conv" else [3, 5])
+            k = min(k, h, w) if min(h, w) >= 3 else 1
+            k = k if k % 2 else max(1, k - 1)
+            pad = rng.choice([0, k // 2]) if min(h, w) >= k else k // 2
+            stride = rng.choice([1, 2]) if min(h, w) >= 6 else 1
+            if kind == "depthwise":
+                group, c_out = c, c * rng.choice([1, 1, 2])
+            elif kind == "grouped":
+                divisors = [d for d in range(2, c) if c % d == 0]
+                if not divisors:
+                    kind, group, c_out = "conv", 1, rng.randint(1, 16)
+                else:
+                    group = rng.choice(divisors)
+                    c_out = group * rng.randint(1, 4)
+            else:
+                group, c_out = 1, rng.randint(1, 16)
+            x = g.activation(g.conv(x, c, c_out, k, stride, pad, group, bias=rng.random() < 0.7), act)
+            c, h, w = c_out, _out(h, k, stride, pad), _out(w, k, stride, pad)
+            drawn.append(f"{kind} {k}x{k}/{stride} g{group} ->{c_out} {act}")
+        elif kind == "residual":
+            y = g.activation(g.conv(x, c, c, 3, 1, 1), rng.choice(("none", "relu", "relu6")))
+            y = g.conv(y, c, c, 1, 1, 0, bias=rng.random() < 0.5)
+            x = g.node("Add", [x, y] if rng.random() < 0.5 else [y, x])
+            if rng.random() < 0.5:
+                x = g.node("Relu", [x])
+            drawn.append("residual add")
+        elif kind == "se":
+            squeezed = max(1, c // 2)
+            s = g.node("GlobalAveragePool", [x])
+            s = g.node("Relu", [g.conv(s, c, squeezed, 1, 1, 0)])
+            s = g.activation(g.conv(s, squeezed, c, 1, 1, 0), rng.choice(("sigmoid", "hardswish")))
+            x = g.node("Mul", [x, s])
+            drawn.append("squeeze-excite")
+        elif kind == "pool" and min(h, w) >= 2:
+            k = rng.choice([2, 3]) if min(h, w) >= 3 else 2
+            stride = rng.choice([1, 2])
+            pad = rng.choice([0, k // 2]) if k == 3 else 0
+            op = rng.choice(("MaxPool", "AveragePool"))
+            attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+            if op == "AveragePool":
+                attrs["count_include_pad"] = rng.choice([0, 1])
+            x = g.node(op, [x], **attrs)
+            h, w = _out(h, k, stride, pad), _out(w, k, stride, pad)
+            drawn.append(f"{op} {k}x{k}/{stride} p{pad}")
+        elif kind == "concat":
+            extra = rng.randint(1, 8)
+            y = g.activation(g.conv(x, c, extra, 1, 1, 0), act)
+            x = g.node("Concat", [x, y] if rng.random() < 0.5 else [y, x], axis=1)
+            c += extra
+            drawn.append(f"concat +{extra}")
+        elif kind == "upsample" and max(h, w) <= 10:
+            scales = g.const(np.array([1.0, 1.0, 2.0, 2.0], np.float32), "scales")
+            x = g.node("Resize", [x, "", scales], mode="nearest")
+            h, w = 2 * h, 2 * w
+            drawn.append("resize x2")
+        elif kind == "shuffle" and any(c % d == 0 for d in (2, 3, 4)):
+            d = next(d for d in (2, 3, 4) if c % d == 0)
+            x = g.node("Reshape", [x, g.const(np.array([1, d, c // d, h, w], np.int64), "shape")])
+            x = g.node("Transpose", [x], perm=[0, 2, 1, 3, 4])
+            x = g.node("Reshape", [x, g.const(np.array([1, c, h, w], np.int64), "shape")])
+            drawn.append(f"shuffle g{d}")
+        elif kind == "batchnorm":
+            scale = g.const(1.0 + 0.5 * g.rand(c))
+            shift, mean = g.const(g.rand(c, scale=0.2)), g.const(g.rand(c, scale=0.3))
+            var = g.const(1.0 + 0.5 * np.abs(g.rand(c)))
+            x = g.node("BatchNormalization", [x, scale, shift, mean, var], epsilon=1e-5)
+            drawn.append("batchnorm")
+    if rng.random() < 0.4:
+        classes = rng.randint(1, 10)
+        x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+        x = g.node("Gemm", [x, g.const(g.rand(classes, c, scale=1.0 / np.sqrt(c))), g.const(g.rand(classes))],
+                   transB=1)
+        if rng.random() < 0.5:
+            x = g.node("Softmax", [x], axis=1)
+        drawn.append(f"head ->{classes}")
+    graph = helper.make_graph(g.nodes, f"netfuzz_{seed}_{index}",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(input_shape))],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    inferred = shape_inference.infer_shapes(model)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    threads = rng.randint(1, max(1, max_threads))
+    return NetworkCase(seed=seed, index=index, hardware=hardware, threads=threads, model=model,
+                       blocks=tuple(drawn), input_shape=input_shape)
+
+
+@dataclass(frozen=True)
+class NetworkResult:
+    status: str                   # 'pass', 'fail' (not verified), 'error' (xfc refused or crashed)
+    seconds: float
+    detail: str = ""
+    worst_step_ratio: Optional[float] = None
+    steps: int = 0
+
+
+def run_network_case(case: NetworkCase, work_dir: Path) -> NetworkResult:
+    """`xfc model NET --hw HW --emit lib --verify --threads T` on the case, in this process."""
+    import onnx
+    from ..errors import XfcError
+    from ..api import load_hardware
+    from ..model.runtime.network import run_network_model
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / "net.onnx"
+    onnx.save(case.model, str(path))
+    started = time.perf_counter()
+    try:
+        report = run_network_model(path, load_hardware(case.hardware), work_dir / "out", threads=case.threads,
+                                   verify=True, seed=case.index)
+    except XfcError as exc:
+        return NetworkResult("error", time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+    v = report["verification"]
+    return NetworkResult("pass" if v["verified"] else "fail", time.perf_counter() - started,
+                         "" if v["verified"] else f"not verified: steps failed {v['layers_failed'][:5]}",
+                         v["worst_layer_ratio"], report["network"]["steps"])
