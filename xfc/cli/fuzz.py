@@ -349,10 +349,32 @@ def _shrink_failure(pool: WorkerPool, case: FuzzCase, result: CaseResult, attemp
 NETWORK_HARDWARE = {"host": "host", "qemu": "snapdragon-865"}   # --networks: where each target runs them
 
 
+def run_network_case(case, work_dir: Path) -> dict:
+    """`xfc model NET --hw HW --emit lib --verify --threads T` on a drawn network, in this process:
+    status 'pass', 'fail' (not verified) or 'error' (refused or failed), seconds, steps, worst step ratio."""
+    import onnx
+    from ..api import load_hardware
+    from ..model.runtime.network import run_network_model
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / "net.onnx"
+    onnx.save(case.model, str(path))
+    started = time.perf_counter()
+    try:
+        report = run_network_model(path, load_hardware(case.hardware), work_dir / "out", threads=case.threads,
+                                   verify=True, seed=case.index)
+    except XfcError as exc:
+        return {"status": "error", "seconds": time.perf_counter() - started, "steps": 0, "worst_step_ratio": None,
+                "detail": f"{type(exc).__name__}: {exc}"}
+    v = report["verification"]
+    return {"status": "pass" if v["verified"] else "fail", "seconds": time.perf_counter() - started,
+            "steps": report["network"]["steps"], "worst_step_ratio": v["worst_layer_ratio"],
+            "detail": "" if v["verified"] else f"not verified: steps failed {v['layers_failed'][:5]}"}
+
+
 def cmd_fuzz_networks(args) -> int:
     """--networks N: random small networks through the network runtime (xfc.testing.netfuzz), one at a
     time in this process (each runs its benchmark program as a child), host and qemu alternating."""
-    from ..testing.netfuzz import random_network, run_network_case
+    from ..testing.netfuzz import random_network
     if args.networks < 1:
         raise OperatorError(f"--networks must be >= 1, got {args.networks}")
     targets = _csv(args.targets) or ["host", "qemu"]
@@ -375,19 +397,18 @@ def cmd_fuzz_networks(args) -> int:
             case = random_network(args.seed, index, NETWORK_HARDWARE[target], max_threads=cores[target])
             result = run_network_case(case, scratch / f"net{index}")
             rows.append({"index": index, "target": target, "hardware": case.hardware, "threads": case.threads,
-                         "input": list(case.input_shape), "blocks": list(case.blocks), "status": result.status,
-                         "seconds": round(result.seconds, 3), "steps": result.steps,
-                         "worst_step_ratio": result.worst_step_ratio, "detail": result.detail})
+                         "input": list(case.input_shape), "blocks": list(case.blocks), **result,
+                         "seconds": round(result["seconds"], 3)})
             if not args.quiet:
-                print(f"xfc fuzz: [{index + 1}/{args.networks}] {result.status} ({result.seconds:.1f} s) "
+                print(f"xfc fuzz: [{index + 1}/{args.networks}] {result['status']} ({result['seconds']:.1f} s) "
                       f"{case.describe()}", file=sys.stderr, flush=True)
-            if result.status != "pass":
-                saved = Path(args.save_dir) / f"net-s{args.seed}-n{index}-{result.status}.onnx"
+            if result["status"] != "pass":
+                saved = Path(args.save_dir) / f"net-s{args.seed}-n{index}-{result['status']}.onnx"
                 write_owned_file(saved, case.model.SerializeToString(), lambda existing: False, option="--save-dir")
                 replay = (f"xfc model {saved} --hw {case.hardware} --emit lib --verify --threads {case.threads} "
                           f"--seed {index}")
                 failures.append({**rows[-1], "saved": str(saved), "replay": replay})
-                print(f"xfc fuzz: FAIL {result.status}: {case.describe()}\n    {result.detail}\n"
+                print(f"xfc fuzz: FAIL {result['status']}: {case.describe()}\n    {result['detail']}\n"
                       f"    saved {saved}; reproduce with: {replay}", file=sys.stderr, flush=True)
     ratios = [r["worst_step_ratio"] for r in rows if r["worst_step_ratio"] is not None]
     doc = {"xfc_fuzz_results": 1, "kind": "networks", "command": command_text(

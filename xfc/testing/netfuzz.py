@@ -4,17 +4,15 @@ Each network is drawn from (seed, index) alone: an input of 1-12 channels at 4-1
 blocks of the node kinds the runtime runs (xfc/model/runtime: convolutions, depthwise and grouped,
 with bias and the fused activations; a residual Add; squeeze-excitation; max and average pooling;
 Concat; nearest Resize; a channel shuffle; BatchNormalization), and sometimes a classifier head
-(GlobalAveragePool, Flatten, Gemm, Softmax). run_network_case builds it as `xfc model NET --emit lib
---verify` does (the whole network in C, every step checked on its own inputs and the outputs
-against onnxruntime under the derived bound) on the host or, for an ARM description, under qemu.
+(GlobalAveragePool, Flatten, Gemm, Softmax). `xfc fuzz --networks` (xfc/cli/fuzz.py) builds each as
+`xfc model NET --emit lib --verify` does (the whole network in C, every step checked on its own
+inputs and the outputs against onnxruntime under the derived bound) on the host or, for an ARM
+description, under qemu. This module only draws: it imports nothing of xfc's.
 """
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -190,33 +188,3 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2) -
     threads = rng.randint(1, max(1, max_threads))
     return NetworkCase(seed=seed, index=index, hardware=hardware, threads=threads, model=model,
                        blocks=tuple(drawn), input_shape=input_shape)
-
-
-@dataclass(frozen=True)
-class NetworkResult:
-    status: str                   # 'pass', 'fail' (not verified), 'error' (xfc refused or crashed)
-    seconds: float
-    detail: str = ""
-    worst_step_ratio: Optional[float] = None
-    steps: int = 0
-
-
-def run_network_case(case: NetworkCase, work_dir: Path) -> NetworkResult:
-    """`xfc model NET --hw HW --emit lib --verify --threads T` on the case, in this process."""
-    import onnx
-    from ..errors import XfcError
-    from ..api import load_hardware
-    from ..model.runtime.network import run_network_model
-    work_dir.mkdir(parents=True, exist_ok=True)
-    path = work_dir / "net.onnx"
-    onnx.save(case.model, str(path))
-    started = time.perf_counter()
-    try:
-        report = run_network_model(path, load_hardware(case.hardware), work_dir / "out", threads=case.threads,
-                                   verify=True, seed=case.index)
-    except XfcError as exc:
-        return NetworkResult("error", time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-    v = report["verification"]
-    return NetworkResult("pass" if v["verified"] else "fail", time.perf_counter() - started,
-                         "" if v["verified"] else f"not verified: steps failed {v['layers_failed'][:5]}",
-                         v["worst_layer_ratio"], report["network"]["steps"])
