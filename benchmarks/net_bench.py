@@ -12,8 +12,8 @@ which synthesizes the network's kernels for T threads, builds the library and it
 and times the program (its own C loop, median of RUNS after 3 warm-ups) alternately with
 onnxruntime's whole session.run (same inputs, intra_op_num_threads = T, default optimizations),
 three rounds each; the medians of the round medians are compared (speedup = onnxruntime / xfc).
-With more than one thread both runtimes' idle threads sleep (--thread-wait passive, the default: on
-a shared machine spinning threads make both several times slower; xfc/model/runtime/bench.py).
+With more than one thread both runtimes keep their defaults (--thread-wait spin: idle threads spin a
+while, then sleep; --thread-wait passive for a shared, loaded machine: xfc/model/runtime/bench.py).
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
 
@@ -95,8 +95,9 @@ def main(argv=None) -> int:
                         help="also time every step (xfc model --profile): the slowest eight per row in the JSON")
     parser.add_argument("--out-name", default="net_bench.json",
                         help="the results file's name in --results (default net_bench.json)")
-    parser.add_argument("--thread-wait", choices=("passive", "spin"), default="passive",
-                        help="idle threads of both runtimes sleep (passive, default) or spin (xfc model --thread-wait)")
+    parser.add_argument("--thread-wait", choices=("spin", "passive"), default="spin",
+                        help="idle threads of both runtimes spin a while (spin, default: the runtimes' defaults) or "
+                             "sleep at once (passive; xfc model --thread-wait)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     archs = [a.strip() for a in args.only.split(",") if a.strip()]

@@ -117,10 +117,11 @@ def register(sub) -> None:
                         "weights file, the benchmark program's source, CMakeLists.txt and manifest.json, written into "
                         "DIR itself, beside report.json; --verify / --bench then run the network's benchmark program: "
                         "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device)")
-    p.add_argument("--thread-wait", choices=("passive", "spin"), default="passive",
+    p.add_argument("--thread-wait", choices=("spin", "passive"), default="spin",
                    help="with --emit lib --bench and more than one thread: how idle threads wait, the same for xfc "
-                        "and onnxruntime: passive (default: they sleep; OMP_WAIT_POLICY=passive, onnxruntime without "
-                        "spinning: what a shared, loaded machine needs) or spin (both runtimes' defaults)")
+                        "and onnxruntime: spin (default: both runtimes' defaults, what an app gets: they spin a while, "
+                        "then sleep) or passive (they sleep at once, OMP_WAIT_POLICY=passive and onnxruntime without "
+                        "spinning: for a shared machine whose cores are busy; each parallel region then pays a wake-up)")
     p.add_argument("--profile", action="store_true",
                    help="with --emit lib --bench: one more set of runs with the benchmark program's --profile (a "
                         "timestamp after every step) and the time of each step in the report: where the network's time "

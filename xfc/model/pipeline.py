@@ -90,7 +90,7 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
               target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
               toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20,
               progress: Optional[Callable[[str], None]] = None, embed_weights: bool = False,
-              thread_wait: str = "passive", profile: bool = False) -> dict:
+              thread_wait: str = "spin", profile: bool = False) -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
     xfc Runner for that device when the caller made one already (it read the device's identity);

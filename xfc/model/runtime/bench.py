@@ -11,13 +11,14 @@ ARM descriptions run the program under qemu-aarch64 (emulated: a functional run,
 timing) or on a device through the ADB runner (pinned to the cluster, telemetry recorded); nothing
 is compared there (onnxruntime runs on this machine, not on the device).
 
-Thread waiting (more than one thread), the same for both: 'passive' (the default) lets idle threads
-sleep between parallel regions (the program runs with OMP_WAIT_POLICY=passive; onnxruntime with
-session.intra_op.allow_spinning=0); 'spin' keeps both runtimes' defaults (libgomp's and onnxruntime's
-threads spin before they sleep). On a shared machine whose cores are busy with other work, spinning
-threads steal the time of the threads they wait for: both runtimes get several times slower, so
-the passive policy is the one whose figures mean something there; an idle machine or a phone may
-prefer 'spin'.
+Thread waiting (more than one thread), the same for both: 'spin' (the default) keeps both runtimes'
+defaults, what an app gets (libgomp's and onnxruntime's idle threads spin a while before they sleep);
+'passive' lets idle threads sleep at once (the program runs with OMP_WAIT_POLICY=passive; onnxruntime
+with session.intra_op.allow_spinning=0). A network's steps are parallel regions one after another,
+and waking a sleeping thread costs tens of microseconds per region (71 us against 0.7 us on the
+2-vCPU EPYC host, benchmarks/thread_wake.py): passive made ShuffleNet at 2 threads 2.6x slower than
+at 1. 'passive' is for a shared machine whose cores are busy with other work, where spinning threads
+steal the time of the threads they wait for and both runtimes get several times slower.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def program_env(wait: str) -> tuple[tuple[str, str], ...]:
     return (("OMP_WAIT_POLICY", "passive"),) if wait == "passive" else ()
 
 
-def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int, wait: str = "passive"):
+def time_onnxruntime(loaded, feeds, *, threads: int, warmup: int, runs: int, wait: str = "spin"):
     """(per-run seconds of session.run, label)."""
     try:
         import onnxruntime as ort
@@ -101,7 +102,7 @@ def step_profile(program, steps_ms) -> list[dict]:
 
 
 def bench_program(lowered, rendered, feeds, exe: Path, weights: Path, scratch: Path, prog_runner, *, threads: int,
-                  runs: int, compare: bool, say, rounds: int, warmup: int = 3, wait: str = "passive",
+                  runs: int, compare: bool, say, rounds: int, warmup: int = 3, wait: str = "spin",
                   profile: bool = False) -> dict:
     program = lowered.program
     run_dir = scratch / "bench"

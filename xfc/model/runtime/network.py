@@ -67,7 +67,7 @@ def _program_runner(hw, device, runner, cluster):
 
 def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, threads=None, verify=False,
                       explain=False, force=False, seed=0, device=None, runner=None, toolchain_env=None,
-                      bench=False, repeat=20, embed_weights=False, thread_wait="passive", profile=False,
+                      bench=False, repeat=20, embed_weights=False, thread_wait="spin", profile=False,
                       progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model --emit lib` (module docstring); returns the report."""
     from .execute import QemuProgram
