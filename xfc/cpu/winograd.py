@@ -326,11 +326,21 @@ def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
 
 
 def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
-                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles") -> WinogradStages:
-    """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is the roofline
-    estimate of gemm_problem under sched with A not packed on the call (U is pre-packed, or V is
-    read in place), its column tail scored as its own micro-kernel; the micro-tiles are scored by
-    evaluator (default: the static issue model)."""
+                constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles",
+                gemm: Optional[CostEstimate] = None) -> WinogradStages:
+    """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is winograd_gemm's
+    estimate (given as `gemm` when the caller has it: it does not depend on the Winograd-only constants)."""
+    if gemm is None:
+        gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
+    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
+                       parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc)
+
+
+def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
+                  constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles") -> CostEstimate:
+    """One of a Winograd plan's a^2 GEMMs: the roofline estimate of gemm_problem under sched with A
+    not packed on the call (U is pre-packed, or V is read in place), its column tail scored as its
+    own micro-kernel; the micro-tiles are scored by evaluator (default: the static issue model)."""
     evaluator = evaluator or StaticEvaluator()
     tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
     score = evaluator.evaluate(tile, cluster.core, isa)
@@ -346,15 +356,21 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
         factor = (full + max(problem.m - full, sched.mr * ROW_TAIL_MIN_SHARE)) / problem.m
         parts = tuple((name, t * factor if name == "compute" else t) for name, t in gemm.seconds_by_bound)
         gemm = replace(gemm, seconds_by_bound=parts, predicted_s=max(t for _, t in parts))
-    return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
-                       parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc)
+    return gemm
 
 
 def stages_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
-                   evaluator=None) -> WinogradStages:
+                   evaluator=None, gemm: Optional[CostEstimate] = None) -> WinogradStages:
     """plan_stages for a Winograd plan as it stands (its m, GEMM schedule and vector axis)."""
     return plan_stages(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
-                       evaluator, plan.winograd_vectors)
+                       evaluator, plan.winograd_vectors, gemm)
+
+
+def gemm_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
+                 evaluator=None) -> CostEstimate:
+    """winograd_gemm for a Winograd plan as it stands."""
+    return winograd_gemm(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
+                         evaluator, plan.winograd_vectors)
 
 
 def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:

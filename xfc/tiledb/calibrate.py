@@ -254,14 +254,16 @@ def training_cases() -> list[TrainingCase]:
     return cases
 
 
-def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, constants: CostConstants) -> float:
-    """The cost model's time for the plan that ran, under `constants`."""
+def predicted_s(item: Measured, hw: HardwareDescription, cluster: CpuCluster, constants: CostConstants,
+                gemm=None) -> float:
+    """The cost model's time for the plan that ran, under `constants` (a Winograd plan's GEMM estimate
+    given as `gemm` when the caller has it for these constants' non-Winograd fields)."""
     plan = item.plan
     if plan.depthwise is not None:
         return depthwise_estimate(item.spec, hw, cluster, plan.depthwise, plan.vector_lanes, constants).predicted_s
     if plan.lowering == "winograd":
         from ..cpu.winograd import stages_of_plan   # the plan's stages: transforms, tile traffic, GEMMs
-        return stages_of_plan(plan, hw, cluster, constants).total_s
+        return stages_of_plan(plan, hw, cluster, constants, gemm=gemm).total_s
     g = plan.gemm
     tile = MicroTile(mr=g.mr, nr_vectors=g.nr // plan.vector_lanes, lanes=plan.vector_lanes, a_load_bits=g.a_load_bits)
     score = StaticEvaluator().evaluate(tile, cluster.core, plan.isa)
@@ -324,9 +326,9 @@ def _distance_from_static(constants: CostConstants) -> float:
 
 class _Objective:
     """The fit's objective over one set of measurements (module docstring). Predictions of the
-    non-Winograd plans do not depend on the Winograd-only fields (winograd_only), so they are
-    remembered under the other fields' values: the Winograd moves, most of the descent,
-    re-estimate only Winograd plans."""
+    non-Winograd plans, and the GEMM estimates of the Winograd plans, do not depend on the
+    Winograd-only fields (winograd_only), so they are remembered under the other fields' values:
+    the Winograd moves, most of the descent, re-estimate only the Winograd plans' other stages."""
 
     def __init__(self, items: Sequence[Measured], hw, cluster, rank_weight: float, regularization: float):
         self.items, self.hw, self.cluster = list(items), hw, cluster
@@ -337,6 +339,7 @@ class _Objective:
         self.other_fields = [f for f in DEFAULT_CONSTANTS.as_dict() if not winograd_only(f)]
         self._cache: dict[tuple, list[float]] = {}
         self._scores: dict[CostConstants, float] = {}
+        self._gemms: dict[tuple, list] = {}
 
     def log_predicted(self, constants: CostConstants) -> list[float]:
         key = tuple(getattr(constants, f) for f in self.other_fields)
@@ -345,8 +348,13 @@ class _Objective:
             others = [0.0 if w else math.log(predicted_s(i, self.hw, self.cluster, constants))
                       for i, w in zip(self.items, self.winograd)]
             self._cache[key] = others
-        return [math.log(predicted_s(i, self.hw, self.cluster, constants)) if w else o
-                for i, w, o in zip(self.items, self.winograd, others)]
+        gemms = self._gemms.get(key)
+        if gemms is None:    # a Winograd plan's GEMMs move with the other fields only
+            from ..cpu.winograd import gemm_of_plan
+            gemms = self._gemms[key] = [gemm_of_plan(i.plan, self.hw, self.cluster, constants) if w else None
+                                        for i, w in zip(self.items, self.winograd)]
+        return [math.log(predicted_s(i, self.hw, self.cluster, constants, gemm)) if w else o
+                for i, w, o, gemm in zip(self.items, self.winograd, others, gemms)]
 
     def __call__(self, constants: CostConstants) -> float:
         # a descent retries the moves of its last sweep from the same point, and two starts often
