@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 HAVE_HOST = shutil.which("gcc") is not None and os.uname().machine == "x86_64"
 HAVE_ARM = shutil.which(ARM_CC) is not None and shutil.which(QEMU) is not None
 
+CI_FUZZ_CASES = 150   # test_short_fixed_seed_fuzz_on_every_target: a third per target
+
 
 def _have_pocl() -> bool:
     try:
@@ -470,19 +472,22 @@ def test_pool_reports_a_dead_worker_as_a_crash_and_carries_on(tmp_path):
 @needs_arm
 @needs_pocl
 def test_short_fixed_seed_fuzz_on_every_target(tmp_path):
-    """The CI fuzz of issue 9: `xfc fuzz --cases 300 --seed 1` on host, qemu and PoCL (~1-2 min)."""
+    """The CI fuzz of issue 9: `xfc fuzz --cases 150 --seed 1` on host, qemu and PoCL, every dtype.
+    150, not issue 9's 300: the whole suite must stay within `make test`'s budget, and 300 cases took
+    4 minutes of it on a 2-vCPU host; the breadth is the soak's (`make soak`, 10,000 cases)."""
     out = tmp_path / "results.json"
-    proc = _run_xfc("fuzz", "--cases", "300", "--seed", "1", "--jobs", "2", "--json", "--out", str(out),
+    proc = _run_xfc("fuzz", "--cases", str(CI_FUZZ_CASES), "--seed", "1", "--jobs", "2", "--json", "--out", str(out),
                     "--save-dir", str(tmp_path / "saved"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     written = json.loads(out.read_text())
     assert written.pop("xfc_output")["kind"] == "fuzz_results" and doc == written
-    assert doc["cases"] == 300 and doc["failures"] == 0 and doc["failed_cases"] == []
-    assert {t: v["cases"] for t, v in doc["by_target"].items()} == {"host": 100, "qemu": 100, "pocl": 100}
-    assert sum(v["cases"] for v in doc["by_operator"].values()) == 300
+    third = CI_FUZZ_CASES // 3
+    assert doc["cases"] == CI_FUZZ_CASES and doc["failures"] == 0 and doc["failed_cases"] == []
+    assert {t: v["cases"] for t, v in doc["by_target"].items()} == {"host": third, "qemu": third, "pocl": third}
+    assert sum(v["cases"] for v in doc["by_operator"].values()) == CI_FUZZ_CASES
     assert 0 < doc["worst_error_ratio"] <= 1 and doc["seed"] == 1 and doc["machine"]["cpus"] >= 1
-    assert "300/300 cases, 0 failed" in proc.stderr
+    assert f"{CI_FUZZ_CASES}/{CI_FUZZ_CASES} cases, 0 failed" in proc.stderr
     assert not (tmp_path / "saved").exists() and [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
