@@ -169,6 +169,13 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2) -
             var = g.const(1.0 + 0.5 * np.abs(g.rand(c)))
             x = g.node("BatchNormalization", [x, scale, shift, mean, var], epsilon=1e-5)
             drawn.append("batchnorm")
+    if not any(b.startswith(("conv", "depthwise", "grouped", "residual", "squeeze", "concat")) for b in drawn):
+        # a network of data movement alone has nothing for xfc to synthesize (--emit lib refuses it):
+        # end it with a 1x1 convolution
+        c_out = rng.randint(1, 16)
+        x = g.conv(x, c, c_out, 1, 1, 0)
+        c = c_out
+        drawn.append(f"conv 1x1/1 g1 ->{c_out} none")
     if rng.random() < 0.4:
         classes = rng.randint(1, 10)
         x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
