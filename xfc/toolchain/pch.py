@@ -32,8 +32,10 @@ from .tools import COMPILE_TIMEOUT_S, digest, run
 HEADER_NAME = "xfc_isa.h"
 # the one header per architecture worth precompiling: the others together parse in ~0.05 s
 ISA_HEADERS = ("immintrin.h", "arm_neon.h")
-# flags that only name outputs or link steps: left out of the digest, so one .gch serves both
-_LINK_ONLY = frozenset({"-shared", "-static", "-c"})
+# flags that only choose what the compile outputs (object, assembly, a linked file): not given to the
+# header's compile (-S there would write assembly, not a .gch) and left out of the digest, so one
+# .gch serves a kernel's build and its llvm-mca assembly alike
+_OUTPUT_KIND = frozenset({"-shared", "-static", "-c", "-S"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,15 +72,15 @@ def include_flags(cc: str, flags: Sequence[str], sources: Sequence[str],
     identity = _compiler_identity(cc_path) if cc_path else None
     if header is None or identity is None:
         return []
-    flags = [f for f in flags if f not in _LINK_ONLY]
+    flags = [f for f in flags if f not in _OUTPUT_KIND]
     text = f"/* xfc: precompiled for {' '.join(flags)} */\n#include <{header}>\n"
     directory = settings.cache_dir(environ) / "pch" / digest(identity, *flags, text)
-    if not (directory / f"{HEADER_NAME}.gch").exists() and not _build(cc_path, flags, text, directory):
+    if not (directory / f"{HEADER_NAME}.gch").exists() and not _build(cc_path, flags, header, text, directory):
         return []
     return ["-include", str(directory / HEADER_NAME)]
 
 
-def _build(cc_path: str, flags: list[str], text: str, directory: Path) -> bool:
+def _build(cc_path: str, flags: list[str], header: str, text: str, directory: Path) -> bool:
     """Compile the header into directory (staged beside it, renamed into place: concurrent builders
     race harmlessly). False when it cannot be done."""
     try:
@@ -89,7 +91,7 @@ def _build(cc_path: str, flags: list[str], text: str, directory: Path) -> bool:
     try:
         (staging / HEADER_NAME).write_text(text)
         proc = run([cc_path, *flags, "-x", "c-header", HEADER_NAME, "-o", f"{HEADER_NAME}.gch"],
-                   f"precompiling <{text.split('<')[1].split('>')[0]}>", COMPILE_TIMEOUT_S, cwd=staging, check=False)
+                   f"precompiling <{header}>", COMPILE_TIMEOUT_S, cwd=staging, check=False)
         if proc.returncode != 0:
             return False
         try:
