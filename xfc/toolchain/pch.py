@@ -94,10 +94,11 @@ def _build(cc_path: str, flags: list[str], header: str, text: str, directory: Pa
                    f"precompiling <{header}>", COMPILE_TIMEOUT_S, cwd=staging, check=False)
         if proc.returncode != 0:
             return False
-        try:
-            os.rename(staging, directory)
-        except OSError:          # another process put it there first
-            pass
+        if not directory.exists():   # never over a directory already there (rename would replace an empty one)
+            try:
+                os.rename(staging, directory)
+            except OSError:          # another process put it there first
+                pass
         return (directory / f"{HEADER_NAME}.gch").exists()
     except (OSError, ToolchainError):
         return False
