@@ -30,7 +30,7 @@ from ..errors import OperatorError
 from ..ops.spec import NETWORK_ACTIVATIONS, Conv2dSpec, DepthwiseSpec, MatmulSpec, gemm_view
 from ..ops.dtypes import kernel_abi
 from ..paths import TEMPLATES_DIR
-from . import neon_asm, winograd
+from . import neon_asm, winograd, x86_asm
 from .ir import A_PACKS, C_STORES, LOOP_ORDERS, ROW_TAILS, STAGE_COPIES, UKERNELS, CpuKernelPlan
 from .isa import ISA_TABLE, ISAS
 from .tiles import a_load_groups   # the planner's A-load groups (tiles.py budgets their registers)
@@ -179,7 +179,12 @@ def validate_plan(plan: CpuKernelPlan) -> None:
     if row.lane_indexed and g.a_load_bits not in (64, 128):
         raise OperatorError(f"gemm schedule a_load_bits={g.a_load_bits} must be 64 or 128 for neon")
     _one_of("gemm schedule ukernel", g.ukernel, UKERNELS)
-    if g.ukernel != "intrinsics":
+    if g.ukernel != "intrinsics" and plan.isa in x86_asm.DIALECTS:
+        regs = x86_asm.register_count(g.mr, g.nr // lanes)
+        if g.ukernel != "asm_out_of_order" or regs > x86_asm.VECTOR_REGISTERS[plan.isa]:
+            raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' on isa {plan.isa} needs 'asm_out_of_order' and "
+                                f"at most {x86_asm.VECTOR_REGISTERS[plan.isa]} vector registers ({regs})")
+    elif g.ukernel != "intrinsics":
         groups = a_load_groups(plan.isa, g.mr, g.a_load_bits)
         regs = neon_asm.register_count(g.mr, g.nr // lanes, groups)
         if (not (row.asm_ukernels and row.target_arch == "aarch64") or g.a_pack == "direct"
@@ -273,6 +278,10 @@ def _asm_kloop(plan: CpuKernelPlan, variant: dict) -> Optional[dict]:
     if g.ukernel == "intrinsics":
         return None
     row = ISA_TABLE[plan.isa]
+    if plan.isa in x86_asm.DIALECTS:
+        kloop = x86_asm.render_x86_kloop(plan.isa, variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack,
+                                         g.mr if g.a_pack == "packed" else 1, g.nr, g.k_unroll)
+        return {**kloop, "order": g.ukernel, "elem": row.elem_type}
     kloop = neon_asm.render_asm_kloop(variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack, g.mr,
                                       g.k_unroll, g.ukernel, row.elem_bits, row.indexed_registers)
     return {**kloop, "order": g.ukernel, "elem": row.elem_type}

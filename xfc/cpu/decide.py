@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..hardware.model import CpuCore
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec
-from . import neon_asm
+from . import neon_asm, x86_asm
 from .isa import IsaRow
 
 LOOP_ORDER = "jr_ir"          # BLIS order: the KC x NR B micro-panel stays in L1 while every A panel passes
@@ -62,9 +62,18 @@ def stage_copy(spec: OperatorSpec, transposed: bool) -> str:
 def gemm_ukernel(row: IsaRow, core: Optional[CpuCore], registers: int) -> str:
     """How the full tile's K loop is written. On a NEON core with a description, inline assembly
     with registers allocated from the plan (GCC's allocation spills large tiles and turns 64-bit A
-    loads into scalar loads: ../shared/reference/arm-mca.md), ordered for the core's pipeline; the
-    tile must fit the register file with nothing left to the compiler. Else intrinsics."""
-    if core is None or not row.lane_indexed or registers > min(core.vector_registers, 32):
+    loads into scalar loads: ../shared/reference/arm-mca.md), ordered for the core's pipeline; on an
+    AVX2 core likewise (GCC spills accumulators and reloads B inside the FMAs of tiles that fill
+    the 16-register file; x86_asm.CHOSEN_DIALECTS says why not yet AVX-512), out of order. The tile must fit the register file
+    with nothing left to the compiler. Else intrinsics."""
+    if core is None:
+        return "intrinsics"
+    if row.name in x86_asm.DIALECTS:
+        if row.name not in x86_asm.CHOSEN_DIALECTS:
+            return "intrinsics"
+        fits = registers <= min(core.vector_registers, x86_asm.VECTOR_REGISTERS[row.name])
+        return "asm_out_of_order" if fits else "intrinsics"
+    if not row.lane_indexed or registers > min(core.vector_registers, 32):
         return "intrinsics"
     return "asm_in_order" if core.pipeline == "in_order" else "asm_out_of_order"
 

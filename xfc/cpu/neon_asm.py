@@ -227,7 +227,7 @@ def render_asm_kloop(rows: int, nvec: int, a_groups: list[dict], a_pack: str, mr
     layout = ("A v0.., then the accumulators, then B" if regs.a and regs.a[0] == 0
               else "accumulators v0.., then B, then A")
     return {"lines": lines, "clobbers": [f"v{r}" for r in regs.used], "registers": len(regs.used),
-            "koff_ahead": ahead, "layout": layout}
+            "koff_ahead": ahead, "layout": layout, "align": 16}
 
 
 # ---------------------------------------------------------------------------------------------
