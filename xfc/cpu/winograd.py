@@ -37,6 +37,7 @@ from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, Cos
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
+from . import x86_asm
 from .plans import hand_plan
 from .tiles import FLOAT_BYTES, ROW_TAIL_MIN_SHARE, MicroTile, round_up
 
@@ -389,14 +390,16 @@ def winograd_estimate(spec: Conv2dSpec, stages: WinogradStages) -> CostEstimate:
 # Plans
 # ---------------------------------------------------------------------------------------------
 
-def winograd_schedule(sched: GemmSchedule, vectors: str = "tiles") -> GemmSchedule:
+def winograd_schedule(sched: GemmSchedule, vectors: str = "tiles", isa: str = "") -> GemmSchedule:
     """A grown GEMM schedule as the Winograd GEMM stage runs it. Vectors over tiles: U arrives
     pre-packed as MR-row panels (a_pack 'packed') and V is written packed by the input transform.
     Over channels: V, written row by row by the input transform, is read in place (a_pack
-    'direct') and U is pre-packed as NR-column panels (the B operand), with the intrinsics
-    micro-kernels (the NEON inline-assembly ones read packed A). Nothing is staged."""
+    'direct') and U is pre-packed as NR-column panels (the B operand); the NEON inline-assembly
+    K loop reads packed A only, so NEON takes the intrinsics there (the x86 one reads A in place
+    too). Nothing is staged."""
     if vectors == "channels":
-        return replace(sched, a_pack="direct", c_store="direct", stage_copy="none", ukernel="intrinsics")
+        ukernel = sched.ukernel if isa in x86_asm.DIALECTS else "intrinsics"
+        return replace(sched, a_pack="direct", c_store="direct", stage_copy="none", ukernel=ukernel)
     return replace(sched, a_pack="packed", c_store="direct", stage_copy="none")
 
 
@@ -444,7 +447,7 @@ def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedul
               header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
               qemu_cpu: str = "", vectors: str = "tiles") -> CpuKernelPlan:
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING,
-                         gemm=winograd_schedule(sched, vectors), depthwise=None, function_name=function_name,
+                         gemm=winograd_schedule(sched, vectors, isa), depthwise=None, function_name=function_name,
                          header_lines=header_lines, hardware_name=hardware_name, gcc_march=gcc_march,
                          qemu_cpu=qemu_cpu, winograd_m=m, winograd_vectors=vectors)
 
@@ -529,11 +532,12 @@ def validate(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule loop_order '{g.loop_order}' / ukernel '{g.ukernel}' not known")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
-    if g.ukernel != "intrinsics" and plan.winograd_vectors == "channels":
+    if g.ukernel != "intrinsics" and plan.winograd_vectors == "channels" and plan.isa not in x86_asm.DIALECTS:
         raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' reads packed A; the winograd GEMMs with vectors "
                             f"over channels read V in place (ukernel 'intrinsics')")
-    if g.ukernel != "intrinsics" and plan.isa != "neon":
-        raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon (isa {plan.isa})")
+    if g.ukernel != "intrinsics" and plan.isa not in ("neon",) + x86_asm.DIALECTS:
+        raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' needs isa neon, "
+                            f"{' or '.join(x86_asm.DIALECTS)} (isa {plan.isa})")
     if g.mr > 64 or g.nr // plan.vector_lanes > 16:
         raise OperatorError(f"gemm register tile {g.mr}x{g.nr} is too large to unroll")
 
@@ -675,7 +679,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             problem = gemm_problem(spec, m, axis)
             ranked = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)
             for candidate in ranked[:STAGE_CANDIDATES]:
-                base = streamed_in_one_slice(winograd_schedule(candidate.sched, axis), spec, m, hw, isa, axis)
+                base = streamed_in_one_slice(winograd_schedule(candidate.sched, axis, isa), spec, m, hw, isa, axis)
                 for trial in split_variants(base, spec, m, cluster, axis):
                     trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
                     trial_key = trial_stages.total_s * split_penalty(trial, axis)
