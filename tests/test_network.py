@@ -381,3 +381,43 @@ def test_fuzz_networks_verify_on_the_host_and_under_qemu(tmp_path, capsys):
     assert doc["rows"][1]["blocks"] == ["grouped 3x3/1 g3 ->12 relu6", "shuffle g2"]
     assert all(r["steps"] >= 1 and r["worst_step_ratio"] <= 1 for r in doc["rows"])
     assert "4/4 networks verified" in captured.out and not (tmp_path / "saved").exists()
+
+
+# Pooling attributes the families do not reach: ceil_mode, asymmetric pads, dilations (MaxPool), both
+# count_include_pad values, windows that stick out past the padded image, kernels larger than the stride.
+POOLS = (
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 2], strides=[1, 3], pads=[0, 1, 2, 1], dilations=[2, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 2], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2], count_include_pad=0)),
+)
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_pooling_matches_onnxruntime_on_every_attribute(tmp_path):
+    """MaxPool and AveragePool in the runtime (templates/runtime/ops.c.j2: the row buffer padded with
+    the identity, counts per row and column) against onnxruntime, one output per configuration, on
+    ragged planes (13 x 11), two threads so that planes split. Max pooling must be exact."""
+    import xfc
+    import onnxruntime as ort
+    b = nets.Builder(23)
+    # a network needs one xfc kernel: a 1x1 convolution with identity weights passes x through exactly
+    y = b.node("Conv", ["x", b.const(np.eye(5, dtype=np.float32).reshape(5, 5, 1, 1))])
+    outputs = [b.node(op, [y], **attrs) for op, attrs in POOLS]
+    model = b.model({"x": [2, 5, 13, 11]}, outputs, opset=13)
+    net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
+    x = np.random.default_rng(9).uniform(-3, 1, size=(2, 5, 13, 11)).astype(np.float32)   # mostly negative: max of pads
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = net(x)
+    for (op, attrs), g, w in zip(POOLS, got, want):
+        assert g.shape == w.shape, (op, attrs, g.shape, w.shape)
+        if op == "MaxPool":
+            assert np.array_equal(g, w), (op, attrs)
+        else:
+            assert np.max(np.abs(g - w)) <= 1e-6 * max(1.0, np.abs(w).max()), (op, attrs, np.max(np.abs(g - w)))
+    net.close()
