@@ -45,13 +45,16 @@ readme-check: setup
 	@$(VENV_PY) scripts/readme_check.py
 
 # Differential fuzzing soak (not in CI): 10,000 random kernels of every dtype (fp32, fp16, int8) on host,
-# qemu-aarch64 and PoCL.
+# qemu-aarch64 and PoCL (~3 h on 2 cores). It can run in shards, each its own seed and file, e.g.
+#   make soak SOAK_CASES=2500 SOAK_SEED=1 SOAK_OUT=benchmarks/results/soak/seed1.json
+# and scripts/soak_summary.py adds up the shards in benchmarks/results/soak/.
 SOAK_CASES ?= 10000
 SOAK_SEED ?= 20240601
 SOAK_JOBS ?= 2
+SOAK_OUT ?= benchmarks/results/fuzz.json
 soak: setup
 	@$(VENV_PY) -m xfc fuzz --cases $(SOAK_CASES) --seed $(SOAK_SEED) --targets host,qemu,pocl --dtype fp32,fp16,int8 \
-		--jobs $(SOAK_JOBS) --out benchmarks/results/fuzz.json
+		--jobs $(SOAK_JOBS) --out $(SOAK_OUT)
 
 # Random small networks through the network runtime (issue 32; not in CI): xfc fuzz --networks,
 # host and snapdragon-865 under qemu alternating -> benchmarks/results/fuzz_networks.json.
