@@ -90,6 +90,10 @@ def test_grouped_convolution_shuffle_split_and_resize_tables(tmp_path):
     grouped = [s for s in shuffle.kernel_steps if s.groups > 1]
     assert {s.name: s.groups for s in grouped} == {"g1_conv": 3, "g1_conv2": 3, "s_gconv": 3}
     assert all(s.spec.c * s.groups == shuffle.shapes[s.input][1] for s in grouped)
+    # the residual Add and the ReLU after it fuse into the grouped conv as into any other: each
+    # group's call adds its slice of the residual (copied into, or living in, the output buffer)
+    g1_conv2 = next(s for s in grouped if s.name == "g1_conv2")
+    assert g1_conv2.residual is not None and g1_conv2.spec.epilogue.describe() == "bias+residual+relu"
     ops = [s.op for s in shuffle.steps if s.kind == "op"]
     assert ops.count("strided_copy") == 2 and "concat" in ops        # the two shuffles; Split is two aliases
     unet = lowered(tmp_path, "un", nets.unet_net()).program

@@ -17,7 +17,8 @@ Epilogue fusion (fuse_epilogues), each only when the kernel's output has one rea
 graph output:
   * a residual Add of two same-shaped tensors, one of them a conv2d / matmul kernel's output: the
     kernel adds the other in its epilogue (Epilogue.residual; the planner places the kernel's output
-    on the addend's buffer when the addend dies there, else the addend is copied there first);
+    on the addend's buffer when the addend dies there, else the addend is copied there first; a
+    grouped conv's per-group calls each add their slice of it);
   * then an activation (Relu, Clip(0, 6), HardSwish, Sigmoid, SiLU, LeakyRelu) into the kernel's
     epilogue (also after a residual: act(conv + bias + residual)).
 
@@ -759,7 +760,7 @@ def fuse_epilogues(program: Program) -> Program:
                 candidates = [(p, t, o) for p, t, o in candidates if p is not None]
                 candidates = [(p, t, o) for p, t, o in candidates
                               if steps[p].spec.name in RESIDUAL_SPECS and steps[p].residual is None
-                              and steps[p].spec.epilogue.activation == "none" and steps[p].groups == 1
+                              and steps[p].spec.epilogue.activation == "none"
                               and (producer(program.root(o)[0]) is None or producer(program.root(o)[0]) < p)]
                 if candidates:
                     p, t, other = max(candidates)   # the later kernel: the addend exists when it runs
