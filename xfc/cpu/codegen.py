@@ -266,6 +266,10 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
                 "name": name, "full": full, "rows": rows, "cols": cols,
                 "nvec": -(-cols // lanes), "mask_lanes": partial if partial and has_mask and not via_local_tile else 0,
                 "via_tile": bool(partial and not has_mask) or via_local_tile,
+                # a transposed C merged by scalar code (c_store 'tile'): bias (one per column) and the
+                # activation are applied in registers when no earlier slice or residual comes first,
+                # on whole vectors only (a partial last vector would load bias past N)
+                "epilogue_in_registers": g.c_store == "tile" and not partial,
                 "a_groups": a_load_groups(plan.isa, rows, g.a_load_bits, row_stride),
             })
             variants[-1]["asm"] = _asm_kloop(plan, variants[-1]) if full else None
