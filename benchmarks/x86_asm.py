@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The AVX2 inline-assembly K loop (xfc/cpu/x86_asm.py) against the intrinsics one, on this host.
+"""The x86 inline-assembly K loop (xfc/cpu/x86_asm.py) against the intrinsics one, on this host.
 
     .venv/bin/python benchmarks/x86_asm.py                     # threads 1,2, every layer below
     .venv/bin/python benchmarks/x86_asm.py --threads 1 --only mbv2_pw_16_96
@@ -12,7 +12,9 @@ its fastest run per round and the median of the rounds is reported (contention o
 The layers: MobileNetV2's 1x1 convolutions (the large-image ones where it lost to onnxruntime and
 the 7x7 ones), a ResNet 3x3 in implicit GEMM and in Winograd, the first 3x3 stride-2 layer of most
 CNNs and a 512^3 matmul. Output: a table and benchmarks/results/x86_asm.json (machine named).
-Needs an AVX2 host; the figures are this machine's only.
+Needs an AVX2 or AVX-512 host (the ISA the host plans use; synthesis chooses the assembly loop on
+AVX2 only, x86_asm.CHOSEN_DIALECTS: run this on an AVX-512 core to decide whether it should there
+too, e.g. with --out benchmarks/results/x86_asm_avx512.json); the figures are this machine's only.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import xfc
+from xfc.cpu import x86_asm
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec
@@ -75,10 +78,14 @@ def main(argv=None) -> int:
             spec = _spec(op, shape, opts)
             for t in (int(x) for x in args.threads.split(",")):
                 plan = xfc.synthesize(spec, hw, threads=t, lowering=opts.get("lowering", "auto")).plan
-                if plan.isa != "avx2":
-                    print(f"x86_asm.py: error: the host plan is isa {plan.isa}; this compares the AVX2 loops",
-                          file=sys.stderr)
+                if plan.isa not in x86_asm.DIALECTS:
+                    print(f"x86_asm.py: error: the host plan is isa {plan.isa}; this compares the "
+                          f"{' / '.join(x86_asm.DIALECTS)} loops", file=sys.stderr)
                     return 2
+                if x86_asm.register_count(plan.gemm.mr, plan.gemm.nr // plan.vector_lanes) > \
+                        x86_asm.VECTOR_REGISTERS[plan.isa]:
+                    say(f"{name} t{t}: the {plan.gemm.tiles()} tile does not fit the assembly loop; skipped")
+                    continue
                 a, b, bias = make_inputs(spec, seed=0)
                 kernels = {}
                 for ukernel in ("intrinsics", "asm_out_of_order"):
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
                         best[u].append(min(m.samples_s))
                 ms = {u: statistics.median(v) * 1e3 for u, v in best.items()}
                 gflops = {u: spec.flops / (v * 1e-3) / 1e9 for u, v in ms.items()}
-                row = dict(layer=name, operator=op, shape=shape, threads=t, lowering=plan.lowering,
+                row = dict(layer=name, operator=op, shape=shape, threads=t, isa=plan.isa, lowering=plan.lowering,
                            tiles=plan.gemm.tiles(), intrinsics_ms=ms["intrinsics"], asm_ms=ms["asm_out_of_order"],
                            intrinsics_gflops=gflops["intrinsics"], asm_gflops=gflops["asm_out_of_order"],
                            speedup=ms["intrinsics"] / ms["asm_out_of_order"],
