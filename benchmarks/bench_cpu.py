@@ -53,6 +53,7 @@ from xfc.ops.workloads import SUITE  # noqa: E402
 from xfc.errors import XfcError  # noqa: E402
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec  # noqa: E402
+from machine import warn_if_loaded  # noqa: E402
 
 TARGET_S = 0.6
 MIN_REPEATS = 10
@@ -478,9 +479,7 @@ def main(argv=None):
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     geo = math.exp(sum(map(math.log, ratios_mm)) / len(ratios_mm)) if ratios_mm else None
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes competed for the cores")
+    warn_if_loaded()
     print("ours = weights pre-packed once (untimed), like onnxruntime's initializers; "
           "'1T pack/call' = the same kernel packing its weights on every call")
     if args.isa:

@@ -20,3 +20,15 @@ def machine_facts() -> dict:
     return {"cpu_model": cpuinfo.get("model name", platform.processor() or "unknown"),
             "host_isas": list(available_isas(cap=None)), "cpus": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_write": load}
+
+
+LOADED = 1.5   # a 1-minute load average above this on the 2-core machines: others competed for the cores
+
+
+def warn_if_loaded() -> float:
+    """Print one warning line when other processes competed for the cores; returns the load."""
+    load = os.getloadavg()[0]
+    if load > LOADED:
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes competed for the "
+              "cores; figures are unreliable")
+    return load

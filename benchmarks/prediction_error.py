@@ -34,7 +34,7 @@ from xfc.tiledb.calibrate import calibrated_constants, fit, measure, predicted_s
 from xfc.tiledb.hostdesc import load_hardware
 from xfc.tiledb.locations import user_db_path
 from xfc.tiledb.store import TileDb
-from machine import machine_facts
+from machine import machine_facts, warn_if_loaded
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_MEAN, TARGET_WORST = 0.10, 0.25
@@ -95,13 +95,11 @@ def main(argv=None) -> int:
     for kind, s in summary.items():
         print(f"{kind}: mean |error| {s['mean_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} ({s['worst_workload']})")
     print(f"target (mean <= {TARGET_MEAN:.0%}, none beyond {TARGET_WORST:.0%}): {'met' if met else 'NOT met'}")
-    load = os.getloadavg()[0]
     data = dict(machine=dict(machine_facts(), description=hw.marketing_name),
                 host_notes=hw.notes, constants=constants.as_dict(), threads=threads, repeats=args.repeats,
                 timing="fastest of the repeats, weights pre-packed", rows=rows, summary=summary, target_met=met,
                 load_average_at_end=os.getloadavg())
-    if load > 1.5:
-        print(f"warning: load average {load:.1f}: other processes competed for the cores; figures are unreliable")
+    warn_if_loaded()
     write_json_result(Path(args.out), data, kind="prediction_error")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -38,7 +38,7 @@ from xfc.tiledb.calibrate import calibrated_constants
 from xfc.tiledb.hostdesc import load_hardware
 from xfc.tiledb.locations import user_db_path
 from xfc.tiledb.store import TileDb
-from machine import machine_facts
+from machine import machine_facts, warn_if_loaded
 
 REPO = Path(__file__).resolve().parent.parent
 TOP = 10
@@ -107,9 +107,7 @@ def main(argv=None) -> int:
     if worst:
         print(f"worst regret {worst['regret']:.1%} ({worst['workload']}, {worst['threads']}T); "
               f"target <= {TARGET:.0%}: {'met' if met else 'NOT met'}; constants: {source}")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: load average {load:.1f}: other processes competed for the cores; figures are unreliable")
+    warn_if_loaded()
     write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
                                            host_notes=hw.notes, constants=source, top=TOP, rounds=args.rounds,
                                            repeats=args.repeats, rows=rows, target=TARGET, target_met=met,

@@ -34,7 +34,7 @@ from xfc.errors import XfcError
 from xfc.ops.workloads import SUITE, suite_spec
 from xfc.outputs import write_json_result
 from xfc.pipeline import synthesize_timed
-from machine import machine_facts
+from machine import machine_facts, warn_if_loaded
 
 REPO = Path(__file__).resolve().parent.parent
 WARM_TARGET_S, COLD_TARGET_S = 1e-3, 10e-3
@@ -103,8 +103,7 @@ def main(argv=None) -> int:
           f"{'met' if met['warm'] else 'NOT met'}); cold: worst {summary['cold_worst_ms']:.2f} ms, median "
           f"{summary['cold_median_ms']:.2f} ms (target < 10 ms: {'met' if met['cold'] else 'NOT met'})")
     load = os.getloadavg()
-    if load[0] > 1.5:
-        print(f"warning: load average {load[0]:.1f}: other processes competed for the cores; figures are unreliable")
+    warn_if_loaded()
     data = dict(machine=machine_facts(), hardware=args.hw.split(","), repeats=args.repeats,
                 timing="xfc.pipeline.synthesize_timed (what xfc synth reports); set-up and the row write not "
                        "included in cold/warm; warm = a plan-cache hit in the tile database",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec
 from xfc.outputs import write_json_result
 from xfc.pipeline import stages
-from machine import machine_facts
+from machine import machine_facts, warn_if_loaded
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,9 +121,7 @@ def main(argv=None) -> int:
                                 max_speedup=max(sp), layers=len(sp))
         print(f"threads {t}: geomean x{summary[f't{t}']['geomean_speedup']:.2f}, min x{min(sp):.2f}, "
               f"max x{max(sp):.2f} over {len(sp)} layers")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: load average {load:.1f}: other processes competed for the cores; figures are unreliable")
+    warn_if_loaded()
     write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
                                            host_notes=hw.notes, rounds=args.rounds, repeats=args.repeats,
                                            rows=rows, summary=summary,
