@@ -51,7 +51,8 @@ def main(argv=None) -> int:
             by_target[target] += row["cases"]
         machine = shard.get("machine", {})
         print(f"{path.name}: seed {seed}, {shard_cases} cases, {shard_failures} failed, "
-              f"{shard.get('duration_s', 0) / 60:.0f} min, {machine.get('cpu', '?')}, xfc {shard.get('xfc_version', '?')}")
+              f"{shard.get('duration_s', 0) / 60:.0f} min, {machine.get('cpu', '?')}, "
+              f"xfc {shard.get('xfc_version', '?')}")
     repeated = [s for s, n in seeds.items() if n > 1]
     print(f"total: {cases} cases, {failures} failed, {len(files)} shard(s); by dtype: "
           + ", ".join(f"{k} {v}" for k, v in sorted(by_dtype.items()))

@@ -64,8 +64,8 @@ def gemm_ukernel(row: IsaRow, core: Optional[CpuCore], registers: int) -> str:
     with registers allocated from the plan (GCC's allocation spills large tiles and turns 64-bit A
     loads into scalar loads: ../shared/reference/arm-mca.md), ordered for the core's pipeline; on an
     AVX2 core likewise (GCC spills accumulators and reloads B inside the FMAs of tiles that fill
-    the 16-register file; x86_asm.CHOSEN_DIALECTS says why not yet AVX-512), out of order. The tile must fit the register file
-    with nothing left to the compiler. Else intrinsics."""
+    the 16-register file; x86_asm.CHOSEN_DIALECTS says why not yet AVX-512), out of order. The
+    tile must fit the register file with nothing left to the compiler. Else intrinsics."""
     if core is None:
         return "intrinsics"
     if row.name in x86_asm.DIALECTS:

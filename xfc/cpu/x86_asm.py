@@ -5,10 +5,10 @@ spills accumulators of tiles that fill the file (4x24: 12 accumulators + 3 B + 1
 from memory inside the FMAs: seen in the assembly of the 6x16 and 4x24 loops, four accumulators
 kept on the stack and each B vector loaded four times per k step. The loads then bound the loop,
 not the FMAs (a Zen 3 host, 1 thread: 1x1 convolutions at 52% of the FMA peak where the plan
-predicted 90%; benchmarks/x86_asm.py times both loops on the same plans). Hand-written libraries (BLIS, OpenBLAS, XNNPACK's x86 assembly) write
-the K loop in assembly; this module does the same for the full MR x NR tile of a plan whose
-`ukernel` is 'asm_out_of_order' (decide.gemm_ukernel chooses it from the core; every x86 core
-xfc describes reorders):
+predicted 90%; benchmarks/x86_asm.py times both loops on the same plans). Hand-written
+libraries (BLIS, OpenBLAS, XNNPACK's x86 assembly) write the K loop in assembly; this module does
+the same for the full MR x NR tile of a plan whose `ukernel` is 'asm_out_of_order'
+(decide.gemm_ukernel chooses it from the core; every x86 core xfc describes reorders):
 
   register map   accumulators first, then the NR/LANES B vectors, then the A broadcast register(s)
                  (one, or two alternating where the file has a register left): exactly
