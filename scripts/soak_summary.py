@@ -5,8 +5,8 @@
     .venv/bin/python scripts/soak_summary.py a.json b.json --target 10000
 
 Each shard is an `xfc fuzz --out` file with its own seed. Prints one line per shard (seed, cases,
-failures, machine, xfc version) and the totals by dtype and target (the variant keys
-'target/isa/dtype', 'pocl/dtype'); exit 1 if any shard has a failure or two shards share a seed (the same cases
+failures, machine, xfc version) and the totals by dtype and target (from the variant keys:
+'target/isa/dtype', 'target/isa' for fp32 on CPUs, 'pocl/dtype'); exit 1 if any shard has a failure or two shards share a seed (the same cases
 twice), 0 otherwise. With --target N it also says whether the shards reach N cases.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHARDS = REPO / "benchmarks" / "results" / "soak"
+DTYPES = ("fp32", "fp16", "int8")
 
 
 def main(argv=None) -> int:
@@ -45,8 +46,9 @@ def main(argv=None) -> int:
         failures += shard_failures
         seeds[seed] += 1
         for variant, row in shard.get("by_variant", {}).items():
-            parts = variant.split("/")   # target/isa/dtype on CPUs, target/dtype on PoCL
-            target, dtype = parts[0], parts[-1]
+            # target/isa/dtype on CPUs (fp32 CPU cases as target/isa), target/dtype on PoCL
+            parts = variant.split("/")
+            target, dtype = parts[0], parts[-1] if parts[-1] in DTYPES else "fp32"
             by_dtype[dtype] += row["cases"]
             by_target[target] += row["cases"]
         machine = shard.get("machine", {})
