@@ -276,6 +276,11 @@ def micro_kernel_variants(plan: CpuKernelPlan, m: int, n: int, lda: int) -> list
     return variants
 
 
+def a_kstep(g) -> int:
+    """Floats between consecutive k values of one A row: MR when A is packed [k][MR], else 1."""
+    return g.mr if g.a_pack == "packed" else 1
+
+
 def _asm_kloop(plan: CpuKernelPlan, variant: dict) -> Optional[dict]:
     """The inline-assembly K loop of the full tile when the plan asks for one (neon_asm.py)."""
     g = plan.gemm
@@ -284,7 +289,7 @@ def _asm_kloop(plan: CpuKernelPlan, variant: dict) -> Optional[dict]:
     row = ISA_TABLE[plan.isa]
     if plan.isa in x86_asm.DIALECTS:
         kloop = x86_asm.render_x86_kloop(plan.isa, variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack,
-                                         g.mr if g.a_pack == "packed" else 1, g.nr, g.k_unroll)
+                                         a_kstep(g), g.nr, g.k_unroll)
         return {**kloop, "order": g.ukernel, "elem": row.elem_type}
     kloop = neon_asm.render_asm_kloop(variant["rows"], variant["nvec"], variant["a_groups"], g.a_pack, g.mr,
                                       g.k_unroll, g.ukernel, row.elem_bits, row.indexed_registers)
@@ -306,7 +311,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
     ctx.update({
         "mr": g.mr, "nr": g.nr, "nv": g.nr // plan.vector_lanes, "ku": g.k_unroll,
         "kc": g.kc, "mc": g.mc, "nc": g.nc, "parallel_axis": g.parallel_axis,
-        "a_pack": g.a_pack, "a_kstep": g.mr if g.a_pack == "packed" else 1,
+        "a_pack": g.a_pack, "a_kstep": a_kstep(g),
         "a_pack_text": {"packed": "packed into MR-row panels [kc][MR], zero-padded",
                         "direct": "read in place (row-major, one broadcast per row and k step)",
                         "im2col_direct": "read from the staged image: MR consecutive pixels of one output row "
