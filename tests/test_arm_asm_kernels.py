@@ -111,9 +111,13 @@ def _expected_gemm_loads(plan) -> Counter:
 @needs_arm
 @pytest.mark.parametrize("core_name", ARM_CORES)
 def test_suite_inner_loops_have_no_stack_traffic_and_the_planned_loads(core_name):
+    """Each core checks half the suite, alternating with the core before it in ARM_CORES (so every
+    workload meets in-order and out-of-order cores of each generation; the compile to assembly is
+    ~0.4 s per workload and core)."""
     hw = _core_hw(core_name)
     core = hw.cluster().core
-    for workload in sorted(SUITE):
+    half = ARM_CORES.index(core_name) % 2
+    for workload in sorted(SUITE)[half::2]:
         # implicit-GEMM plans: the loop with the most FMAs of a Winograd kernel is its filter transform
         plan = synthesize_cpu(suite_spec(workload), hw, threads=1, lowering="direct").plan
         where = f"{core_name} {workload}"

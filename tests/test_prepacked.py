@@ -118,12 +118,15 @@ HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in GEMM_C
 @pytest.mark.parametrize("a_pack", ["direct", "packed"])
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
 def test_gemm_prepacked_host(tag, spec, axis, isa, a_pack, build_dir):
+    """The 2-thread build alternates between the A operands case by case (the split divides the
+    same block loops whichever way A is read): each A operand meets both split axes."""
     outs = []
-    for threads in (1, 2):
+    index = [case[0] for case in GEMM_CASES].index(tag)
+    for threads in ((1, 2) if index % 2 == ("direct", "packed").index(a_pack) else (1,)):
         kernel = _host_kernel(build_dir, tag, spec, isa, a_pack, threads, axis)
         if kernel is not None:
             outs.append(_check_prepacked(kernel, spec))
-    if outs:
+    if len(outs) == 2:
         assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
 
 

@@ -1,7 +1,7 @@
 """Winograd kernels (templates/cpu/winograd.c.j2, and winograd_cv.c.j2 for vectors over channels)
 built with the host gcc for every host ISA, both vector axes and every tile size m, checked against the float64 direct reference under the derived Winograd bound
 (xfc.ops.winograd.check_winograd_output), through both entry points (weights transformed per call,
-and pre-packed once: the two must agree bitwise), with 1 and 2 threads (bitwise equal too).
+and pre-packed once: the two must agree bitwise), with 1 and 2 or 3 threads (bitwise equal too).
 
 Shapes: output sizes that are not multiples of m, padding 0 / 1 / asymmetric, batch > 1, channel
 counts just around the register tiles (M = K_out around MR, N = tiles around NR, C around KC), a
@@ -79,14 +79,16 @@ HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in CASES 
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
 def test_winograd_host(tag, spec, axis, isa, m, vectors, build_dir):
     """axis: the GEMM's split at 2 threads; with vectors over tiles 'n' splits tiles, over
-    channels 'm' does (each case's axis exercises the other split in the other orientation)."""
+    channels 'm' does (each case's axis exercises the other split in the other orientation).
+    The 2-thread build is made for m=4 only: the split does not depend on m (it divides GEMM rows
+    or tiles), and test_winograd_three_threads_split_mid_row splits m=2 and m=4 over both axes."""
     a, b, bias = make_inputs(spec, seed=7)
     outs = []
-    for threads in (1, 2):
+    for threads in ((1, 2) if m == 4 else (1,)):
         kernel = _kernel(spec, m, isa, threads, axis, tag, build_dir, vectors)
         if kernel is not None:
             outs.append(_check(kernel, spec, m, a, b, bias))
-    if outs:
+    if len(outs) == 2:
         assert np.array_equal(outs[0], outs[1]), "1-thread and 2-thread builds differ"
 
 

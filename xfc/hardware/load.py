@@ -12,7 +12,9 @@ naming the file (and, through schema.py, the field).
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import os
 from pathlib import Path
 from typing import Optional
@@ -99,6 +101,19 @@ def display(path: Path) -> str:
         return str(path)
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed_once(text: str):
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
+
+
+def _parsed(text: str):
+    """The YAML document in text, parsed once per process per distinct text: a SoC file pulls in its
+    cores and GPU, so a command (or a test run) that loads many descriptions would otherwise parse
+    the same shipped files again and again in pure-Python PyYAML. Keyed by the text, so an edited
+    file is parsed afresh; a deep copy, so no caller sees another's edits; errors are not cached."""
+    return copy.deepcopy(_parsed_once(text))
+
+
 def read_yaml(path: Path) -> dict:
     """Read one file as a mapping, or raise a one-line HardwareError naming the file."""
     where = display(path)
@@ -120,7 +135,7 @@ def read_yaml(path: Path) -> dict:
     if not text.strip():
         raise HardwareError(f"{where}: file is empty")
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
+        data = _parsed(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
