@@ -1,0 +1,67 @@
+"""benchmarks/regret.py's Winograd neighbourhood (issue 34): the plans one step from the chosen
+Winograd plan in its own plan space, which the benchmark builds and times. Pure: nothing is built."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from xfc.cpu import winograd
+from xfc.cpu.codegen import render_cpu_kernel
+from xfc.cpu.synth import synthesize_cpu
+from xfc.hardware.load import load
+from support import host_description, with_cores
+
+pytestmark = pytest.mark.unit
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def regret():
+    sys.path.insert(0, str(BENCHMARKS))     # regret.py imports its sibling machine.py
+    try:
+        spec = importlib.util.spec_from_file_location("xfc_benchmark_regret", BENCHMARKS / "regret.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_layer_sets_are_disjoint_3x3_layers(regret):
+    fitting = {tuple(sorted(s.items())) for s in regret.FITTING.values()}
+    held_out = {tuple(sorted(s.items())) for s in regret.HELD_OUT.values()}
+    assert len(held_out) == len(regret.HELD_OUT) >= 8 and not fitting & held_out
+    for shape in (*regret.FITTING.values(), *regret.HELD_OUT.values()):
+        assert winograd.wmath.not_applicable(regret.winograd_spec(shape)) is None
+
+
+@pytest.mark.parametrize("hw_name", ["host:avx2", "host:avx512", "cortex-a76"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [dict(c=64, h=14, w=14, k=64), dict(c=200, h=9, w=9, k=200)], ids=["c64", "c200"])
+def test_neighbours_are_distinct_renderable_and_one_step_away(regret, hw_name, threads, shape):
+    hw = host_description(hw_name.split(":")[1]) if hw_name.startswith("host:") else with_cores(load(hw_name), 4)
+    spec = regret.winograd_spec(shape)
+    chosen = synthesize_cpu(spec, hw, threads=threads, lowering="winograd").plan
+    neighbours = regret.winograd_neighbours(chosen, spec, hw, hw.cluster(), threads, None,
+                                            regret.DEFAULT_CONSTANTS)
+    labels = [label for label, _ in neighbours]
+    assert neighbours[0] == ("chosen", chosen) and len(set(labels)) == len(labels)
+    keys = [(p.lowering, p.winograd_m, p.winograd_vectors, p.gemm) for _, p in neighbours]
+    assert len(set(keys)) == len(keys)
+    assert "best direct" in labels and any(label.startswith(("mr", "nr", "kc")) for label in labels)
+    g = chosen.gemm
+    for label, plan in neighbours:
+        if plan.lowering == winograd.LOWERING:
+            winograd.validate(plan)
+        assert plan.spec == spec and plan.gemm.threads == threads
+        if label.startswith(("mr", "nr", "kc")):      # the register tile and KC only
+            n = plan.gemm
+            assert (plan.winograd_m, plan.winograd_vectors) == (chosen.winograd_m, chosen.winograd_vectors)
+            assert abs(n.mr - g.mr) <= 1 and abs(n.nr - g.nr) <= chosen.vector_lanes
+            assert n.kc in {g.kc, max(g.k_unroll, g.kc // 2), min(spec.c, 2 * g.kc), spec.c}
+            assert (n.threads, n.parallel_axis, n.a_pack) == (g.threads, g.parallel_axis, g.a_pack)
+        render_cpu_kernel(plan)                        # every neighbour is a kernel the renderer accepts
