@@ -297,8 +297,11 @@ DIRECT_CASES = [
 @pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES + DIRECT_CASES,
                          ids=[c[0] for c in TRANSPOSED_CASES + DIRECT_CASES])
 def test_transposed_conv_host(tag, spec, axis, isa, build_dir):
+    """Each case's 2-thread build is made for one ISA, rotating with the case (the split divides the
+    same loops on every ISA): every ISA meets both split axes, both A operands and a batch of two."""
     outs = []
-    for threads in (1, 2):
+    index = [c[0] for c in TRANSPOSED_CASES + DIRECT_CASES].index(tag)
+    for threads in ((1, 2) if ALL_HOST_ISAS[index % len(ALL_HOST_ISAS)] == isa else (1,)):
         plan = host_plan(spec, isa, threads, transposed=True, parallel_axis=axis if threads > 1 else None,
                          function_name=f"pp_{tag}_{isa}_t{threads}", **TILES[isa])
         assert plan.lowering == "implicit_gemm_t"
@@ -306,7 +309,7 @@ def test_transposed_conv_host(tag, spec, axis, isa, build_dir):
         kernel = _build(plan, build_dir)
         if kernel is not None:
             outs.append(_check_prepacked(kernel, spec))
-    if outs:
+    if len(outs) == 2:
         assert np.array_equal(outs[0], outs[1]), f"{tag}: 1- and 2-thread results differ"
 
 

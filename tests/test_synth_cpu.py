@@ -281,7 +281,7 @@ def random_specs(count, seed, max_flops, min_epilogue_outputs=64):
 HOST_RANDOM = random_specs(60, seed=20261122, max_flops=40_000_000)
 # Each random shape goes to one ISA (rotating) with 1, 2, 3, 5 or 8 threads: every ISA and thread
 # count meets four shapes, for the compile cost of 60 (about 0.9 s of gcc each). Breadth is the
-# fuzzer's: the CI fuzz (test_fuzz.py) draws 50 more host cases of every dtype, `make soak` 10,000.
+# fuzzer's: the CI fuzz (test_fuzz.py) draws 33 more host cases of every dtype, `make soak` 10,000.
 # Plans with more threads than this machine has CPUs come from the host description widened to
 # 8 cores; OpenMP runs them oversubscribed.
 RANDOM_THREADS = (1, 2, 3, 5, 8)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import signal
 import sys
@@ -277,8 +278,15 @@ def main(argv=None) -> int:
             return 128 + signum
 
 
+@functools.lru_cache(maxsize=1)
+def _parser() -> argparse.ArgumentParser:
+    """The parser, built once per process (parsing leaves it unchanged): a program or test that calls
+    main() many times in one process does not rebuild every subcommand's parser each time."""
+    return build_parser()
+
+
 def _main(argv=None) -> int:
-    parser = build_parser()
+    parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
