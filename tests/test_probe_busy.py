@@ -1,0 +1,63 @@
+"""The host probe's cache and a busy machine: a probe taken beside other work (its DRAM read can be
+far low) is cached marked busy and measured again by the first process that finds the machine
+quiet, which keeps the higher DRAM read. The probe itself is replaced by a recorded result here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xfc.tiledb import probe
+
+pytestmark = pytest.mark.unit
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+class FakeProbe:
+    """measure_host's result: DRAM read and the 1-minute load average when the probe started."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        self.next = (20.0, 0.0)
+        monkeypatch.setattr(probe, "measure_host", self)
+
+    def __call__(self, flags, repeats=probe.REPEATS, l3_bytes=None):
+        self.calls += 1
+        dram, load = self.next
+        fma = {bits: 2.0 for bits in probe.widths_for(flags)}
+        conditions = {"loadavg_before": load, "loadavg_after": load}
+        return 3.0, fma, 4.0, 5, 0.01, conditions, "gcc (fake)", dram
+
+
+def test_a_busy_probe_is_measured_again_when_quiet_and_keeps_the_higher_read(tmp_path, monkeypatch):
+    fake = FakeProbe(monkeypatch)
+    load_now = {"value": 4.0}
+    monkeypatch.setattr(probe, "_load_now", lambda: load_now["value"])
+    monkeypatch.setattr(probe.os, "cpu_count", lambda: 2)
+    environ = {"XFC_CACHE_DIR": str(tmp_path)}
+    cpuinfo = CPUINFO.read_text()
+
+    def run(**kw):
+        return probe.host_probe(environ, cpuinfo_text=cpuinfo, machine_id="test-machine", **kw)
+
+    fake.next = (8.1, 3.0)                       # beside other work: a low read, cached as busy
+    first = run()
+    assert (first.dram_read_gbps, first.measured_busy, fake.calls) == (8.1, True, 1)
+    again = run()                                # still busy now: the cached figure, no probe
+    assert again.cached and again.dram_read_gbps == 8.1 and fake.calls == 1
+    load_now["value"] = 0.2                      # quiet now: measured again
+    fake.next = (23.0, 0.2)
+    quiet = run()
+    assert (quiet.cached, quiet.dram_read_gbps, quiet.measured_busy, fake.calls) == (False, 23.0, False, 2)
+    load_now["value"] = 9.0
+    assert run().dram_read_gbps == 23.0 and fake.calls == 2       # a quiet figure stays, whatever the load
+    # a busy probe that read higher than the quiet re-measure: the higher read is kept
+    fake.next, load_now["value"] = (30.0, 3.0), 3.0
+    assert run(remeasure=True).dram_read_gbps == 30.0 and fake.calls == 3
+    fake.next, load_now["value"] = (22.0, 0.1), 0.1
+    kept = run()
+    assert (kept.dram_read_gbps, kept.measured_busy, fake.calls) == (30.0, False, 4)
+    # an explicit --remeasure on a quiet machine takes what it measures
+    fake.next = (21.0, 0.1)
+    assert run(remeasure=True).dram_read_gbps == 21.0 and fake.calls == 5
