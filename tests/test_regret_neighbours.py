@@ -19,16 +19,24 @@ pytestmark = pytest.mark.unit
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
-def regret():
-    sys.path.insert(0, str(BENCHMARKS))     # regret.py imports its sibling machine.py
-    try:
-        spec = importlib.util.spec_from_file_location("xfc_benchmark_regret", BENCHMARKS / "regret.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def regret(monkeypatch_module):
+    # regret.py imports its sibling benchmarks/machine.py as `machine`
+    monkeypatch_module.setitem(sys.modules, "machine", _load("machine", BENCHMARKS / "machine.py"))
+    return _load("xfc_benchmark_regret", BENCHMARKS / "regret.py")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
 def test_the_layer_sets_are_disjoint_3x3_layers(regret):
