@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v accton >/dev/null && command -v sa >/dev/null || {
     echo "suite_cpu_profile: needs accton and sa (apt-get install acct)" >&2; exit 3; }
-log=$(mktemp /tmp/xfc-suite-pacct.XXXXXX)
+log=$(mktemp)   # the accounting file, removed on exit
 trap 'accton off >/dev/null 2>&1 || true; rm -f "$log"' EXIT
 accton "$log" >/dev/null
 status=0
