@@ -70,10 +70,13 @@ WINOGRAD_TARGETS = dict(mean=0.02, max_1T=0.05, max_2T=0.08)   # issue 34
 
 WINOGRAD_OPTS = dict(pad=1, bias=True, activation="relu")   # folded batch norm + ReLU, as benchmarks/winograd.py
 # The layers the Winograd rules and constants were set on: the suite's 3x3 stride-1 layers and
-# benchmarks/winograd.py's (DRAM_STREAM_RISK, the vector axis and split rules were chosen after runs of them).
+# benchmarks/winograd.py's (DRAM_STREAM_RISK, the vector axis and split rules were chosen after runs of
+# them). winograd.py's are written out here (importing it loads its peers) but for the two the suite
+# already has; tests/test_regret_neighbours.py checks that both lists agree with their sources.
+SUITE_3X3 = {name: {d: shape[d] for d in ("c", "h", "w", "k")} for name, (op, shape, opts) in SUITE.items()
+             if op == "conv2d" and shape["r"] == shape["s"] == 3 and opts.get("stride", 1) == 1}
 FITTING = {
-    "conv_r18_l1": dict(c=64, h=56, w=56, k=64),
-    "conv_r18_l3": dict(c=256, h=14, w=14, k=256),
+    **SUITE_3X3,
     "r18_l2": dict(c=128, h=28, w=28, k=128),
     "r18_l4": dict(c=512, h=7, w=7, k=512),
     "vgg_1": dict(c=32, h=112, w=112, k=32),

@@ -33,7 +33,7 @@ class FakeProbe:
 def test_a_busy_probe_is_measured_again_when_quiet_and_keeps_the_higher_read(tmp_path, monkeypatch):
     fake = FakeProbe(monkeypatch)
     load_now = {"value": 4.0}
-    monkeypatch.setattr(probe, "_load_now", lambda: load_now["value"])
+    monkeypatch.setattr(probe.hostcc, "load_average", lambda: load_now["value"])
     monkeypatch.setattr(probe.os, "cpu_count", lambda: 2)
     environ = {"XFC_CACHE_DIR": str(tmp_path)}
     cpuinfo = CPUINFO.read_text()

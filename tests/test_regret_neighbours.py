@@ -3,6 +3,7 @@ Winograd plan in its own plan space, which the benchmark builds and times. Pure:
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -37,6 +38,18 @@ def regret(monkeypatch_module):
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as mp:
         yield mp
+
+
+def test_the_fitting_set_is_the_suite_and_the_winograd_benchmark(regret):
+    """FITTING is every 3x3 stride-1 layer the rules were set on: the suite's and
+    benchmarks/winograd.py's (read from its source, as tests/test_winograd_calibrate.py does)."""
+    text = (BENCHMARKS / "winograd.py").read_text()
+    benchmark = {tuple(int(x) for x in row) for row in
+                 re.findall(r'"(?:r18|vgg)_\w+": \(dict\(c=(\d+), h=(\d+), w=(\d+), k=(\d+)', text)}
+    suite = {(s["c"], s["h"], s["w"], s["k"]) for s in regret.SUITE_3X3.values()}
+    fitting = [(s["c"], s["h"], s["w"], s["k"]) for s in regret.FITTING.values()]
+    assert len(benchmark) == 12 and len(suite) == 2 and suite <= benchmark
+    assert sorted(fitting) == sorted(benchmark)
 
 
 def test_the_layer_sets_are_disjoint_3x3_layers(regret):

@@ -154,7 +154,7 @@ def test_probe_is_plausible_cached_and_remeasured(tmp_path, monkeypatch):
     environ = {"XFC_CACHE_DIR": str(tmp_path)}
     # the load average as a busy machine's: a probe measured while busy is then still served from the
     # cache (measured again only once the machine is quiet: tests/test_probe_busy.py)
-    monkeypatch.setattr(probe_module, "_load_now", lambda: 1e6)
+    monkeypatch.setattr(probe_module.hostcc, "load_average", lambda: 1e6)
     first = host_probe(environ)
     assert not first.cached
     assert 0.5 <= first.clock_ghz <= 6.0

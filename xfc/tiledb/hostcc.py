@@ -51,13 +51,18 @@ def _max_temp_c() -> Optional[float]:
     return max(temps) if temps else None
 
 
+def load_average() -> Optional[float]:
+    """The 1-minute load average, or None where the system does not tell."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def snapshot() -> dict:
     """Governor, cpu0 frequency (MHz), hottest thermal zone (C), 1-minute load average."""
     freq = _read(SYSFS_CPU / "cpu0" / "cpufreq" / "scaling_cur_freq")
-    try:
-        load1 = round(os.getloadavg()[0], 2)
-    except OSError:
-        load1 = None
+    load1 = load_average()
     return {
         "governor": _read(SYSFS_CPU / "cpu0" / "cpufreq" / "scaling_governor"),
         "freq_mhz": round(int(freq) / 1000.0, 1) if freq and freq.isdigit() else None,

@@ -375,13 +375,6 @@ def _busy(loadavg: Optional[float]) -> bool:
     return loadavg is not None and loadavg >= BUSY_LOAD_PER_CPU * (os.cpu_count() or 1)
 
 
-def _load_now() -> Optional[float]:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
 def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: Optional[Path] = None,
                warn: Callable[[str], None] = lambda message: None, cpuinfo_text: Optional[str] = None,
                machine_id: Optional[str] = None) -> HostProbe:
@@ -405,13 +398,12 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
     except TileDbError as exc:
         warn(f"warning: {exc}; the host probe result is not cached")
     try:
+        cached = None
         if db is not None and not remeasure:
             cached = _from_rows(db.rows("calibration", "subject = ? AND source = 'host'", (f"cpu:{key}",)),
                                 key, cpu["model_name"], widths)
-            if cached is not None and not (cached.measured_busy and not _busy(_load_now())):
+            if cached is not None and not (cached.measured_busy and not _busy(hostcc.load_average())):
                 return cached
-        else:
-            cached = None
         clock, fma, latency, repeats, spread, conditions, compiler, dram = measure_host(cpu["flags"],
                                                                                       l3_bytes=l3_bytes)
         if cached is not None and cached.dram_read_gbps:   # re-measured because the cached one was busy
