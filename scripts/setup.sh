@@ -63,3 +63,9 @@ if [ ! -e "$stamp" ]; then
   fi
   touch "$stamp"
 fi
+
+# Byte-compile the project's own modules, as pip does for the packages it installs (an editable
+# install leaves it to the first import, which PYTHONDONTWRITEBYTECODE turns off): every `xfc`
+# process then starts in ~0.45 s instead of ~0.75 s. Stale files are rewritten, current ones kept.
+.venv/bin/python -m compileall -q -j 0 xfc android_runner tests benchmarks scripts >/dev/null ||
+  echo "[setup] byte-compiling the sources failed (python -m compileall xfc shows why); xfc still runs" >&2
