@@ -471,8 +471,16 @@ EVERY_INTERFACE_WHEN_EXPOSED = ("gcs_server", "raylet", "core worker", "dashboar
 WILDCARDS = ("0.0.0.0", "::")
 
 
+# A process that exits between the reading of its sockets and of its command line shows none
+# (seen once: a listener of the head's tree on '::' with an empty command, its kind unknowable).
+EXITED = "(exited while sampled)"
+
+
 def kind(command: str, pid: int, drivers: set[int]) -> str:
-    """gcs_server, raylet, an agent, or a core worker (a task worker or a driver); else the command."""
+    """gcs_server, raylet, an agent, or a core worker (a task worker or a driver); EXITED when the
+    command line is gone; else the command."""
+    if not command:
+        return EXITED
     program = os.path.basename(command.split(" ", 1)[0])
     if program in ("gcs_server", "raylet"):
         return program
@@ -582,7 +590,7 @@ def test_without_expose_every_ray_listener_is_on_loopback_and_a_signal_leaves_no
             kinds = [k for k, _, _ in seen[label]]
             assert kinds.count("raylet") >= 2 and "runtime-env agent" in kinds, seen[label]
         assert "core worker" in {k for label in ("head", "join") for k, _, _ in seen[label]}, seen
-        assert {k for k, _, _ in seen["build"]} == {"core worker"}, seen["build"]
+        assert {k for k, _, _ in seen["build"]} - {EXITED} == {"core worker"}, seen["build"]
         stop_and_check(nodes["join"], signal.SIGINT, 130, tmp_path / "join.log", marker + "j", "xfc: interrupted")
         stop_and_check(nodes["head"], signal.SIGTERM, 143, tmp_path / "head.log", marker + "h", "xfc: terminated")
     finally:
@@ -626,7 +634,7 @@ def test_an_exposed_node_listens_on_its_address_and_names_what_ray_cannot_bind(t
             assert {"raylet", "core worker"} <= set(declared[label]), text[-800:]
         assert declared["head"]["gcs_server"] == {port} and "gcs_server" not in declared["join"]
         seen = build_and_sample(address, token, tmp_path / "t.sqlite", nodes, marker)
-        assert {k for k, _, _ in seen["build"]} == {"core worker"}, seen["build"]
+        assert {k for k, _, _ in seen["build"]} - {EXITED} == {"core worker"}, seen["build"]
         seen["head"] |= seen.pop("build")          # the driver joins the head's node: its ports are the head's
         wrong = {}
         for label, found in seen.items():
@@ -634,6 +642,9 @@ def test_an_exposed_node_listens_on_its_address_and_names_what_ray_cannot_bind(t
                 if addr == alias or is_loopback(addr):
                     continue
                 if addr in WILDCARDS and what in EVERY_INTERFACE_WHEN_EXPOSED and p in declared[label].get(what, ()):
+                    continue
+                # its kind is unknowable, so only a port some warning line names passes
+                if addr in WILDCARDS and what == EXITED and any(p in ports for ports in declared[label].values()):
                     continue
                 wrong.setdefault(label, []).append((what, addr, p))
         assert wrong == {}, wrong
