@@ -203,15 +203,19 @@ def pytest_terminal_summary(terminalreporter):
     cap = support.host_isa_cap()
     tr.write_line(f"host ISAs run here: {', '.join(support.RUNNABLE_ISAS)}"
                   + (f" (limited by {support.HOST_ISA_ENV}={cap})" if cap else ""))
-    compiled, ran = Counter(), Counter()
+    compiled, ran, sampled_out = Counter(), Counter(), Counter()
     reasons: dict[str, Counter] = defaultdict(Counter)
     for target, status, reason in _records:
+        if status == "sampled out":    # support.compile_if_sampled: neither compiled nor run
+            sampled_out[(target, reason)] += 1
+            continue
         compiled[target] += 1
         if status == "ran":
             ran[target] += 1
         else:
             reasons[target][reason] += 1
     order = [*support.ALL_HOST_ISAS, *sorted(t for t in compiled if t not in support.ALL_HOST_ISAS)]
+    compiled.update({t: 0 for t, _ in sampled_out if t not in compiled})
     for target in order:
         if target not in compiled and target in support.ALL_HOST_ISAS:
             tr.write_line(f"  {target:<14} no kernels built in this run")
@@ -220,6 +224,7 @@ def pytest_terminal_summary(terminalreporter):
         line = f"  {target:<14} compiled {compiled[target]:>4}, ran {ran[target]:>4}"
         if not_run:
             line += f", not run {not_run} (" + "; ".join(f"{r}: {n}" for r, n in reasons[target].items()) + ")"
+        line += "".join(f"; {n} more not compiled ({r})" for (t, r), n in sampled_out.items() if t == target)
         tr.write_line(line)
     if _skips:
         tr.write_line("  skipped tests: " + "; ".join(f"{reason} ({n})" for reason, n in _skips.most_common()))
