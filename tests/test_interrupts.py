@@ -80,7 +80,9 @@ def interrupt_run(argv, *, cwd: Path, env: dict, sig: int, wait_for: set[str], t
         while proc.poll() is None and time.monotonic() < deadline:
             desc = _descendants(proc.pid, _all_processes())
             seen.update(desc)
-            hit = next((st[3] for st in desc.values() if st[3] in wait_for), None)
+            # a running child: one already exited (a zombie not yet reaped) can mean xfc is past its
+            # last step, and a signal then may land after its work is done (seen once: exit 0)
+            hit = next((st[3] for st in desc.values() if st[3] in wait_for and st[5] not in ("Z", "X")), None)
             if hit:
                 break
             time.sleep(0.005)
