@@ -213,13 +213,13 @@ def compile_only(rendered, out_dir: Path) -> Path:
 COMPILE_ONLY_EVERY = int(os.environ.get("XFC_TEST_COMPILE_EVERY", "3"))
 
 
-def compile_if_sampled(rendered, out_dir: Path) -> Optional[Path]:
-    """For a kernel this CPU cannot run: compile_only it if it is one of the sampled ones, and record
-    what was done. Returns the library, or None when it was left out."""
+def compile_if_sampled(rendered, out_dir: Path, every: int = COMPILE_ONLY_EVERY) -> Optional[Path]:
+    """For a kernel this CPU cannot run: compile_only it if it is one of the sampled ones (every=1:
+    always), and record what was done. Returns the library, or None when it was left out."""
     isa = rendered.plan.isa
     digest_value = int(hashlib.sha256(rendered.source.encode()).hexdigest()[:8], 16)
-    if COMPILE_ONLY_EVERY > 1 and digest_value % COMPILE_ONLY_EVERY:
-        record(isa, "sampled out", f"one in {COMPILE_ONLY_EVERY} compiled where the CPU cannot run it")
+    if every > 1 and digest_value % every:
+        record(isa, "sampled out", f"one in {every} compiled where the CPU cannot run it")
         return None
     library = compile_only(rendered, out_dir)
     record(isa, "compiled", why_not_runnable(isa))
