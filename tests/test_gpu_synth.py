@@ -12,6 +12,7 @@ from xfc.errors import HardwareError, OperatorError
 from xfc.gpu import synthesize_gpu
 from xfc.gpu.codegen import render_harness, render_kernel
 from xfc.hardware.load import load
+from xfc.ops.spec import make_spec
 from xfc.ops.workloads import SUITE, suite_spec
 
 pytestmark = pytest.mark.unit
@@ -192,3 +193,26 @@ def test_renders_fp32_and_fp16(name, hw_name):
 def test_harness_renders_shape_free():
     text = render_harness()
     assert "xfc-launch" in text and "CL_QUEUE_PROFILING_ENABLE" in text and "#include <CL/cl.h>" in text
+
+
+# PoCL's LLVM spent ~90 s on `#pragma unroll 4` over `k < K` when 4 did not divide the constant K
+# (the soak's one timeout: mali-g78 fp16 matmul k=1175). An unroll pragma now only ever covers a
+# loop whose trip count it divides; the rest of K runs in a plain loop after it.
+@pytest.mark.parametrize("k", [1, 3, 4, 1175, 1176])
+@pytest.mark.parametrize("hw_name", HARDWARE)
+def test_an_unrolled_k_loop_leaves_no_remainder(k, hw_name):
+    spec = make_spec("matmul", dict(m=100, n=2, k=k), activation="relu6")
+    for dtype in ("fp32", "fp16"):
+        plan = synthesize_gpu(spec, load(hw_name), dtype=dtype).plan
+        consts, flags = dict(plan.constants), dict(plan.flags)
+        src = render_kernel(plan)
+        ku = plan.register_tile.k_unroll
+        if consts["TKS"]:
+            continue   # staged: the unrolled loop runs TKS steps (8, 16 or 32; zero-filled past K)
+        assert flags["k_tail"] == (k % ku != 0)
+        unrolled = re.search(r"#pragma unroll (\d+)\n\s*for \([^;]*; k < ([^;]+);", src)
+        assert unrolled and int(unrolled.group(1)) == ku, src
+        # the pragma's loop runs a multiple of KU steps: all of K, or K less its remainder
+        assert unrolled.group(2) == ("K - K % KU" if flags["k_tail"] else "K")
+        assert flags["k_tail"] or k % ku == 0
+        assert ("for (; k < K; ++k)" in src) == flags["k_tail"]

@@ -114,7 +114,8 @@ def matmul_candidates(spec: MatmulSpec, gpu, cap, half: bool, eb: int, line: int
                         flags = (("clamp_m", m % bm != 0), ("clamp_n", n % bn != 0),
                                  ("partial_vector", n % vec != 0),
                                  ("a_bounds", bool(depth) and (m % bm != 0 or k % depth != 0)),
-                                 ("b_bounds", bool(depth) and (n % bn != 0 or k % depth != 0)))
+                                 ("b_bounds", bool(depth) and (n % bn != 0 or k % depth != 0)),
+                                 ("k_tail", not depth and k % ku != 0))
                         consts = (("BATCH", b), ("M", m), ("N", n), ("K", k), ("TM", tm), ("VEC", vec),
                                   ("NV", nv), ("TN", tn), ("WX", wx), ("WY", wy), ("BM", bm), ("BN", bn),
                                   ("TKS", depth), ("KU", ku))
