@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test bench bench-setup model-bench sanitize soak net-fuzz readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
+.PHONY: setup demo test test-matrices bench bench-setup model-bench sanitize soak net-fuzz readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
 
 setup:
 	@scripts/setup.sh
@@ -12,6 +12,11 @@ demo: setup
 
 test: setup
 	@$(VENV_PY) -m pytest -n 2 tests
+
+# Every case of the suite's exhaustive matrices (tests marked matrix: `make test` runs one in N of
+# each) with every compile-only kernel compiled -> benchmarks/results/test_matrices.json. Not in CI.
+test-matrices: setup
+	@$(VENV_PY) scripts/test_matrices.py
 
 bench-setup:
 	@scripts/setup.sh --bench

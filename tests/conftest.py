@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib
 import os
 import subprocess
@@ -45,12 +46,30 @@ def _kinds(node) -> set[str]:
     return {m.name for m in node.own_markers if m.name in KIND_MARKERS}
 
 
+# Exhaustive matrices (random shapes, tile and ISA grids): a test marked `matrix(every=N)` runs one
+# case in N under `make test`, chosen by the digest of its id (the same cases on every run and
+# machine); XFC_TEST_MATRICES=full runs every case (`make test-matrices`, results committed in
+# benchmarks/results/test_matrices.json). The terminal summary says how many were left out.
+FULL_MATRICES = os.environ.get("XFC_TEST_MATRICES", "") == "full"
+MATRIX_KEY = "xfc_matrix_sample"
+_matrix_sample: dict[str, tuple[int, int]] = {}   # (cases run, cases) of the matrices
+
+
+def _in_matrix_sample(item) -> bool:
+    mark = item.get_closest_marker("matrix")
+    every = int(mark.kwargs.get("every", 1)) if mark else 1
+    if FULL_MATRICES or every <= 1:
+        return True
+    return int(hashlib.sha256(item.name.encode()).hexdigest(), 16) % every == 0
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Resolve every test's kind before `-m` selects: its own kind markers if it has any, else the
     nearest enclosing class's or module's. The kind markers of classes and modules are then moved
     onto their tests, so a module's `pytestmark = pytest.mark.unit` does not also select, under
-    `-m unit`, a test of that module decorated `@pytest.mark.subprocess` or `@pytest.mark.host`."""
+    `-m unit`, a test of that module decorated `@pytest.mark.subprocess` or `@pytest.mark.host`.
+    Then the cases of exhaustive matrices that `make test` does not run are left out (above)."""
     parents = set()
     for item in items:
         if not _kinds(item):
@@ -60,6 +79,16 @@ def pytest_collection_modifyitems(items):
         parents.update(n for n in item.iter_parents() if n is not item)
     for node in parents:
         node.own_markers[:] = [m for m in node.own_markers if m.name not in KIND_MARKERS]
+    kept, left_out = [], []
+    for item in items:
+        (kept if _in_matrix_sample(item) else left_out).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+        # the counts travel to the terminal summary with a report, as the coverage records do (xdist)
+        in_matrices = [i for i in kept if i.get_closest_marker("matrix")]
+        for item in in_matrices:
+            item.user_properties.append((MATRIX_KEY, (len(in_matrices), len(in_matrices) + len(left_out))))
 
 
 class StartedProcess(Exception):
@@ -199,6 +228,8 @@ def pytest_runtest_logreport(report):
     for key, value in getattr(report, "user_properties", ()):
         if key == support.COVERAGE_KEY and report.when == "call":
             _records.append(tuple(value))
+        elif key == MATRIX_KEY:
+            _matrix_sample["run"] = tuple(value)   # every worker collects the same items: one value
         elif key == "xfc_unmarked" and report.when == "setup" and value not in _unmarked:
             _unmarked.append(value)
     if report.skipped and not hasattr(report, "wasxfail"):
@@ -235,6 +266,10 @@ def pytest_terminal_summary(terminalreporter):
             line += f", not run {not_run} (" + "; ".join(f"{r}: {n}" for r, n in reasons[target].items()) + ")"
         line += "".join(f"; {n} more not compiled ({r})" for (t, r), n in sampled_out.items() if t == target)
         tr.write_line(line)
+    if "run" in _matrix_sample:
+        run, cases = _matrix_sample["run"]
+        tr.write_line(f"  matrices: the sample is {run} of the {cases} cases collected (all: XFC_TEST_MATRICES=full, "
+                      "make test-matrices)")
     if _skips:
         tr.write_line("  skipped tests: " + "; ".join(f"{reason} ({n})" for reason, n in _skips.most_common()))
     if _unmarked:

@@ -107,6 +107,7 @@ def _expected_gemm_loads(plan) -> Counter:
     return Counter({k: v * g.k_unroll for k, v in per_step.items() if v})
 
 
+@pytest.mark.matrix(every=2)
 @emulated
 @needs_arm
 @pytest.mark.parametrize("core_name", ARM_CORES)
@@ -184,6 +185,7 @@ HAND_CASES = (
 )
 
 
+@pytest.mark.matrix(every=2)
 @emulated
 @needs_arm
 @pytest.mark.parametrize("order", neon_asm.ASM_UKERNELS)
@@ -354,6 +356,7 @@ FP16_HAND_CASES = (
 )
 
 
+@pytest.mark.matrix(every=2)
 @emulated
 @needs_arm
 @pytest.mark.parametrize("order", neon_asm.ASM_UKERNELS)

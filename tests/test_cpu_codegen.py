@@ -84,6 +84,7 @@ def _ids(spec):
 # Host numerics: every table on every ISA
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.host
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("spec", MATMULS + CONVS + DEPTHWISES, ids=_ids)
@@ -139,6 +140,7 @@ def _tiles(isa, variant):
     return tiles
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.host
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("variant", TILE_VARIANTS, ids=lambda v: "-".join(f"{k}{v[k]}" for k in v))

@@ -42,6 +42,7 @@ def _spec(op, shape, options):
     return make_spec(op, shape, **options)
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.parametrize("cluster", ["big", "little"])
 @pytest.mark.parametrize("op, shape, options", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_fp16_kernel_verifies_through_both_entry_points(op, shape, options, cluster, tmp_path):

@@ -158,6 +158,7 @@ CASES = [
 ]
 
 
+@pytest.mark.matrix(every=2)
 @emulated
 @pytest.mark.parametrize("hw, instr", TARGETS, ids=[f"{h}-{i}" for h, i in TARGETS])
 @pytest.mark.parametrize("op, shape, geometry, quant, activation, per_channel", CASES,

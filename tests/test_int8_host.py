@@ -63,6 +63,7 @@ def test_int8_kernel_matches_the_reference_exactly(isa, dialect, op, shape, geom
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("op, shape", [("matmul", {"m": 3, "n": 33, "k": 16384 + 3}),
                                        ("conv2d", {"c": 2048, "h": 3, "w": 4, "k": 5, "r": 3, "s": 3})])

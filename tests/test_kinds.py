@@ -60,13 +60,21 @@ def test_through_a_module_fixture(built):
 @pytest.mark.parametrize("n", [1, 2])
 def test_sweep(n):
     assert n
+
+
+@pytest.mark.sweep
+@pytest.mark.matrix(every=3)
+@pytest.mark.parametrize("case", range(30))
+def test_grid(case):
+    assert case >= 0
 '''
 
 
-def _run(tmp_path, *args):
+def _run(tmp_path, *args, env=None):
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-c",
                            str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-rA", *args, str(tmp_path)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
@@ -93,5 +101,16 @@ def test_unit_selects_only_in_process_tests_and_refuses_processes(tmp_path):
 def test_own_kind_marker_overrides_the_module(tmp_path):
     host = _outcomes(_run(tmp_path, "-m", "host").stdout)
     assert host == {"test_builds": "PASSED"}
-    sweep = _outcomes(_run(tmp_path, "-m", "sweep").stdout)
+    sweep = _outcomes(_run(tmp_path, "-m", "sweep and not matrix").stdout)
     assert sweep == {"test_sweep[1]": "PASSED", "test_sweep[2]": "PASSED"}
+
+
+def test_a_matrix_runs_a_fixed_sample_and_all_of_it_on_request(tmp_path):
+    sample = _run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": ""})
+    again = _run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": ""})
+    ran = _outcomes(sample.stdout)
+    assert ran == _outcomes(again.stdout) and set(ran.values()) == {"PASSED"}   # the same cases each run
+    assert 5 <= len(ran) <= 15, ran                     # about one in three of 30 (by the ids' digests)
+    assert f"the sample is {len(ran)} of the 30 cases collected" in sample.stdout
+    full = _outcomes(_run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": "full"}).stdout)
+    assert sorted(full) == sorted(f"test_grid[{i}]" for i in range(30))

@@ -112,6 +112,7 @@ HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in GEMM_C
               if isa != "generic" or case[0] in GENERIC_SUBSET]
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.host
 @pytest.mark.parametrize("a_pack", ["direct", "packed"])
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
@@ -290,6 +291,7 @@ DIRECT_CASES = [
 ]
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.host
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("tag,spec,axis", TRANSPOSED_CASES + DIRECT_CASES,
