@@ -38,7 +38,10 @@ def summarize(junit_xml: Path) -> dict:
                                                      "seconds": 0.0, "failed_ids": []})
     for case in ET.parse(junit_xml).getroot().iter("testcase"):
         name = case.get("name", "")
-        function = f"{case.get('classname', '').replace('.', '/')}.py::{name.split('[')[0]}"
+        # xunit1 names the file; a class, if any, is the classname's last part
+        classname = case.get("classname", "")
+        owner = classname.rsplit(".", 1)[1] + "::" if classname.rsplit(".", 1)[-1][:1].isupper() else ""
+        function = f"{case.get('file', classname)}::{owner}{name.split('[')[0]}"
         row = per_test[function]
         row["cases"] += 1
         row["seconds"] = round(row["seconds"] + float(case.get("time", 0.0)), 2)
@@ -62,10 +65,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="xfc-matrices-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-n", str(args.jobs), "-m", "matrix", "-p", "no:cacheprovider",
-               f"--junitxml={junit}", "tests"]
+               "-o", "junit_family=xunit1", f"--junitxml={junit}", "tests"]
         proc = subprocess.run(cmd, cwd=REPO, env=env)
-        if not junit.exists():
-            print(f"test_matrices: pytest wrote no results (exit {proc.returncode})", file=sys.stderr)
+        if proc.returncode not in (0, 1) or not junit.exists():   # interrupted, or a usage / collection error
+            print(f"test_matrices: pytest exited {proc.returncode}; {args.out} left as it was", file=sys.stderr)
             return 2
         tests = summarize(junit)
     totals = {k: sum(t[k] for t in tests.values()) for k in ("cases", "passed", "failed", "skipped")}
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
     write_json_result(args.out, doc, kind="test_matrices")
     print(f"test_matrices: {totals['cases']} cases, {totals['passed']} passed, {totals['failed']} failed, "
           f"{totals['skipped']} skipped -> {args.out}")
-    return 1 if totals["failed"] or proc.returncode not in (0, 5) else 0
+    return 1 if totals["failed"] or proc.returncode != 0 else 0
 
 
 if __name__ == "__main__":

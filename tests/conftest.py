@@ -46,21 +46,64 @@ def _kinds(node) -> set[str]:
     return {m.name for m in node.own_markers if m.name in KIND_MARKERS}
 
 
-# Exhaustive matrices (random shapes, tile and ISA grids): a test marked `matrix(every=N)` runs one
-# case in N under `make test`, chosen by the digest of its id (the same cases on every run and
-# machine); XFC_TEST_MATRICES=full runs every case (`make test-matrices`, results committed in
-# benchmarks/results/test_matrices.json). The terminal summary says how many were left out.
+# Exhaustive matrices (random shapes, tile and ISA grids): a test marked `matrix(every=N)` runs
+# about one case in N under `make test`: those whose id's digest is 0 mod N (the same cases on every
+# run and machine), plus, in collection order, any case that brings a value of a parameter no kept
+# case has (`cover`: the parameters whose every value must run; default all of them, () for a list
+# of random shapes). XFC_TEST_MATRICES=full runs every case (`make test-matrices`, results in
+# benchmarks/results/test_matrices.json), and so does naming a case on the command line. The
+# terminal summary says how many cases the sample left out.
 FULL_MATRICES = os.environ.get("XFC_TEST_MATRICES", "") == "full"
 MATRIX_KEY = "xfc_matrix_sample"
-_matrix_sample: dict[str, tuple[int, int]] = {}   # (cases run, cases) of the matrices
+_matrix_sample: dict[str, tuple[int, int]] = {}   # {"run": (matrix cases selected, cases the sample left out)}
 
 
-def _in_matrix_sample(item) -> bool:
-    mark = item.get_closest_marker("matrix")
-    every = int(mark.kwargs.get("every", 1)) if mark else 1
-    if FULL_MATRICES or every <= 1:
-        return True
+def _digest_kept(item, every: int) -> bool:
     return int(hashlib.sha256(item.name.encode()).hexdigest(), 16) % every == 0
+
+
+def _matrix_values(item, mark) -> set:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    cover = mark.kwargs.get("cover")
+    names = sorted(params) if cover is None else [n for n in cover if n in params]
+    return {(n, repr(params[n])) for n in names}
+
+
+def _matrix_sample_of(items, explicit: set) -> tuple[list, list]:
+    """(kept, left out) of the items, by the rule above; items named on the command line are kept."""
+    decided: dict[int, bool] = {}
+    by_test: dict[tuple, list] = defaultdict(list)
+    for item in items:
+        mark = item.get_closest_marker("matrix")
+        every = int(mark.kwargs.get("every", 1)) if mark else 1
+        if FULL_MATRICES or every <= 1 or item.nodeid in explicit:
+            decided[id(item)] = True
+        else:
+            decided[id(item)] = _digest_kept(item, every)
+            by_test[(item.path, item.originalname)].append((item, mark))
+    for cases in by_test.values():
+        covered = set().union(*(_matrix_values(i, m) for i, m in cases if decided[id(i)]))
+        for item, mark in cases:
+            values = _matrix_values(item, mark)
+            if not decided[id(item)] and not values <= covered:
+                decided[id(item)] = True
+                covered |= values
+    kept = [i for i in items if decided[id(i)]]
+    return kept, [i for i in items if not decided[id(i)]]
+
+
+def _named_cases(config) -> set:
+    """Node ids of parametrized cases given on the command line (path as collected, then ::name[id])."""
+    named = set()
+    for arg in config.args:
+        path, sep, rest = str(arg).partition("::")
+        if sep and "[" in rest:
+            try:
+                rel = os.path.relpath(os.path.abspath(path), str(config.rootpath)).replace(os.sep, "/")
+            except ValueError:
+                continue
+            named.add(f"{rel}::{rest}")
+    return named
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -79,16 +122,23 @@ def pytest_collection_modifyitems(config, items):
         parents.update(n for n in item.iter_parents() if n is not item)
     for node in parents:
         node.own_markers[:] = [m for m in node.own_markers if m.name not in KIND_MARKERS]
-    kept, left_out = [], []
-    for item in items:
-        (kept if _in_matrix_sample(item) else left_out).append(item)
+    kept, left_out = _matrix_sample_of(items, _named_cases(config))
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
-        # the counts travel to the terminal summary with a report, as the coverage records do (xdist)
-        in_matrices = [i for i in kept if i.get_closest_marker("matrix")]
-        for item in in_matrices:
-            item.user_properties.append((MATRIX_KEY, (len(in_matrices), len(in_matrices) + len(left_out))))
+        config.stash[_LEFT_OUT] = len(left_out)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_collection_finish(session):
+    """After -m and -k: the matrix cases that will run, and what the sample left out, travel to the
+    terminal summary with the reports, as the coverage records do (xdist)."""
+    left_out = session.config.stash.get(_LEFT_OUT, 0)
+    in_matrices = [i for i in session.items if i.get_closest_marker("matrix")]
+    for item in in_matrices:
+        item.user_properties.append((MATRIX_KEY, (len(in_matrices), left_out)))
 
 
 class StartedProcess(Exception):
@@ -267,9 +317,9 @@ def pytest_terminal_summary(terminalreporter):
         line += "".join(f"; {n} more not compiled ({r})" for (t, r), n in sampled_out.items() if t == target)
         tr.write_line(line)
     if "run" in _matrix_sample:
-        run, cases = _matrix_sample["run"]
-        tr.write_line(f"  matrices: the sample is {run} of the {cases} cases collected (all: XFC_TEST_MATRICES=full, "
-                      "make test-matrices)")
+        run, left_out = _matrix_sample["run"]
+        tr.write_line(f"  matrices: {run} sampled case(s) selected, {left_out} left out by the sample "
+                      "(all: XFC_TEST_MATRICES=full, make test-matrices)")
     if _skips:
         tr.write_line("  skipped tests: " + "; ".join(f"{reason} ({n})" for reason, n in _skips.most_common()))
     if _unmarked:

@@ -107,7 +107,6 @@ def _expected_gemm_loads(plan) -> Counter:
     return Counter({k: v * g.k_unroll for k, v in per_step.items() if v})
 
 
-@pytest.mark.matrix(every=2)
 @emulated
 @needs_arm
 @pytest.mark.parametrize("core_name", ARM_CORES)

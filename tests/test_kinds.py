@@ -63,20 +63,28 @@ def test_sweep(n):
 
 
 @pytest.mark.sweep
-@pytest.mark.matrix(every=3)
+@pytest.mark.matrix(every=3, cover=())
 @pytest.mark.parametrize("case", range(30))
 def test_grid(case):
     assert case >= 0
+
+
+@pytest.mark.sweep
+@pytest.mark.matrix(every=3)
+@pytest.mark.parametrize("side", ["p", "q", "r"])
+@pytest.mark.parametrize("size", range(6))
+def test_pairs(size, side):
+    assert size >= 0 and side
 '''
 
 
-def _run(tmp_path, *args, env=None):
+def _run(tmp_path, *args, env=None, target=None):
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     env = {**os.environ, **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-c",
-                           str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-rA", *args, str(tmp_path)],
+                           str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-rA", *args, target or str(tmp_path)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
@@ -106,11 +114,21 @@ def test_own_kind_marker_overrides_the_module(tmp_path):
 
 
 def test_a_matrix_runs_a_fixed_sample_and_all_of_it_on_request(tmp_path):
-    sample = _run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": ""})
-    again = _run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": ""})
+    no_env = {"XFC_TEST_MATRICES": ""}
+    sample = _run(tmp_path, "-m", "matrix", env=no_env)
     ran = _outcomes(sample.stdout)
-    assert ran == _outcomes(again.stdout) and set(ran.values()) == {"PASSED"}   # the same cases each run
-    assert 5 <= len(ran) <= 15, ran                     # about one in three of 30 (by the ids' digests)
-    assert f"the sample is {len(ran)} of the 30 cases collected" in sample.stdout
+    assert ran == _outcomes(_run(tmp_path, "-m", "matrix", env=no_env).stdout)   # the same cases each run
+    assert set(ran.values()) == {"PASSED"}
+    grid = [n for n in ran if n.startswith("test_grid[")]
+    assert 5 <= len(grid) <= 15, grid                   # about one in three of 30, by the ids' digests
+    pairs = [n[len("test_pairs["):-1].split("-") for n in ran if n.startswith("test_pairs[")]
+    # every value of each parameter keeps a case (cover defaults to all), yet not all 18 run
+    assert {s for s, _ in pairs} == set(map(str, range(6))) and {p for _, p in pairs} == {"p", "q", "r"}
+    assert len(pairs) < 18, pairs
+    assert f"matrices: {len(ran)} sampled case(s) selected, {48 - len(ran)} left out by the sample" in sample.stdout
     full = _outcomes(_run(tmp_path, "-m", "matrix", env={"XFC_TEST_MATRICES": "full"}).stdout)
-    assert sorted(full) == sorted(f"test_grid[{i}]" for i in range(30))
+    assert len(full) == 48 and {f"test_grid[{i}]" for i in range(30)} <= set(full)
+    # a case named on the command line runs even when the sample leaves it out
+    left_out = next(f"test_grid[{i}]" for i in range(30) if f"test_grid[{i}]" not in ran)
+    named = _run(tmp_path, env=no_env, target=f"{tmp_path / 'test_sample.py'}::{left_out}")
+    assert _outcomes(named.stdout) == {left_out: "PASSED"}, named.stdout

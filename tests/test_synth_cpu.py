@@ -287,7 +287,7 @@ HOST_RANDOM = random_specs(60, seed=20261122, max_flops=40_000_000)
 RANDOM_THREADS = (1, 2, 3, 5, 8)
 
 
-@pytest.mark.matrix(every=2)
+@pytest.mark.matrix(every=2, cover=())   # random shapes: no value needs keeping
 @pytest.mark.host
 @pytest.mark.parametrize("index", range(len(HOST_RANDOM)),
                          ids=[f"{i:03d}-{ALL_HOST_ISAS[i % 3]}-{s.key()}" for i, s in enumerate(HOST_RANDOM)])
@@ -342,7 +342,7 @@ def test_blocking_under_qemu(spec, hw_name, tmp_path):
     _verify_qemu(spec, hw_name, tmp_path, seed=2)
 
 
-@pytest.mark.matrix(every=2)
+@pytest.mark.matrix(every=2, cover=())   # random shapes: no value needs keeping
 @pytest.mark.emulated
 @needs_arm
 @pytest.mark.parametrize("index", range(len(QEMU_RANDOM)),
