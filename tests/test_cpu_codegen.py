@@ -84,7 +84,7 @@ def _ids(spec):
 # Host numerics: every table on every ISA
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(every=2)
+@pytest.mark.matrix(every=3)
 @pytest.mark.host
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("spec", MATMULS + CONVS + DEPTHWISES, ids=_ids)

@@ -236,6 +236,7 @@ def _vnni_host():
 _vnni_host()
 
 
+@pytest.mark.matrix(every=2)
 @pytest.mark.parametrize("case", TAP_PAIRS_CASES[:4], ids=[f"{c[7]}-{i}" for i, c in enumerate(TAP_PAIRS_CASES[:4])])
 @pytest.mark.parametrize("force", [None, (16, 2, 3), (8, 4, 2)], ids=["planned", "zmm-2x3", "ymm-4x2"])
 def test_depthwise_tap_pairs_vnni_compiles(case, force, tmp_path):

@@ -73,7 +73,7 @@ HOST_CASES = [pytest.param(*case, isa, id=f"{case[0]}-{isa}") for case in CASES 
               if isa != "generic" or case[0] in GENERIC_SUBSET]
 
 
-@pytest.mark.matrix(every=2)
+@pytest.mark.matrix(every=3)
 @pytest.mark.parametrize("vectors", ("tiles", "channels"))
 @pytest.mark.parametrize("m", (2, 4, 6))
 @pytest.mark.parametrize("tag,spec,axis,isa", HOST_CASES)
