@@ -62,10 +62,12 @@ def _run(spec, hw, tmp_path, **kw):
 
 
 # Full-size suite workloads with a bias + ReLU6 epilogue, each on one of the two GPUs (alternating:
-# the plans differ per GPU, the PoCL run costs the same) to keep the emulated FLOPs in budget.
+# the plans differ per GPU, the PoCL run costs the same) to keep the emulated FLOPs in budget;
+# `make test` runs about half of them (PoCL runs on every core), both GPUs among them.
 SUITE_CASES = [pytest.param(name, HARDWARE[i % 2], id=f"{name}-{HARDWARE[i % 2]}") for i, name in enumerate(sorted(SUITE))]
 
 
+@pytest.mark.matrix(every=2, cover=("hw_name",))
 @pytest.mark.parametrize("name,hw_name", SUITE_CASES)
 def test_workload_suite_verifies_on_pocl(name, hw_name, hws, harness, tmp_path):
     report = _run(suite_spec(name, bias=True, activation="relu6"), hws[hw_name], tmp_path)
