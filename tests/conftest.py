@@ -55,6 +55,7 @@ def _kinds(node) -> set[str]:
 # terminal summary says how many cases the sample left out.
 FULL_MATRICES = os.environ.get("XFC_TEST_MATRICES", "") == "full"
 MATRIX_KEY = "xfc_matrix_sample"
+_LEFT_OUT = pytest.StashKey[int]()                 # cases the sample left out, kept on the config
 _matrix_sample: dict[str, tuple[int, int]] = {}   # {"run": (matrix cases selected, cases the sample left out)}
 
 
@@ -127,9 +128,6 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
         config.stash[_LEFT_OUT] = len(left_out)
-
-
-_LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_collection_finish(session):
