@@ -57,6 +57,9 @@ def describe(plan) -> str:
     return f"{plan.lowering} mr={g.mr} nr={g.nr} kc={g.kc} mc={g.mc} nc={g.nc} A={g.a_pack} C={g.c_store}"
 
 
+PLAN_COLUMN = 72
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -67,7 +70,8 @@ def main(argv=None) -> int:
     hw = load_hardware("host", os.environ)
     cluster = hw.cluster()
     rows = []
-    print(f"{'layer':<16} {'plan':<34} {'chosen':>8} {'nc_l2':>8} {'b_prepacked':>11} {'transposed':>10}   ms, 1 thread")
+    print(f"{'layer':<16} {'plan':<{PLAN_COLUMN}} {'chosen':>8} {'nc_l2':>8} {'b_prepacked':>11} "
+          f"{'transposed':>10}   ms, 1 thread")
     with tempfile.TemporaryDirectory(prefix="xfc-pointwise-") as tmp:
         for c, hw_px, k in LAYERS:
             conv = make_spec("conv2d", dict(c=c, h=hw_px, w=hw_px, k=k, r=1, s=1), bias=True)
@@ -94,9 +98,10 @@ def main(argv=None) -> int:
                 for i, (_, kernel, inputs, _) in enumerate(built):
                     best[i] = min(best[i], min(kernel.time(*inputs, repeats=args.repeats, prepacked=True).samples_s))
             name = f"{c}->{k} @{hw_px}"
-            plan_text = f"mr={g.mr} nr={g.nr} kc={g.kc} mc={g.mc} nc={g.nc}"
+            plan_text = describe(chosen)
             other = f"{best[3] * 1e3:10.3f}" if len(best) > 3 else f"{'-':>10}"
-            print(f"{name:<16} {plan_text:<34} {best[0] * 1e3:8.3f} {best[1] * 1e3:8.3f} {best[2] * 1e3:11.3f} {other}")
+            print(f"{name:<16} {plan_text:<{PLAN_COLUMN}} {best[0] * 1e3:8.3f} {best[1] * 1e3:8.3f} "
+                  f"{best[2] * 1e3:11.3f} {other}")
             rows.append(dict(layer=name, channels_in=c, size=hw_px, channels_out=k, flops=conv.flops, plan=plan_text,
                              nc_l2=nc_l2, verified=all(e[3] for e in built),
                              transposed_plan=describe(other_view[0]) if other_view else None,
@@ -105,7 +110,7 @@ def main(argv=None) -> int:
     # the faster of the chosen plan and the other view, per layer: what choosing between them could give
     total["faster_of_chosen_and_transposed"] = round(sum(min(r["chosen_ms"], r.get("transposed_ms", math.inf))
                                                          for r in rows), 3)
-    print(f"{'sum':<16} {'':<34} {total['chosen']:8.3f} {total['nc_l2']:8.3f} {total['b_prepacked']:11.3f}"
+    print(f"{'sum':<16} {'':<{PLAN_COLUMN}} {total['chosen']:8.3f} {total['nc_l2']:8.3f} {total['b_prepacked']:11.3f}"
           f"   faster of chosen and transposed: {total['faster_of_chosen_and_transposed']:.3f}")
     write_json_result(args.out, {"benchmark": "pointwise_packing", "machine": machine_facts(), "threads": 1,
                                  "rounds": args.rounds, "repeats": args.repeats, "rows": rows, "sum_ms": total,

@@ -58,7 +58,8 @@ def summarize(junit_xml: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default 2)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT.relative_to(REPO)})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"results JSON (default {DEFAULT_OUT.relative_to(REPO)})")
     args = parser.parse_args(argv)
     env = dict(os.environ, XFC_TEST_MATRICES="full", XFC_TEST_COMPILE_EVERY="1")
     started = time.time()

@@ -195,7 +195,7 @@ def test_harness_renders_shape_free():
     assert "xfc-launch" in text and "CL_QUEUE_PROFILING_ENABLE" in text and "#include <CL/cl.h>" in text
 
 
-# PoCL's LLVM spent ~90 s on `#pragma unroll 4` over `k < K` when 4 did not divide the constant K
+# PoCL's LLVM spent over a minute on `#pragma unroll 4` over `k < K` when 4 did not divide the constant K
 # (the soak's one timeout: mali-g78 fp16 matmul k=1175). The loop over global memory now unrolls
 # whole groups of KU steps and runs the rest of K in a plain loop after it. mali-g78 plans these
 # shapes with that loop (checked below); a staged plan's unrolled loop runs TKS = 8, 16 or 32 steps,

@@ -84,7 +84,8 @@ def _run(tmp_path, *args, env=None, target=None):
     env = {**os.environ, **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-c",
-                           str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-rA", *args, target or str(tmp_path)],
+                           str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "-rA", *args,
+                           target or str(tmp_path)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
