@@ -125,6 +125,7 @@ def test_core_builds_and_verifies(name, op, tmp_path):
 
 @pytest.mark.emulated
 @needs_arm
+@pytest.mark.matrix(every=2)   # every SoC, operator, cluster role and thread count stays in the sample
 @pytest.mark.parametrize("name,op,cluster,threads", _soc_cases())
 def test_soc_multithreaded_builds_and_verifies(name, op, cluster, threads, tmp_path):
     plan = _build_and_verify(dict(SOCS)[name], op, tmp_path, cluster=cluster, threads=threads)
