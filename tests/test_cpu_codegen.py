@@ -196,6 +196,7 @@ NEON_SPECS = [mm(13, 21, 37, bias=True, act="relu"), mm(7, 9, 300, batch=2),
 
 @pytest.mark.emulated
 @needs_arm
+@pytest.mark.matrix(every=2)   # each operator shape and core stays in the sample
 @pytest.mark.parametrize("core", ["a55", "a76"])
 @pytest.mark.parametrize("spec", NEON_SPECS, ids=_ids)
 def test_neon_qemu(spec, core, tmp_path):

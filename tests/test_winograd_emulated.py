@@ -29,6 +29,7 @@ def build_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("xfc_winograd_neon")
 
 
+@pytest.mark.matrix(every=2)   # each core and m stays in the sample
 @pytest.mark.parametrize("m", (2, 4, 6))
 @pytest.mark.parametrize("core", CORES)
 def test_winograd_neon_qemu(core, m, build_dir):

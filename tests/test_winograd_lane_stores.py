@@ -73,6 +73,7 @@ def build_dir(tmp_path_factory):
 
 
 @pytest.mark.host
+@pytest.mark.matrix(every=2)   # each ISA and m stays in the sample
 @pytest.mark.parametrize("isa", [i for i in ("avx512", "avx2", "generic") if i in RUNNABLE_ISAS])
 @pytest.mark.parametrize("m", (2, 4, 6))
 def test_ragged_groups_verify_on_the_host(isa, m, build_dir):
