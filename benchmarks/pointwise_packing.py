@@ -9,7 +9,11 @@ weights pre-packed, timed interleaved in one process (best of --rounds rounds of
   chosen          the plan xfc synthesizes (`xfc synth --hw host`), B packed per call
   nc_l2           where one MC block holds all of M (no packed B block is reused by a second MC
                   block): the same plan with the packed B block sized to half the per-core L2
-                  (nc), so the packed panels stay in L2 instead of going through L3
+                  (nc), so the packed panels stay in L2 instead of going through L3. Timed here,
+                  kernel by kernel with hot caches, it changed nothing; in whole networks it
+                  pays (benchmarks/packed_panel.py), and synthesis now sizes the panel to a
+                  quarter of L2 itself, so this column repeats the chosen plan (the committed
+                  results predate that rule)
   transposed      the best-predicted plan of the other GEMM view among the cost model's top 10
                   (candidate_syntheses): lowering implicit_gemm_t, M = pixels, N = filters, the
                   input read in place as A (no packing pass when a_pack is im2col_direct), C

@@ -25,7 +25,8 @@ from xfc.ops.spec import make_spec
 from xfc.cpu.tiles import MicroTileScore
 from xfc.cpu.cost_model import StaticEvaluator
 from xfc.cpu.isa import isa_for
-from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.synth import PACKED_B_L2_FILL, synthesize_cpu
+from xfc.cpu.cost_model import l2_per_core_bytes
 from xfc.ops.workloads import SUITE, suite_spec
 
 HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
@@ -81,6 +82,25 @@ def test_cache_constraints_hold(hw_name):
         assert panels_bytes <= core.l1d.size_bytes or (streamed and panels_bytes <= hw.cluster().l2.size_bytes // 2)
         assert g.mc * g.kc * 4 <= hw.cluster().l2.size_bytes
         assert g.mc % g.mr == 0 and g.nc % g.nr == 0
+        if plan.lowering == "implicit_gemm":   # B, the im2col panel packed on every call, within L2
+            assert g.kc * g.nc * 4 <= max(PACKED_B_L2_FILL * l2_per_core_bytes(hw.cluster()), g.kc * g.nr * 4)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("hw_name", [*HOST_HWS, "cortex-a55", "cortex-a76"])
+def test_a_conv_packs_its_b_panel_into_l2_a_matmul_keeps_the_shared_cache_width(hw_name):
+    """MobileNetV2's first 1x1 projection (12,544 output pixels): the KC x NC panel of B it packs on
+    every call is a share of L2 (benchmarks/packed_panel.py times why), not one 1.6 MB panel; the
+    matmul of the same GEMM, whose B is packed once, keeps NC from the shared cache."""
+    hw = hardware(hw_name)
+    l2_share = PACKED_B_L2_FILL * l2_per_core_bytes(hw.cluster())
+    conv = synthesize_cpu(make_spec("conv2d", dict(n=1, c=32, h=112, w=112, k=16, r=1, s=1)), hw, threads=1)
+    g = conv.plan.gemm
+    assert conv.plan.lowering == "implicit_gemm"
+    assert g.nc < 112 * 112 and g.kc * g.nc * 4 <= l2_share, (g.kc, g.nc)
+    assert "B packed on every call" in conv.explain()
+    mm = synthesize_cpu(make_spec("matmul", dict(m=16, n=112 * 112, k=32)), hw, threads=1).plan.gemm
+    assert mm.kc * mm.nc * 4 > l2_share, (mm.kc, mm.nc)
 
 
 _DETERMINISM_SCRIPT = r"""

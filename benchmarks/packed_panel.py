@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Where a convolution's packed B panel lives, timed in whole networks (issue 32; not run in CI).
+
+A convolution lowered to implicit GEMM (NCHW, vectors along output pixels) packs its B operand, the
+im2col matrix of the input activation, into a KC x NC panel on every call and reads it back at
+once. xfc.cpu.synth.grow_gemm sizes NC so that the panel fits PACKED_B_L2_FILL of the per-core L2
+(the round trip stays in L2). Before that rule NC was sized to the shared cache (L3): a 1x1 layer
+at 112x112 packed all 12,544 columns into one 1.6 MB panel. Timed kernel by kernel, weights hot,
+the two were the same (benchmarks/pointwise_packing.py, its nc_l2 column); this times what users
+run, the whole network.
+
+Per network (benchmarks/nets.py, exported at run time with seeded random weights) and thread count,
+in this process:
+
+  l2_panel      `xfc model NET --hw host --emit lib` as xfc synthesizes it today
+  l3_panel      the same with the rule switched off (PACKED_B_L2_FILL set to 1e6, beyond any L2): NC from
+                the shared cache, as before; every other decision unchanged
+
+Both libraries' benchmark programs are built with the CMakeLists.txt xfc emits beside them, their
+outputs on the same random input compared byte for byte (the panel width changes no summation
+order, so they must be identical), then run alternately for --rounds rounds of --runs runs with
+--profile: the median of the round medians per variant, and the sum of the per-step medians over
+the steps whose kernel source differs (the other steps run the same code in both: their
+differences are the machine's noise, large at 2 threads on a shared 2-vCPU VM).
+
+    .venv/bin/python benchmarks/packed_panel.py [--only mobilenet_v2,...] [--threads 1,2] [--rounds 6]
+
+Writes a table and benchmarks/results/packed_panel.json (the machine named). Needs torch (export)
+and cmake. Exit 0, 1 when the two variants' outputs differ, 3 without torch.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from machine import machine_facts, warn_if_loaded
+from nets import ARCHS, FAMILIES, export
+
+import xfc.cpu.synth as cpu_synth
+from xfc.cli.main import main as xfc_main
+from xfc.outputs import write_json_result
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "results" / "packed_panel.json"
+ALL = ARCHS + FAMILIES
+VARIANTS = {"l2_panel": cpu_synth.PACKED_B_L2_FILL, "l3_panel": 1e6}   # 1e6 x L2: never below the L3 width
+
+
+def emit(onnx: Path, threads: int, fill: float, out: Path) -> dict:
+    """`xfc model --emit lib` in this process with the rule's fill; the report (JSON)."""
+    saved = cpu_synth.PACKED_B_L2_FILL
+    cpu_synth.PACKED_B_L2_FILL = fill
+    stdout = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout):
+            status = xfc_main(["model", str(onnx), "--hw", "host", "--threads", str(threads), "--emit", "lib",
+                               "--json", "-o", str(out)])
+    finally:
+        cpu_synth.PACKED_B_L2_FILL = saved
+    if status != 0:
+        raise SystemExit(f"packed-panel: xfc model {onnx.name} exited {status}")
+    return json.loads(stdout.getvalue())
+
+
+def build(out: Path, name: str) -> Path:
+    build_dir = out / "build"
+    for argv in (["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"],
+                 ["cmake", "--build", str(build_dir)]):
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"packed-panel: {' '.join(argv[:2])} failed: {proc.stderr[-800:]}")
+    return build_dir / f"benchmark_{name}"
+
+
+def run(exe: Path, *extra: str) -> dict:
+    proc = subprocess.run([str(exe), "--random", "--seed", "0", *extra], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"packed-panel: {exe.name} exited {proc.returncode}: {proc.stderr[-400:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def changed_steps(outs: list[Path]) -> list[int]:
+    """Indexes of the program steps whose kernel source differs between the variants' libraries
+    (manifest.json names each step's function; its source is <function>.c beside it)."""
+    manifests = [json.loads((out / "manifest.json").read_text())["steps"] for out in outs]
+    changed = []
+    for index, step in enumerate(manifests[0]):
+        function = step.get("function")
+        if function and len({(out / f"{function}.c").read_bytes() for out in outs}) > 1:
+            changed.append(index)
+    return changed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(ALL), help="comma-separated networks (default: all of "
+                        + ", ".join(ALL) + ")")
+    parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
+    parser.add_argument("--runs", type=int, default=40, help="timed runs per round (default 40)")
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    args = parser.parse_args(argv)
+    archs = [a.strip() for a in args.only.split(",") if a.strip()]
+    if any(a not in ALL for a in archs):
+        print(f"packed-panel: unknown network in {archs} (known: {', '.join(ALL)})", file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("packed-panel: torch is needed to export the models: pip install torch", file=sys.stderr)
+        return 3
+    rows, status = [], 0
+    with tempfile.TemporaryDirectory(prefix="xfc-packed-panel-") as tmp:
+        tmp = Path(tmp)
+        for arch in archs:
+            onnx = tmp / f"{arch}.onnx"
+            export(arch, onnx, args.size)
+            for threads in [int(t) for t in args.threads.split(",")]:
+                exes = {}
+                for variant, fill in VARIANTS.items():
+                    out = tmp / f"{arch}-t{threads}-{variant}"
+                    emit(onnx, threads, fill, out)
+                    exes[variant] = build(out, onnx.stem)   # CMake puts the weights file beside it
+                changed = changed_steps([tmp / f"{arch}-t{threads}-{v}" for v in VARIANTS])
+                outputs = {}
+                for variant, exe in exes.items():
+                    (exe.parent / "out").mkdir(exist_ok=True)
+                    run(exe, "--runs", "1", "--warmup", "0", "--outputs", str(exe.parent / "out"))
+                    outputs[variant] = sorted((p.name, p.read_bytes()) for p in (exe.parent / "out").glob("*.f32"))
+                identical = outputs["l2_panel"] == outputs["l3_panel"]
+                if not identical:
+                    status = 1
+                timed = {v: [] for v in exes}
+                for _ in range(args.rounds):
+                    for variant, exe in exes.items():
+                        timed[variant].append(run(exe, "--runs", str(args.runs), "--warmup", "5", "--threads",
+                                                  str(threads), "--profile"))
+                medians = {v: statistics.median(r["median_ms"] for r in rs) for v, rs in timed.items()}
+                steps = {v: [statistics.median(r["steps_ms"][i] for r in rs) for i in range(len(rs[0]["steps_ms"]))]
+                         for v, rs in timed.items()}
+                changed_ms = {v: sum(steps[v][i] for i in changed) for v in steps}
+                rows.append({"net": arch, "threads": threads, "changed_steps": changed,
+                             "outputs_identical": identical,
+                             "l2_panel_median_ms": medians["l2_panel"], "l3_panel_median_ms": medians["l3_panel"],
+                             "speedup": medians["l3_panel"] / medians["l2_panel"],
+                             "changed_steps_l2_panel_ms": changed_ms["l2_panel"],
+                             "changed_steps_l3_panel_ms": changed_ms["l3_panel"],
+                             "changed_steps_speedup": (changed_ms["l3_panel"] / changed_ms["l2_panel"]
+                                                       if changed else None),
+                             "round_medians_ms": {v: [r["median_ms"] for r in rs] for v, rs in timed.items()},
+                             "steps_ms": steps})
+                r = rows[-1]
+                print(f"{arch:14s} t{threads}: network L2 panel {r['l2_panel_median_ms']:7.2f} ms  L3 panel "
+                      f"{r['l3_panel_median_ms']:7.2f} ms  x{r['speedup']:.3f};  the {len(changed)} steps whose "
+                      f"kernel differs {changed_ms['l2_panel']:7.2f} ms vs {changed_ms['l3_panel']:7.2f} ms  "
+                      f"x{r['changed_steps_speedup'] or 1:.3f}  (outputs {'identical' if identical else 'DIFFER'})",
+                      flush=True)
+    load = warn_if_loaded()
+    doc = {"benchmark": "packed_panel", "machine": machine_facts(), "load_average_at_end": load,
+           "rounds": args.rounds, "runs_per_round": args.runs, "size": args.size,
+           "packed_b_l2_fill": cpu_synth.PACKED_B_L2_FILL, "rows": rows,
+           "command": "benchmarks/packed_panel.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    for threads in sorted({r["threads"] for r in rows}):
+        for key, what in (("speedup", "whole network"), ("changed_steps_speedup", "the steps whose kernel differs")):
+            s = [r[key] for r in rows if r["threads"] == threads and r[key]]
+            geo = math.exp(sum(map(math.log, s)) / len(s))
+            doc[f"geomean_{key}_t{threads}"] = geo
+            print(f"threads {threads}, {what}: geomean x{geo:.3f} (L2 panel over L3 panel), min x{min(s):.3f}")
+    write_json_result(OUT, doc, kind="packed_panel")
+    print(f"wrote {OUT.relative_to(REPO)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
