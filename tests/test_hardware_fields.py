@@ -107,7 +107,10 @@ def _write(tmp_path: Path, rel: str, data) -> Path:
     descriptions resolve to the shipped files."""
     path = tmp_path / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    # libyaml's emitter when PyYAML has it (a third of the sweep's time went to the pure-Python one);
+    # xfc reads the file back with yaml.safe_load as always
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    path.write_text(data if isinstance(data, str) else yaml.dump(data, Dumper=dumper, sort_keys=False))
     return path
 
 

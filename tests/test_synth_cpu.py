@@ -321,6 +321,7 @@ def test_random_shapes_on_host(index, tmp_path):
 
 
 @pytest.mark.host
+@pytest.mark.matrix(every=2)   # every workload on one host ISA at least, every ISA kept
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("name", list(SUITE))
 def test_suite_workloads_on_host(name, isa, tmp_path):
