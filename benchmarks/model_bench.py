@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nets import ARCHS, export
+from nets import ARCHS, export, torch_missing
 from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,11 +86,7 @@ def main(argv=None) -> int:
         if target not in TARGETS:
             print(f"model-bench: unknown target '{target}' (known: {', '.join(TARGETS)})", file=sys.stderr)
             return 2
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("model-bench: torch is not installed; it is needed only to export the models: make bench-setup",
-              file=sys.stderr)
+    if torch_missing("model-bench", "make bench-setup"):
         return 3
     status = 0
     with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:

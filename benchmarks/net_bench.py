@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from machine import machine_facts
-from nets import ARCHS, FAMILIES, export
+from nets import ARCHS, FAMILIES, export, networks_or_status
 
 REPO = Path(__file__).resolve().parent.parent
 ALL = ARCHS + FAMILIES
@@ -100,18 +100,10 @@ def main(argv=None) -> int:
                              "sleep at once (passive; xfc model --thread-wait)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
-    archs = [a.strip() for a in args.only.split(",") if a.strip()]
-    unknown = [a for a in archs if a not in ALL]
-    if unknown:
-        print(f"net-bench: unknown network {unknown[0]} (known: {', '.join(ALL)})", file=sys.stderr)
-        return 2
+    archs = networks_or_status("net-bench", args.only)
+    if isinstance(archs, int):
+        return archs
     thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("net-bench: torch is not installed; it is needed only to export the models: pip install torch",
-              file=sys.stderr)
-        return 3
     rows, status = [], 0
     with tempfile.TemporaryDirectory(prefix="xfc-net-bench-") as tmp:
         tmp = Path(tmp)

@@ -8,6 +8,7 @@ is downloaded.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 # MobileNetV2 inverted-residual stages: (expansion t, output channels c, repeats n, first stride s)
@@ -239,6 +240,30 @@ def _modules():
 
     return {"mobilenet_v2": MobileNetV2, "resnet18": ResNet18, "mobilenet_v3": MobileNetV3, "resnet50": ResNet50,
             "shufflenet_v1": ShuffleNetV1, "unet": UNet}
+
+
+def torch_missing(tool: str, install: str = "pip install torch") -> bool:
+    """True, after one line on stderr naming the tool and how to install it, when torch (needed only
+    to export the models) is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"{tool}: torch is not installed; it is needed only to export the models: {install}",
+              file=sys.stderr)
+        return True
+    return False
+
+
+def networks_or_status(tool: str, only: str):
+    """The networks `only` names (comma-separated), or an exit status after one line on stderr:
+    2 for a name this module does not build, 3 when torch is not installed."""
+    known = ARCHS + FAMILIES
+    archs = [a.strip() for a in only.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in known]
+    if unknown:
+        print(f"{tool}: unknown network {unknown[0]} (known: {', '.join(known)})", file=sys.stderr)
+        return 2
+    return 3 if torch_missing(tool) else archs
 
 
 def export(arch: str, path: Path, size: int, seed: int = 0) -> None:

@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from machine import machine_facts, warn_if_loaded
-from nets import ARCHS, FAMILIES, export
+from nets import ARCHS, FAMILIES, export, networks_or_status
 
 import xfc.cpu.synth as cpu_synth
 from xfc.cli.main import main as xfc_main
@@ -108,15 +108,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="timed runs per round (default 40)")
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     args = parser.parse_args(argv)
-    archs = [a.strip() for a in args.only.split(",") if a.strip()]
-    if any(a not in ALL for a in archs):
-        print(f"packed-panel: unknown network in {archs} (known: {', '.join(ALL)})", file=sys.stderr)
-        return 2
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("packed-panel: torch is needed to export the models: pip install torch", file=sys.stderr)
-        return 3
+    archs = networks_or_status("packed-panel", args.only)
+    if isinstance(archs, int):
+        return archs
     rows, status = [], 0
     with tempfile.TemporaryDirectory(prefix="xfc-packed-panel-") as tmp:
         tmp = Path(tmp)
