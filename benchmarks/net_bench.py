@@ -36,10 +36,9 @@ import tempfile
 from pathlib import Path
 
 from machine import machine_facts
-from nets import ARCHS, FAMILIES, export, networks_or_status
+from nets import ALL, export, networks_or_status
 
 REPO = Path(__file__).resolve().parent.parent
-ALL = ARCHS + FAMILIES
 RUN_TIMEOUT_S = 3 * 3600
 
 

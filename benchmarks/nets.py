@@ -23,6 +23,7 @@ CLASSES = 1000
 ARCHS = ("mobilenet_v2", "resnet18")
 # The other CNN families of the whole-network benchmark (benchmarks/net_bench.py, issue 32)
 FAMILIES = ("mobilenet_v3", "resnet50", "shufflenet_v1", "unet")
+ALL = ARCHS + FAMILIES                    # every network this module builds
 # MobileNetV3-Large (Howard et al. 2019, table 1): (kernel, expansion, out, squeeze-excite, hard-swish, stride)
 MOBILENET_V3_LARGE = ((3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
                       (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
@@ -254,14 +255,13 @@ def torch_missing(tool: str, install: str = "pip install torch") -> bool:
     return False
 
 
-def networks_or_status(tool: str, only: str):
+def networks_or_status(tool: str, only: str) -> list[str] | int:
     """The networks `only` names (comma-separated), or an exit status after one line on stderr:
     2 for a name this module does not build, 3 when torch is not installed."""
-    known = ARCHS + FAMILIES
     archs = [a.strip() for a in only.split(",") if a.strip()]
-    unknown = [a for a in archs if a not in known]
+    unknown = [a for a in archs if a not in ALL]
     if unknown:
-        print(f"{tool}: unknown network {unknown[0]} (known: {', '.join(known)})", file=sys.stderr)
+        print(f"{tool}: unknown network {unknown[0]} (known: {', '.join(ALL)})", file=sys.stderr)
         return 2
     return 3 if torch_missing(tool) else archs
 

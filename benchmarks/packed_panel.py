@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from machine import machine_facts, warn_if_loaded
-from nets import ARCHS, FAMILIES, export, networks_or_status
+from nets import ALL, export, networks_or_status
 
 import xfc.cpu.synth as cpu_synth
 from xfc.cli.main import main as xfc_main
@@ -50,24 +50,22 @@ from xfc.outputs import write_json_result
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "results" / "packed_panel.json"
-ALL = ARCHS + FAMILIES
 VARIANTS = {"l2_panel": cpu_synth.PACKED_B_L2_FILL, "l3_panel": 1e6}   # 1e6 x L2: never below the L3 width
 
 
-def emit(onnx: Path, threads: int, fill: float, out: Path) -> dict:
-    """`xfc model --emit lib` in this process with the rule's fill; the report (JSON)."""
+def emit(onnx: Path, threads: int, fill: float, out: Path) -> None:
+    """`xfc model --emit lib` in this process with the rule's fill (its report is not needed)."""
     saved = cpu_synth.PACKED_B_L2_FILL
     cpu_synth.PACKED_B_L2_FILL = fill
     stdout = io.StringIO()
     try:
         with contextlib.redirect_stdout(stdout):
             status = xfc_main(["model", str(onnx), "--hw", "host", "--threads", str(threads), "--emit", "lib",
-                               "--json", "-o", str(out)])
+                               "-o", str(out)])
     finally:
         cpu_synth.PACKED_B_L2_FILL = saved
     if status != 0:
-        raise SystemExit(f"packed-panel: xfc model {onnx.name} exited {status}")
-    return json.loads(stdout.getvalue())
+        raise SystemExit(f"packed-panel: xfc model {onnx.name} exited {status}: {stdout.getvalue()[-400:]}")
 
 
 def build(out: Path, name: str) -> Path:
@@ -127,7 +125,8 @@ def main(argv=None) -> int:
                 outputs = {}
                 for variant, exe in exes.items():
                     (exe.parent / "out").mkdir(exist_ok=True)
-                    run(exe, "--runs", "1", "--warmup", "0", "--outputs", str(exe.parent / "out"))
+                    run(exe, "--runs", "1", "--warmup", "0", "--threads", str(threads), "--outputs",
+                        str(exe.parent / "out"))
                     outputs[variant] = sorted((p.name, p.read_bytes()) for p in (exe.parent / "out").glob("*.f32"))
                 identical = outputs["l2_panel"] == outputs["l3_panel"]
                 if not identical:
