@@ -40,7 +40,8 @@ def summarize(junit_xml: Path) -> dict:
         name = case.get("name", "")
         # xunit1 names the file; a class, if any, is the classname's last part
         classname = case.get("classname", "")
-        owner = classname.rsplit(".", 1)[1] + "::" if classname.rsplit(".", 1)[-1][:1].isupper() else ""
+        last = classname.rsplit(".", 1)[-1]
+        owner = f"{last}::" if last[:1].isupper() else ""
         function = f"{case.get('file', classname)}::{owner}{name.split('[')[0]}"
         row = per_test[function]
         row["cases"] += 1

@@ -23,10 +23,9 @@ from xfc.cpu.codegen import render_cpu_kernel
 from xfc.ops.reference import make_inputs
 from xfc.ops.spec import make_spec
 from xfc.cpu.tiles import MicroTileScore
-from xfc.cpu.cost_model import StaticEvaluator
+from xfc.cpu.cost_model import StaticEvaluator, l2_per_core_bytes
 from xfc.cpu.isa import isa_for
 from xfc.cpu.synth import PACKED_B_L2_FILL, synthesize_cpu
-from xfc.cpu.cost_model import l2_per_core_bytes
 from xfc.ops.workloads import SUITE, suite_spec
 
 HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
