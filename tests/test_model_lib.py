@@ -47,7 +47,8 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
     api = {f"{prefix}_{name}" for name in (
         "create", "create_from_buffer", "run", "destroy", "last_error", "threads", "input_count", "output_count",
         "input_name", "output_name", "input_rank", "output_rank", "input_shape", "output_shape", "input_floats",
-        "output_floats", "arena_bytes", "packed_weight_bytes", "set_step_callback", "step_count", "threads_now")}
+        "output_floats", "arena_bytes", "packed_weight_bytes", "set_step_callback", "set_step_timer", "step_count",
+        "threads_now")}
     kernels = {f["function"] + suffix for f in manifest["functions"] for suffix in ("", "_prepack", "_packed",
                                                                                    "_packed_floats")}
     assert symbols == api | kernels

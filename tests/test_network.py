@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 import support
 from support import nets
+from support.cli import assert_one_line_error
 
 from xfc.cli import main
 from xfc.model.load import load_model
@@ -41,14 +42,6 @@ def run_json(capsys, argv):
     code = main(argv)
     captured = capsys.readouterr()
     return code, (json.loads(captured.out) if code == 0 and captured.out.strip() else None), captured
-
-
-def assert_one_line_error(code, err, status, *needles):
-    assert code == status, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("xfc: error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------

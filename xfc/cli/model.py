@@ -39,15 +39,13 @@ def cmd_model(args) -> int:
     from ..model.pipeline import check_request
     if args.repeat < 1:
         raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
-    if args.dtype != "fp32":
-        raise OperatorError("--dtype fp16: 'xfc model' verifies fp32 networks; use fp32")
     if args.profile and not (args.emit == "lib" and args.bench):
         raise OperatorError("--profile times the steps of the network's benchmark program: add --emit lib --bench")
     if args.embed_weights and args.emit != "lib":
         raise OperatorError("--embed-weights compiles the weights into the network library: add --emit lib")
     input_shapes = parse_input_shapes(args.input_shape)
     hw = load(args.hw)
-    check_request(hw, args.target, args.device, args.emit, args.bench)
+    check_request(hw, args.target, args.device, args.emit, args.bench, args.dtype)
     out_dir = Path(args.output) if args.output else default_out_dir(hw, args.model, args.target)
     progress = None if args.json else (lambda msg: print(f"[xfc] {msg}", file=sys.stderr, flush=True))
     runner = _device_runner(args, hw, progress or (lambda msg: None))
@@ -56,7 +54,7 @@ def cmd_model(args) -> int:
                        force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
                        bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights,
-                       thread_wait=args.thread_wait, profile=args.profile)
+                       thread_wait=args.thread_wait, profile=args.profile, dtype=args.dtype)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -86,7 +84,10 @@ def register(sub) -> None:
     p.add_argument("--cluster", choices=("prime", "big", "mid", "little"), default=None,
                    help="CPU cluster to target (default: big)")
     p.add_argument("--threads", type=int, default=None, help="threads (default: every core of the cluster)")
-    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="element type (CPU: fp32)")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32",
+                   help="element type of the network: fp32, or fp16 (--emit lib on an AArch64 core with FP16 "
+                        "arithmetic, e.g. --hw snapdragon-865: every tensor, weight and kernel in fp16; the C API "
+                        "still takes and returns fp32)")
     p.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
                    help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable; NAME= may be left out "
                         "when the model has one dynamic input)")

@@ -86,13 +86,17 @@ class LayerSynthesis:
 
 
 def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None,
-                     threads: Optional[int] = None, evaluator=None) -> LayerSynthesis:
+                     threads: Optional[int] = None, evaluator=None, dtype: str = "fp32") -> LayerSynthesis:
     """Synthesize one layer's kernel (pure; timed here). `evaluator`: a measured tile database's
-    MicroTileEvaluator when one exists, else the static model (CPU only)."""
+    MicroTileEvaluator when one exists, else the static model (CPU only). dtype 'fp16' (CPU): the
+    neon_fp16 kernel (xfc.cpu.fp16.synthesize_fp16: static model, direct lowering)."""
     start = time.perf_counter()
     if target == "gpu":
         from ..gpu.synth import synthesize_gpu
         result = synthesize_gpu(spec, hw, dtype="fp32")
+    elif dtype == "fp16":
+        from ..cpu.fp16 import synthesize_fp16
+        result = synthesize_fp16(spec, hw, cluster=cluster, threads=threads)
     else:
         from ..cpu.synth import synthesize_cpu
         # Any lowering the synthesizer picks: a Winograd layer's network error bound uses the

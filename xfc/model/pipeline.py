@@ -51,9 +51,19 @@ def analyse(path, hw, *, input_shapes=None, cluster=None, threads=None, progress
     return net, cov, syntheses, names
 
 
-def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False) -> None:
+def check_request(hw, target: str, device: Optional[str], emit: str = "kernels", bench: bool = False,
+                  dtype: str = "fp32") -> None:
     """Refuse combinations that cannot work before anything is read or built (exit 2). With --emit lib,
-    --bench on an ARM description without --device runs the network's program under qemu (emulated)."""
+    --bench on an ARM description without --device runs the network's program under qemu (emulated).
+    --dtype fp16 runs whole networks: --emit lib, CPU, a core with FP16 arithmetic."""
+    if dtype not in ("fp32", "fp16"):
+        raise OperatorError(f"--dtype {dtype}: 'xfc model' runs fp32 and fp16 networks")
+    if dtype == "fp16":
+        if target != "cpu" or emit != "lib":
+            raise OperatorError("--dtype fp16 runs the whole network in fp16 through the network runtime: add "
+                                "--emit lib (CPU)" + (", drop --target gpu" if target != "cpu" else ""))
+        from ..cpu.fp16 import check_fp16_target
+        check_fp16_target(hw)
     if bench and (target != "cpu" or (hw.target_arch != "x86_64" and device is None and emit != "lib")):
         raise OperatorError(f"--bench times host kernels against onnxruntime (--hw host), or ARM kernels on a device "
                             f"(--device SERIAL, or qemu: emulated); not {hw.name}"
@@ -90,21 +100,22 @@ def run_model(path, hw, out_dir, *, input_shapes=None, cluster: Optional[str] = 
               target: str = "cpu", device: Optional[str] = None, runner=None, emit: str = "kernels",
               toolchain_env: Optional[dict] = None, bench: bool = False, repeat: int = 20,
               progress: Optional[Callable[[str], None]] = None, embed_weights: bool = False,
-              thread_wait: str = "spin", profile: bool = False) -> dict:
+              thread_wait: str = "spin", profile: bool = False, dtype: str = "fp32") -> dict:
     """The work behind `xfc model`; returns the report (report['verification']['verified'] may be
     False: see raise_if_unverified). device: None, 'qemu' or an ADB serial (ARM only); runner: the
     xfc Runner for that device when the caller made one already (it read the device's identity);
     toolchain_env: ANDROID_NDK_HOME / XFC_ANDROID_API for --emit lib (library.select_toolchain).
-    emit 'lib': the whole network as a C library and benchmark program (runtime/network.py)."""
+    emit 'lib': the whole network as a C library and benchmark program (runtime/network.py).
+    dtype 'fp16' (emit 'lib' on an AArch64 core with FP16 arithmetic): the whole network in fp16."""
     from .run import verify_network
     say = progress or (lambda msg: None)
-    check_request(hw, target, device, emit, bench)
+    check_request(hw, target, device, emit, bench, dtype)
     if emit == "lib":
         from .runtime.network import run_network_model
         return run_network_model(path, hw, out_dir, input_shapes=input_shapes, cluster=cluster, threads=threads,
                                  verify=verify, explain=explain, force=force, seed=seed, device=device, runner=runner,
                                  toolchain_env=toolchain_env, bench=bench, repeat=repeat, embed_weights=embed_weights,
-                                 thread_wait=thread_wait, profile=profile, progress=progress)
+                                 thread_wait=thread_wait, profile=profile, dtype=dtype, progress=progress)
     placement = backend.Placement(device=device, runner=runner)
     what = f"xfc model {Path(path).name} for {hw.name} ({target})"
     # The destination is checked first: a location xfc may not write is refused before any work.

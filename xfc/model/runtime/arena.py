@@ -13,7 +13,10 @@ their root's buffer. The plan, as TFLite's arena planner and XNNPACK's memory pl
    buffers are one buffer whose lifetime is the union.
 3. Placement: buffers by size, largest first (ties: earlier first write); each takes the smallest
    gap between already placed buffers whose lifetimes overlap its own where it fits (best fit), else
-   the end. Offsets and sizes are multiples of ALIGN_FLOATS (64 bytes).
+   the end. Offsets and sizes are multiples of ALIGN_FLOATS elements (64 bytes of fp32).
+
+Sizes and offsets count elements of the program's dtype (fp32: floats; fp16: halves); the bytes
+are element_bytes times as many.
 
 The lower bound reported beside the arena is the largest total size of buffers live at one step
 (TVM's memory pressure): no placement of these buffers can be smaller.
@@ -25,7 +28,7 @@ from typing import Mapping
 
 from .program import KernelStep, OpStep, Program
 
-ALIGN_FLOATS = 16            # 64 bytes
+ALIGN_FLOATS = 16            # elements: 64 bytes of fp32, 32 of fp16
 TAIL_PAD_FLOATS = 64         # after the last buffer: room for a vector read past a tensor's end
 
 
@@ -49,14 +52,15 @@ class ArenaPlan:
     inplace_steps: frozenset              # indexes of OpSteps writing into an input's buffer
     residual_inplace: frozenset           # indexes of KernelSteps whose output is their residual's buffer
     lifetimes: Mapping[str, tuple[int, int]]   # arena root tensor -> (first write, last read)
+    element_bytes: int = 4                # of the program's dtype: arena_floats counts elements of it
 
     @property
     def arena_bytes(self) -> int:
-        return 4 * self.arena_floats
+        return self.element_bytes * self.arena_floats
 
     @property
     def lower_bound_bytes(self) -> int:
-        return 4 * self.lower_bound_floats
+        return self.element_bytes * self.lower_bound_floats
 
     @property
     def ratio(self) -> float:
@@ -171,4 +175,5 @@ def plan_arena(program: Program) -> ArenaPlan:
     lifetimes = {t: (first.get(t, 0), last.get(t, first.get(t, 0))) for t in sorted(in_arena)}
     return ArenaPlan(places=places, arena_floats=arena + TAIL_PAD_FLOATS if arena else 0, lower_bound_floats=bound,
                      buffers=len(buffers), inplace_steps=frozenset(inplace_steps),
-                     residual_inplace=frozenset(residual_inplace), lifetimes=lifetimes)
+                     residual_inplace=frozenset(residual_inplace), lifetimes=lifetimes,
+                     element_bytes=program.dtype.element_bytes)

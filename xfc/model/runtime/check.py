@@ -15,6 +15,18 @@ per-layer kernels):
 * at every graph output, against onnxruntime on the original model with the same inputs, under
   twice the bound propagated through the network (the same rules, carrying each step's input
   bounds), or the labelled heuristic where some step on the path has no rule.
+
+An fp16 program (`--dtype fp16`) is checked the same way, with what differs spelled out:
+* a kernel step on its own fp16 inputs with the weights and bias it read (the folded fp32 ones
+  rounded to fp16), against the float64 reference of exactly those, under the fp16 kernel bound of
+  xfc.ops.fp16 (the running bound of its plan's KC slices; depthwise: classical), then the
+  activation's rule; the carried bound adds the fp32 layer bound (folding, e(x) through |W|) and
+  the weight and bias roundings |W - W16| (|x| + e(x)) + |b - b16|;
+* a runtime op computes in fp32 and rounds its result to fp16 once: its rule, with every constant
+  it reads off by its own rounding to fp16, plus u16 |y| + eta (u16 = 2^-11 (1 + 2^-12), eta = 2^-25:
+  xfc.ops.fp16) where the op is not pure data movement (a max, a copy, a ReLU of fp16 values are exact);
+* the input cast must equal the input rounded to nearest fp16 exactly (its error, carried, is that
+  rounding); the output cast is exact.
 """
 from __future__ import annotations
 
@@ -23,8 +35,10 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...ops.reference import activation_bound, reference
-from ...ops.spec import Epilogue
+from ...ops import fp16 as F16
+from ...ops.dtypes import FP32
+from ...ops.reference import activate, activation_bound, reference
+from ...ops.spec import Epilogue, MatmulSpec
 from .. import bounds as B
 from ..nodes import run_node
 from ..run import HEURISTIC_RTOL, OutputCheck, compare
@@ -54,6 +68,8 @@ class NetworkVerification:
     where: str
     emulated: bool
     seed: int
+    dtype: str = "fp32"
+    agreement: tuple = ()            # an fp16 program: per output, what it measured against the fp32 model
 
     @property
     def ok(self) -> bool:
@@ -69,7 +85,8 @@ class NetworkVerification:
                 "layers_checked": len(self.steps), "layers_failed": failed,
                 "worst_layer_ratio": max((c.error_to_bound_ratio for c in self.steps), default=0.0),
                 "steps": [{**asdict(c), "ok": c.ok} for c in self.steps],
-                "nodes_run_by_onnx_reference": 0, "ops_without_error_rule": list(self.no_rule_ops)}
+                "nodes_run_by_onnx_reference": 0, "ops_without_error_rule": list(self.no_rule_ops),
+                "dtype": self.dtype, **({"agreement_with_fp32": list(self.agreement)} if self.agreement else {})}
 
 
 BOUND_NOTE = ("every step of the C network is checked on its own C inputs against its ONNX nodes run in float64 by "
@@ -77,6 +94,28 @@ BOUND_NOTE = ("every step of the C network is checked on its own C inputs agains
               "for Winograd plans, + gamma_2 (|r| + |y|) for a fused residual, then the activation's rule; runtime ops: "
               "xfc/model/bounds.py; data movement: exact); the graph outputs are compared with onnxruntime under 2 e, e "
               "propagated through the network with the same rules")
+BOUND_NOTE_FP16 = ("fp16 network: every step of the C network is checked on its own C inputs in float64 under its local "
+                   "bound (kernels: xfc.ops.fp16's bound on the fp16 weights they read, running over the plan's KC "
+                   "slices; runtime ops: the fp32 rules of xfc/model/bounds.py with fp16 constants, + one rounding to "
+                   "fp16; casts: exact); the graph outputs are compared with onnxruntime running the fp32 model under "
+                   "2 e, e propagated with the same rules plus the weight roundings (a worst case that grows with "
+                   "depth: weak on deep networks, see agreement_with_fp32 for what was measured)")
+
+
+def agreement(name: str, got: np.ndarray, expected: np.ndarray) -> dict:
+    """How an fp16 output compares with the fp32 model's (measured, not a bound): the largest error
+    relative to the largest |output|, and for outputs with a class axis (the last, > 1) the share of
+    rows whose argmax agrees."""
+    got64 = np.asarray(got, np.float64).reshape(expected.shape)
+    ref = np.asarray(expected, np.float64)
+    peak = float(np.max(np.abs(ref), initial=0.0))
+    out = {"name": name, "max_abs_error": float(np.max(np.abs(got64 - ref), initial=0.0)),
+           "relative_to_largest_output": float(np.max(np.abs(got64 - ref), initial=0.0)) / peak if peak else 0.0}
+    if ref.ndim >= 1 and ref.shape[-1] > 1:
+        rows = ref.reshape(-1, ref.shape[-1]), got64.reshape(-1, ref.shape[-1])
+        same = int(np.sum(np.argmax(rows[0], axis=1) == np.argmax(rows[1], axis=1)))
+        out.update(argmax_rows=int(rows[0].shape[0]), argmax_agree=same)
+    return out
 
 
 def _move(step: OpStep, x: np.ndarray, out_shape) -> np.ndarray:
@@ -93,10 +132,36 @@ def _move(step: OpStep, x: np.ndarray, out_shape) -> np.ndarray:
     return np.array(view).reshape(out_shape)
 
 
+# Runtime ops whose fp16 result is one of their fp16 inputs (or a clamp of it): no rounding at the store
+EXACT_IN_FP16 = frozenset({"maxpool", "global_maxpool", "concat", "split", "strided_copy", "pad", "resize_nearest",
+                           "copy", "expand", "relu", "clip"})
+
+
+def fp16_rounding(y) -> np.ndarray:
+    """One rounding of the float64 value y to fp16 (with the fp32 step before it): u16 |y| + eta."""
+    return F16.OP_UNIT_ROUNDOFF * np.abs(np.asarray(y, np.float64)) + F16.UNDERFLOW_ETA
+
+
+def as_fp16(a) -> np.ndarray:
+    """The values an fp16 program holds for fp32 weights, biases or constants (float64)."""
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float64)
+
+
 class _Walk:
     def __init__(self, program: Program, opset: int, feeds: Mapping[str, np.ndarray], constants: Mapping,
-                 winograd: Mapping):
+                 winograd: Mapping, kc: Optional[Mapping] = None):
         self.program = program
+        self.narrow = program.dtype != FP32       # fp16: the rules above add the roundings to fp16
+        self.kc = kc or {}                        # spec -> KC of its GEMM plan (fp16 running bound; None: classical)
+        # an ONNX tensor the program holds under another name: a graph input or output of an fp16
+        # program is X@fp16 between the steps (lower.cast_boundaries); the nodes name X
+        self.internal: dict[str, str] = {}
+        for st in program.steps:
+            if isinstance(st, OpStep) and st.op == "cast":
+                outer, inner = (st.inputs[0], st.outputs[0]) if st.params["to"] != FP32.name else \
+                    (st.outputs[0], st.inputs[0])
+                self.internal[outer] = inner
+        self.onnx_name = {inner: outer for outer, inner in self.internal.items()}
         self.winograd = winograd                 # spec -> Winograd tile size of its plan (0: direct)
         self.opset = opset
         self.constants = constants               # the folded model's constants (ONNX node inputs)
@@ -133,7 +198,7 @@ class _Walk:
         for node in nodes:
             for n in node.input:
                 if n and n not in feeds:
-                    v = self.value(n)
+                    v = self.value(self.internal.get(n, n))
                     feeds[n] = v.astype(np.float64) if v.dtype.kind == "f" else v
             outs = run_node(node, feeds, self.opset)
             feeds.update(zip([o for o in node.output if o], outs))
@@ -141,6 +206,8 @@ class _Walk:
 
     def kernel(self, step: KernelStep, got: np.ndarray) -> tuple[StepCheck, Optional[np.ndarray]]:
         """(the check, the propagated bound of the output: None where some input's bound is unknown)."""
+        if self.narrow:
+            return self.kernel_fp16(step, got)
         spec, layer = step.spec, step.layer
         x = self.value(step.input)
         ex = self.error(step.input)
@@ -165,6 +232,62 @@ class _Walk:
         expected = np.asarray(feeds[step.output] if step.output in feeds else feeds[step.onnx_nodes[-1].output[0]],
                               np.float64).reshape(out_shape)
         check = _judge(got, expected, local.reshape(out_shape), "derived")
+        return check, None if carried is None else carried.reshape(out_shape)
+
+    def kernel_fp16(self, step: KernelStep, got: np.ndarray) -> tuple[StepCheck, Optional[np.ndarray]]:
+        """An fp16 kernel step (module docstring): bias and relu / relu6 only (fp16 kernels fuse no more)."""
+        spec, layer = step.spec, step.layer
+        if step.weight_tensor is not None or step.residual is not None or spec.epilogue.extended:
+            raise ValueError(f"fp16 kernel step '{step.name}': the lowering gives fp16 kernels constant weights, "
+                             f"no residual and bias / relu / relu6 only")
+        plain = type(spec)(**spec.shape_dict(), epilogue=Epilogue(bias=spec.epilogue.bias))
+        bare = type(spec)(**spec.shape_dict())
+        kc = self.kc.get(spec)
+        x = self.value(step.input).astype(np.float64)
+        ex = self.error(step.input)
+        e_full = None if ex is None else np.broadcast_to(np.asarray(ex, np.float64), x.shape)
+        g, cg, kg = step.groups, getattr(plain, "c", 0), getattr(plain, "k", 0)
+        w32, b32 = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
+        w16, b16 = as_fp16(w32), as_fp16(b32)
+        local_rows, carried_rows, pre_rows = [], [], []
+        for item in range(x.shape[0] if g > 1 else 1):
+            per = ([], [], [])
+            for j in range(g):
+                if g > 1:
+                    xs, es = x[item:item + 1, j * cg:(j + 1) * cg], \
+                        None if e_full is None else e_full[item:item + 1, j * cg:(j + 1) * cg]
+                    ws, ws16, bs, bs16 = (w32[j * kg:(j + 1) * kg], w16[j * kg:(j + 1) * kg],
+                                          b32[j * kg:(j + 1) * kg], b16[j * kg:(j + 1) * kg])
+                    mag = layer.bias_magnitude[j * kg:(j + 1) * kg]
+                else:
+                    xs = x.reshape(plain.operand_shapes[0])
+                    es = None if e_full is None else e_full.reshape(xs.shape)
+                    ws, ws16 = w32.reshape(plain.operand_shapes[1]), w16.reshape(plain.operand_shapes[1])
+                    bs, bs16, mag = b32, b16, layer.bias_magnitude
+                fb = F16.fp16_bound(plain, xs, ws16, bs16, kc)
+                pre = reference(plain, xs, ws16, bs16)
+                per[0].append(fb.bound)
+                per[2].append(pre)
+                if es is None:
+                    per[1].append(None)
+                    continue
+                rounding = reference(bare, np.abs(xs) + es, np.abs(ws - ws16), None)
+                if spec.epilogue.bias:
+                    axis = 2 if isinstance(spec, MatmulSpec) else 1     # the output channels
+                    rounding = rounding + np.abs(bs - bs16).reshape([-1 if a == axis else 1 for a in range(pre.ndim)])
+                per[1].append(B.layer_bound(plain, xs, es, ws, B.ZERO, mag, layer.fold_units, 0) + rounding + fb.bound)
+            local_rows.append(np.concatenate(per[0], axis=1) if g > 1 else per[0][0])
+            carried_rows.append(None if any(c is None for c in per[1]) else
+                                (np.concatenate(per[1], axis=1) if g > 1 else per[1][0]))
+            pre_rows.append(np.concatenate(per[2], axis=1) if g > 1 else per[2][0])
+        local, pre = np.concatenate(local_rows, axis=0), np.concatenate(pre_rows, axis=0)
+        carried = None if any(c is None for c in carried_rows) else np.concatenate(carried_rows, axis=0)
+        act, alpha = spec.epilogue.activation, spec.epilogue.alpha
+        out_shape = self.program.shapes[step.output]
+        expected = activate(pre, act, alpha)
+        local = activation_bound(local, pre, act, alpha)
+        carried = None if carried is None else activation_bound(carried, pre, act, alpha)
+        check = _judge(got, expected.reshape(out_shape), local.reshape(out_shape), "derived")
         return check, None if carried is None else carried.reshape(out_shape)
 
     def _layer_bounds(self, step: KernelStep, plain, x, ex, weight, ew, wm):
@@ -205,6 +328,13 @@ class _Walk:
 
     def op(self, step: OpStep, gots: Sequence[np.ndarray]) -> tuple[list[StepCheck], list]:
         shapes = [self.program.shapes[t] for t in step.outputs]
+        if step.op == "cast":     # to the program's dtype: rounded to nearest, exactly; back: exact
+            x = self.value(step.inputs[0]).astype(np.float64).reshape(shapes[0])
+            e = self.error(step.inputs[0])
+            expected = as_fp16(x) if step.params["to"] != FP32.name else x
+            if e is not None and step.params["to"] != FP32.name:
+                e = np.broadcast_to(np.asarray(e, np.float64), x.shape) + np.abs(expected - x)
+            return [_judge(gots[0], expected, np.zeros(shapes[0]), "exact")], [e]
         if not step.onnx_nodes:   # data movement the lowering added: exact
             x = self.value(step.inputs[0])
             expected = _move(step, x.astype(np.float64), shapes[0])
@@ -215,13 +345,17 @@ class _Walk:
         feeds = self.run_nodes(step.onnx_nodes, {})
         local_e: dict = {}
         carried_e: dict = {}
+        if self.narrow:   # the constants the op reads are fp16: each off by its own rounding
+            for name in step.constants:
+                if name in feeds:
+                    local_e[name] = carried_e[name] = np.abs(as_fp16(feeds[name]) - np.asarray(feeds[name], np.float64))
         kind = "derived"
         for node in step.onnx_nodes:
             ins = [feeds.get(n) if n else None for n in node.input]
             outs = [feeds[o] for o in node.output if o]
             loc = B.propagate(node, self.opset, ins, [local_e.get(n, B.ZERO) if n else B.ZERO for n in node.input], outs)
-            car = B.propagate(node, self.opset, ins, [carried_e.get(n, self.error(n)) if n else B.ZERO
-                                                      for n in node.input], outs)
+            car = B.propagate(node, self.opset, ins, [carried_e.get(n, self.error(self.internal.get(n, n))) if n
+                                                      else B.ZERO for n in node.input], outs)
             if any(v is None for v in loc):
                 kind = "heuristic"
                 self.no_rule.add(node.op_type)
@@ -230,17 +364,42 @@ class _Walk:
                 carried_e[o] = cv
         checks, carried = [], []
         for t, got, shape in zip(step.outputs, gots, shapes):
-            expected = np.asarray(feeds[t], np.float64).reshape(shape)
-            bound = local_e.get(t)
+            name = self.onnx_name.get(t, t)
+            expected = np.asarray(feeds[name], np.float64).reshape(shape)
+            bound = local_e.get(name)
             if kind == "heuristic" or bound is None:
                 bound = np.full(shape, HEURISTIC_RTOL * float(np.max(np.abs(expected), initial=0.0)) + B.TINY)
                 kind = "heuristic"
             else:
                 bound = np.broadcast_to(np.asarray(bound, np.float64), shape) + B.TINY
+            c = carried_e.get(name)
+            if self.narrow and step.op == "affine":   # y = x s16 + t16: the scale and shift rounded to fp16
+                extra, extra_carried = self._affine_fp16(step)
+                bound = bound + extra
+                c = None if c is None or extra_carried is None else np.broadcast_to(np.asarray(c, np.float64), shape) \
+                    + extra_carried
+            if self.narrow and step.op not in EXACT_IN_FP16:   # the result rounded to fp16 once
+                bound = bound + fp16_rounding(expected)
+                c = None if c is None else np.broadcast_to(np.asarray(c, np.float64), shape) + fp16_rounding(expected)
             checks.append(_judge(got, expected, bound, kind))
-            c = carried_e.get(t)
             carried.append(None if c is None else np.broadcast_to(np.asarray(c, np.float64), shape))
         return checks, carried
+
+
+    def _affine_fp16(self, step: OpStep) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """|x| |s - s16| + |t - t16| for a BatchNormalization run as an affine op in an fp16 program
+        (local: x as computed; carried: |x| + e(x)). s, t: the fp32 scale and shift lower.py made."""
+        p = step.params
+        x = np.abs(self.value(step.inputs[0]).astype(np.float64)).reshape(p["outer"], p["c"], p["inner"])
+        scale, shift = (np.asarray(self.program.constants[n], np.float64).reshape(1, -1, 1) for n in step.constants)
+        ds, dt = np.abs(scale - as_fp16(scale)), np.abs(shift - as_fp16(shift))
+        shape = self.program.shapes[step.outputs[0]]
+        local = (x * ds + dt).reshape(shape)
+        e = self.error(step.inputs[0])
+        if e is None:
+            return local, None
+        reach = x + np.broadcast_to(np.asarray(e, np.float64), shape).reshape(x.shape)
+        return local, (reach * ds + dt).reshape(shape)
 
 
 def _judge(got, expected, bound, kind) -> StepCheck:
@@ -256,10 +415,11 @@ def _judge(got, expected, bound, kind) -> StepCheck:
 def verify_program(program: Program, opset: int, constants: Mapping, feeds: Mapping[str, np.ndarray],
                    dumps: Sequence[Sequence[np.ndarray]], outputs: Sequence[np.ndarray],
                    expected: Mapping[str, np.ndarray], reference_label: str, *, winograd: Mapping,
-                   where: str, emulated: bool, seed: int) -> NetworkVerification:
+                   where: str, emulated: bool, seed: int, kc: Optional[Mapping] = None) -> NetworkVerification:
     """The checks of the module docstring. dumps[i]: the outputs of step i as the C network wrote them;
-    outputs: its graph outputs; expected: onnxruntime's; winograd: spec -> Winograd tile size (0: direct)."""
-    walk = _Walk(program, opset, feeds, constants, winograd)
+    outputs: its graph outputs; expected: onnxruntime's; winograd: spec -> Winograd tile size (0: direct);
+    kc: spec -> KC of its GEMM plan (None: not a GEMM plan), for the fp16 kernels' running bound."""
+    walk = _Walk(program, opset, feeds, constants, winograd, kc)
     checks = []
     for i, step in enumerate(program.steps):
         gots = [np.asarray(d, np.float32).reshape(program.shapes[t]) for d, t in zip(dumps[i], step.outputs)]
@@ -272,8 +432,12 @@ def verify_program(program: Program, opset: int, constants: Mapping, feeds: Mapp
             checks.append(StepCheck(i, step.name, step.label, c.max_abs_error, c.error_to_bound_ratio, c.bound_kind))
             walk.values[t] = got
             walk.errors[t] = e
-    results = []
+    results, agreed = [], []
     for j, name in enumerate(program.outputs):
-        results.append(compare(name, outputs[j].reshape(expected[name].shape), expected[name], walk.error(name)))
+        got = outputs[j].reshape(expected[name].shape)
+        results.append(compare(name, got, expected[name], walk.error(name)))
+        if walk.narrow:
+            agreed.append(agreement(name, got, expected[name]))
     return NetworkVerification(outputs=tuple(results), steps=tuple(checks), no_rule_ops=tuple(sorted(walk.no_rule)),
-                               reference=reference_label, where=where, emulated=emulated, seed=seed)
+                               reference=reference_label, where=where, emulated=emulated, seed=seed,
+                               dtype=program.dtype.name, agreement=tuple(agreed))

@@ -6,7 +6,8 @@ Files, with <p> = xfc_<model> (library.c_identifier) and <abi> = x86_64 or arm64
     <p>.c                 the steps, the runtime ops, create / run / destroy (network.c.j2, ops.c.j2)
     <p>_kNN_<op>.c        one kernel per distinct layer spec (xfc.cpu.codegen, thread count a variable)
     <p>.weights           64-byte header (magic, sizes, digest), then the payload: every layer's weights
-                          (all groups), then the constants section (biases, the ops' constants); raw fp32
+                          (all groups), then the constants section (biases, the ops' constants); raw
+                          values of the program's dtype (fp32; fp16 for `--dtype fp16`)
     <p>_weights.c         --embed-weights: the weights file compiled in (.incbin)
     lib<p>-<abi>.a        all of the above compiled for the ABI
     benchmark_<name>.c    the benchmark program (benchmark.c.j2); CMakeLists.txt builds it
@@ -34,6 +35,8 @@ from ..._version import __version__
 from ...toolchain.cpu import compile_with_pch
 from ...toolchain.tools import COMPILE_TIMEOUT_S, require_tool, run
 from ...cpu.isa import ISA_TABLE
+from ...errors import OperatorError
+from ...ops.dtypes import FP32
 from ...outputs import write_atomic
 from ...paths import TEMPLATES_DIR
 from ..library import LIB_FLAGS, abi_for, c_identifier, packed_floats, select_toolchain
@@ -48,6 +51,36 @@ PROGRAM_FLAGS = ("-O2", "-std=gnu11", "-fopenmp", "-Wall")
 # A kernel step with fewer FLOPs runs on the calling thread whatever the network's thread count: waking
 # the OpenMP team and its closing barrier cost a few microseconds, about what 1 MFLOP takes on one core.
 SERIAL_FLOPS = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementSpelling:
+    """How the runtime spells a program's dtype: the C type of its tensors, weights and constants,
+    the weights file's element, and for a type narrower than fp32 the dialect of the runtime ops'
+    fp32 arithmetic with the loads and stores that convert (XFC_TLOAD / XFC_TSTORE, network.c.j2)."""
+
+    c_type: str
+    numpy_type: str                   # little-endian, as in the weights file
+    ops_isa: Optional[str] = None     # None: the kernels' own dialect (fp32)
+    tload: str = ""
+    tstore: str = ""
+
+
+ELEMENT_SPELLINGS = {
+    "fp32": ElementSpelling("float", "<f4"),
+    # fp16 networks run on AArch64 cores with FP16 arithmetic (xfc.cpu.config.fp16_refusal): the
+    # kernels are neon_fp16, the runtime ops fp32 NEON widening 4 halves per load
+    "fp16": ElementSpelling("__fp16", "<f2", ops_isa="neon",
+                            tload="vcvt_f32_f16(vld1_f16((const float16_t *)(p)))",
+                            tstore="vst1_f16((float16_t *)(p), vcvt_f16_f32(v))"),
+}
+
+
+def element_spelling(dtype) -> ElementSpelling:
+    found = ELEMENT_SPELLINGS.get(dtype.name)
+    if found is None:
+        raise OperatorError(f"--dtype {dtype.name}: the network runtime runs fp32 and fp16 networks")
+    return found
 
 
 def _align(n: int) -> int:
@@ -83,7 +116,7 @@ def _templates() -> jinja2.Environment:
 class Payload:
     """The weights file's payload: weights section, then constants section (floats)."""
 
-    data: np.ndarray                  # float32, little-endian
+    data: np.ndarray                  # the program's dtype (float32 or float16)
     const_section: int                # floats before the constants section
     weight_offsets: Mapping[int, int]  # kernel step index -> weights offset (payload)
     bias_offsets: Mapping[int, int]    # kernel step index -> bias offset (constants section)
@@ -100,36 +133,52 @@ class Payload:
         header[8:16] = int(self.data.size).to_bytes(8, "little")
         header[16:24] = int(self.const_section).to_bytes(8, "little")
         header[24:56] = self.digest.encode()
-        return bytes(header) + np.ascontiguousarray(self.data, "<f4").tobytes()
+        return bytes(header) + np.ascontiguousarray(self.data, self.data.dtype.newbyteorder("<")).tobytes()
+
+
+def element_values(program: Program, array, what: str) -> np.ndarray:
+    """A weight or constant as the program's element type (fp32 values rounded once to fp16 for an
+    fp16 program); a finite value the type cannot hold is a one-line OperatorError naming it."""
+    values = np.ascontiguousarray(np.asarray(array, np.float32).reshape(-1))
+    if program.dtype == FP32:
+        return values
+    with np.errstate(over="ignore"):    # what overflows is refused just below
+        narrow = values.astype(np.dtype(element_spelling(program.dtype).numpy_type).newbyteorder("="))
+    over = np.isfinite(values) & ~np.isfinite(narrow)
+    if over.any():
+        raise OperatorError(f"--dtype {program.dtype.name}: {what} holds {float(values[over][0]):g}, beyond "
+                            f"{program.dtype.name}'s range (largest {float(np.finfo(narrow.dtype).max):g})")
+    return narrow
 
 
 def build_payload(program: Program, identity: str) -> Payload:
     weights, consts = [], []
     w_size, c_size = 0, 0
     weight_offsets, bias_offsets, const_offsets = {}, {}, {}
+    zero = element_values(program, np.zeros(0), "")
 
-    def put(chunks, size, array):
-        array = np.ascontiguousarray(np.asarray(array, np.float32).reshape(-1))
+    def put(chunks, size, array, what):
+        array = element_values(program, array, what)
         pad = _align(array.size) - array.size
         chunks.append(array)
         if pad:
-            chunks.append(np.zeros(pad, np.float32))
+            chunks.append(np.zeros(pad, zero.dtype))
         return size + array.size + pad
 
     for i, step in enumerate(program.steps):
         if isinstance(step, KernelStep):
             if step.weight_tensor is None:
                 weight_offsets[i] = w_size
-                w_size = put(weights, w_size, step.layer.weight)
+                w_size = put(weights, w_size, step.layer.weight, f"the weights of '{step.name}'")
             bias_offsets[i] = c_size
-            c_size = put(consts, c_size, step.layer.bias)
+            c_size = put(consts, c_size, step.layer.bias, f"the bias of '{step.name}'")
     for name, value in program.constants.items():
         const_offsets[name] = c_size
-        c_size = put(consts, c_size, value)
-    data = np.concatenate(weights + consts) if (weights or consts) else np.zeros(0, np.float32)
+        c_size = put(consts, c_size, value, f"the constant '{name}'")
+    data = np.concatenate(weights + consts) if (weights or consts) else zero
     h = hashlib.sha256(identity.encode())
-    h.update(np.ascontiguousarray(data, "<f4").tobytes())
-    return Payload(data=data.astype(np.float32), const_section=w_size, weight_offsets=weight_offsets,
+    h.update(np.ascontiguousarray(data, data.dtype.newbyteorder("<")).tobytes())
+    return Payload(data=data, const_section=w_size, weight_offsets=weight_offsets,
                    bias_offsets=bias_offsets, const_offsets=const_offsets, digest=h.hexdigest()[:32])
 
 
@@ -150,7 +199,8 @@ class _Spelling:
         return f"k + {off}" if off else "k"
 
     def outputs(self, step) -> list[dict]:
-        return [{"c_name": c_string(t), "ptr": self.ptr(t), "floats": self.program.floats(t)} for t in step.outputs]
+        return [{"c_name": c_string(t), "ptr": self.ptr(t), "floats": self.program.floats(t),
+                 "fp32": self.program.element_type(t) == FP32} for t in step.outputs]
 
     def step(self, i: int, step) -> dict:
         base = {"index": i, "tables": [], "outputs": self.outputs(step)}
@@ -227,6 +277,9 @@ class _Spelling:
             d["tables"] = [("rows", p["rows"], "int"), ("cols", p["cols"], "int")]
         elif step.op == "softmax":
             d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], n=p["n"], inner=p["inner"])
+        elif step.op == "cast":   # between the caller's fp32 buffers and the program's dtype
+            d.update(op="cast_in" if p["from"] == FP32.name else "cast_out", x=self.ptr(first_in),
+                     y=self.ptr(step.outputs[0]), n=self.program.floats(step.outputs[0]))
         else:
             raise ValueError(f"no spelling for runtime op {step.op}")
         if step.op == "copy":
@@ -295,7 +348,13 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
             packed_offsets[i] = 0
     spelling = _Spelling(program, plan, payload, functions, {**packed_offsets, "floats": packed_per_spec})
     steps = [spelling.step(i, s) for i, s in enumerate(program.steps)]
+    element = element_spelling(program.dtype)
+    elem_bytes = program.dtype.element_bytes
     row = ISA_TABLE[isa] if isa else None
+    ops_row = ISA_TABLE[element.ops_isa] if element.ops_isa else row   # the runtime ops' dialect
+    layout = (f"NCHW {program.dtype.name} between every two steps (the layout every kernel reads and writes): no "
+              f"conversion inserted" + ("" if program.dtype == FP32 else
+                                        "; the caller's fp32 inputs and outputs are cast at the edges"))
     weights_file = f"{prefix}.weights"
     io = [{"name": t, "c_name": c_string(t), "shape": list(program.shapes[t]), "floats": program.floats(t)}
           for t in program.inputs]
@@ -303,26 +362,31 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
           for t in program.outputs]
     kernel_count = len(program.kernel_steps)
     header_lines = [
-        f"hardware: {hw.name}, isa {isa} ({row.lanes[0] if row and row.lanes else '?'} fp32 lanes), kernels synthesized "
+        f"hardware: {hw.name}, isa {isa} ({row.lanes[0] if row and row.lanes else '?'} {program.dtype.name} lanes), kernels synthesized "
         f"for {default_threads} thread{'s' if default_threads != 1 else ''} (the count is chosen at create)",
         f"steps: {len(program.steps)} ({kernel_count} kernel calls, {len(program.steps) - kernel_count} runtime ops), "
         f"{len(functions)} distinct kernels, {len(program.aliases)} aliases (no copy), {len(program.folded)} nodes "
         f"folded at load",
         f"arena: {plan.arena_bytes} bytes in {plan.buffers} buffers, liveness lower bound {plan.lower_bound_bytes} bytes "
         f"(x{plan.ratio:.3f}); {len(plan.inplace_steps)} ops and {len(plan.residual_inplace)} residual kernels in place",
-        f"weights: {payload.data.size * 4} bytes in {weights_file}, packed at create into {packed_total * 4} bytes",
-        "layout: NCHW fp32 between every two steps (the layout every kernel reads and writes): no conversion inserted",
+        f"weights: {payload.data.size * elem_bytes} bytes of {program.dtype.name} in {weights_file}, packed at create into "
+        f"{packed_total * elem_bytes} bytes",
+        f"layout: {layout}",
     ] + [f"fused: {note}" for note in program.notes[:40]]
     context = {
         "prefix": prefix, "macro": prefix.upper(), "name": name, "model": model_name, "model_json": json.dumps(model_name)[1:-1],
-        "version": __version__, "hardware": hw.name, "abi": abi_for(hw), "isa": isa or "-", "lanes": row.lanes[0] if row and row.lanes else 4,
-        "dialect_template": row.prelude if row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
+        "version": __version__, "hardware": hw.name, "abi": abi_for(hw), "isa": isa or "-",
+        "lanes": ops_row.lanes[0] if ops_row and ops_row.lanes else 4,
+        "dialect_template": ops_row.prelude if ops_row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
+        "dtype": program.dtype.name, "elem_c": element.c_type, "tload": element.tload, "tstore": element.tstore,
+        "layout": layout,
         "header_lines": header_lines, "inputs": io, "outputs": oo, "steps": steps, "prepacks": prepacks,
         "kernels": [{"function": f} for f in functions.values()],
         "arena_floats": plan.arena_floats, "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
-        "packed_floats": packed_total, "packed_bytes": packed_total * 4, "const_floats": payload.const_floats,
-        "const_bytes": payload.const_floats * 4, "weights_floats": int(payload.data.size),
-        "const_section": payload.const_section, "digest": payload.digest, "file_bytes": HEADER_BYTES + payload.data.size * 4,
+        "packed_floats": packed_total, "packed_bytes": packed_total * elem_bytes, "const_floats": payload.const_floats,
+        "const_bytes": payload.const_floats * elem_bytes, "weights_floats": int(payload.data.size),
+        "const_section": payload.const_section, "digest": payload.digest,
+        "file_bytes": HEADER_BYTES + payload.data.size * elem_bytes,
         "weights_file": weights_file, "embedded": embed_weights, "default_threads": default_threads,
         "io_floats": sum(_align(t["floats"]) for t in io + oo), "default_warmup": DEFAULT_WARMUP,
         "default_runs": DEFAULT_RUNS, "abis": [abi_for(hw)],
@@ -388,16 +452,17 @@ def _manifest(program: Program, plan: ArenaPlan, payload: Payload, context: dict
         "weights": {"file": context["weights_file"], "bytes": context["file_bytes"], "digest": payload.digest,
                     "embedded": context["embedded"], "header_bytes": HEADER_BYTES,
                     "constants_section_offset_floats": payload.const_section,
-                    "layout": "64-byte header (magic XFCWGT01, payload floats u64, constants section offset u64, "
-                              "digest[32]), then raw little-endian fp32: every layer's weights (all groups, "
-                              "in the kernel's layout), then the constants section (biases, the ops' constants)"},
+                    "dtype": context["dtype"],
+                    "layout": f"64-byte header (magic XFCWGT01, payload values u64, constants section offset u64, "
+                              f"digest[32]), then raw little-endian {context['dtype']}: every layer's weights (all "
+                              f"groups, in the kernel's layout), then the constants section (biases, the ops' constants)"},
         "sizes": {"arena_bytes": plan.arena_bytes, "arena_lower_bound_bytes": plan.lower_bound_bytes,
                   "arena_to_lower_bound": plan.ratio, "arena_buffers": plan.buffers,
                   "packed_weight_bytes": context["packed_bytes"], "constant_bytes": context["const_bytes"],
                   "weights_file_bytes": context["file_bytes"]},
         "threads": {"default": context["default_threads"], "note": "kernels synthesized for the default; create "
                                                                    "takes any count"},
-        "layout": "NCHW fp32 between every two steps: no layout conversion inserted",
+        "layout": context["layout"], "dtype": context["dtype"],
         "inputs": [{"name": t["name"], "shape": t["shape"]} for t in context["inputs"]],
         "outputs": [{"name": t["name"], "shape": t["shape"]} for t in context["outputs"]],
         "functions": kernel_info, "steps": steps, "tensors": tensors, "folded_nodes": list(program.folded),

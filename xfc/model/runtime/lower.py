@@ -22,6 +22,12 @@ graph output:
   * then an activation (Relu, Clip(0, 6), HardSwish, Sigmoid, SiLU, LeakyRelu) into the kernel's
     epilogue (also after a residual: act(conv + bias + residual)).
 
+Other element types (`dtype`, xfc.ops.dtypes; fp16): every tensor between two steps has the
+dtype; the graph's inputs and outputs stay the caller's fp32 buffers, converted by a `cast` step
+each (cast_boundaries: the input rounded to the dtype once, the output widened exactly). Kernels
+of another dtype fuse only what their templates fuse (bias, relu, relu6: Epilogue.extended is
+fp32 only), so residual Adds and the other activations stay runtime ops there.
+
 A node outside this set makes lower_network raise OperatorError (exit 2) with one line naming each
 such node and its op type.
 """
@@ -35,6 +41,7 @@ import numpy as np
 from onnx import helper
 
 from ...errors import OperatorError
+from ...ops.dtypes import FP32, DType
 from ..graph import ConvFeed, Layer, MappedNetwork
 from ..load import LoadedModel
 from ..mapping import map_network
@@ -725,7 +732,9 @@ def _activation_of(step: OpStep) -> Optional[tuple[str, float]]:
 
 
 def fuse_epilogues(program: Program) -> Program:
-    """Fuse residual Adds and activations into the kernels that produce their inputs (module docstring)."""
+    """Fuse residual Adds and activations into the kernels that produce their inputs (module docstring);
+    in a program of another dtype than fp32, only what its kernels fuse (not Epilogue.extended)."""
+    fp32_kernels = program.dtype == FP32
     steps = list(program.steps)
     outputs = set(program.outputs)
     notes = list(program.notes)
@@ -752,7 +761,7 @@ def fuse_epilogues(program: Program) -> Program:
         for i, step in enumerate(steps):
             if not isinstance(step, OpStep):
                 continue
-            if step.op == "add" and not step.constants and len(set(step.inputs)) == 2 \
+            if fp32_kernels and step.op == "add" and not step.constants and len(set(step.inputs)) == 2 \
                     and program.shapes[step.inputs[0]] == program.shapes[step.inputs[1]] \
                     == program.shapes[step.outputs[0]]:
                 candidates = [(fusable_kernel(t, i), t, other) for t, other in
@@ -781,6 +790,8 @@ def fuse_epilogues(program: Program) -> Program:
                     continue
                 k = steps[p]
                 epi = dataclasses.replace(k.spec.epilogue, activation=act[0], alpha=act[1])
+                if epi.extended and not fp32_kernels:
+                    continue
                 steps[p] = dataclasses.replace(k, spec=dataclasses.replace(k.spec, epilogue=epi),
                                                output=step.outputs[0], nodes=(*k.nodes, *step.nodes),
                                                onnx_nodes=(*k.onnx_nodes, *step.onnx_nodes),
@@ -865,14 +876,60 @@ def _rename_input(step, old: str, new: str):
     return dataclasses.replace(step, inputs=tuple(new if t == old else t for t in step.inputs))
 
 
-def lower_network(loaded: LoadedModel, name: str, fuse: bool = True) -> Lowered:
+def cast_boundaries(program: Program) -> Program:
+    """A program of another dtype than fp32 reads and writes the caller's fp32 buffers through `cast`
+    steps: each graph input X is rounded into `X@<dtype>` (its readers and aliases follow), each graph
+    output Y is computed as `Y@<dtype>` and widened into Y by the last steps. An fp32 program is
+    returned as it is."""
+    if program.dtype == FP32:
+        return program
+    tag = program.dtype.name
+    shapes, aliases = dict(program.shapes), dict(program.aliases)
+    steps, notes = list(program.steps), list(program.notes)
+    head, tail = [], []
+    for x in program.inputs:
+        inner = f"{x}@{tag}"
+        if inner in shapes:
+            raise OperatorError(f"--dtype {tag}: the model already has a tensor named '{inner}'")
+        shapes[inner] = shapes[x]
+        steps = [_rename_input(s, x, inner) for s in steps]
+        aliases = {a: ((inner, o) if t == x else (t, o)) for a, (t, o) in aliases.items()}
+        head.append(OpStep(op="cast", name=f"{x} (graph input)", inputs=(x,), outputs=(inner,),
+                           params={"from": FP32.name, "to": tag}))
+    for y in program.outputs:
+        if y in program.inputs:
+            continue          # an input that is also an output: route_outputs copies it
+        inner = f"{y}@{tag}"
+        if inner in shapes:
+            raise OperatorError(f"--dtype {tag}: the model already has a tensor named '{inner}'")
+        shapes[inner] = shapes[y]
+        steps = [_rename_output(_rename_input(s, y, inner), y, inner) for s in steps]
+        aliases = {(inner if a == y else a): ((inner, o) if t == y else (t, o)) for a, (t, o) in aliases.items()}
+        tail.append(OpStep(op="cast", name=f"{y} (graph output)", inputs=(inner,), outputs=(y,),
+                           params={"from": tag, "to": FP32.name}))
+    notes.append(f"{tag} between every two steps: {len(head)} graph input(s) rounded from fp32 and "
+                 f"{len(tail)} output(s) widened to fp32 by cast steps")
+    return dataclasses.replace(program, shapes=shapes, aliases=aliases, steps=(*head, *steps, *tail),
+                               notes=tuple(notes))
+
+
+def _rename_output(step, old: str, new: str):
+    if old not in step.outputs:
+        return step
+    if isinstance(step, KernelStep):
+        return dataclasses.replace(step, output=new)
+    return dataclasses.replace(step, outputs=tuple(new if t == old else t for t in step.outputs))
+
+
+def lower_network(loaded: LoadedModel, name: str, fuse: bool = True, dtype: DType = FP32) -> Lowered:
     """The network as runtime steps (module docstring); OperatorError names every node it cannot run."""
     folded = fold_constants(loaded)
     net = map_network(folded.loaded, grouped=True)
     lowering = _Lowering(folded.loaded, net, name, folded.folded)
     lowering.run()
-    program = lowering.program()
+    program = dataclasses.replace(lowering.program(), dtype=dtype)
     if fuse:
         program = fuse_epilogues(program)
+    program = cast_boundaries(program)
     program = route_outputs(program)
     return Lowered(program=program, net=net, folded_loaded=folded.loaded, original=loaded)

@@ -45,8 +45,8 @@ def network_summary(lowered, rendered, syntheses) -> dict:
         "arena_bytes": plan.arena_bytes, "arena_lower_bound_bytes": plan.lower_bound_bytes,
         "arena_to_lower_bound": plan.ratio, "arena_buffers": plan.buffers,
         "in_place_ops": len(plan.inplace_steps), "residuals_in_place": len(plan.residual_inplace),
-        "packed_weight_bytes": rendered.packed_floats * 4, "weights_file_bytes": len(rendered.weights),
-        "layout": "NCHW fp32 between every two steps (what every kernel reads and writes): no conversion inserted",
+        "packed_weight_bytes": rendered.packed_floats * program.dtype.element_bytes,
+        "weights_file_bytes": len(rendered.weights), "dtype": program.dtype.name, "layout": rendered.manifest["layout"],
         "fusions": list(program.notes),
         "ops": sorted({s.label for s in program.steps if s.kind == "op"}),
         "kernels": [{"function": rendered.functions[spec], "spec": spec.describe(),
@@ -68,16 +68,21 @@ def _program_runner(hw, device, runner, cluster):
 def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, threads=None, verify=False,
                       explain=False, force=False, seed=0, device=None, runner=None, toolchain_env=None,
                       bench=False, repeat=20, embed_weights=False, thread_wait="spin", profile=False,
-                      progress: Optional[Callable[[str], None]] = None) -> dict:
+                      dtype="fp32", progress: Optional[Callable[[str], None]] = None) -> dict:
     """The work behind `xfc model --emit lib` (module docstring); returns the report."""
     from .execute import QemuProgram
+    from ...ops.dtypes import dtype_named
     say = progress or (lambda msg: None)
+    dtype = dtype_named(dtype)
+    if dtype.name == "fp16":
+        from ...cpu.fp16 import check_fp16_target
+        check_fp16_target(hw, cluster)
     what = f"xfc model {Path(path).name} for {hw.name} (network library)"
     with OutputDir(Path(out_dir), what=what, force=force) as staging, \
             tempfile.TemporaryDirectory(prefix="xfc-net-") as scratch:
         scratch = Path(scratch)
         loaded = load_model(path, input_shapes)
-        lowered = lower_network(loaded, Path(path).stem)
+        lowered = lower_network(loaded, Path(path).stem, dtype=dtype)
         program, net = lowered.program, lowered.net
         cov = coverage(net)
         if not program.kernel_steps:
@@ -87,7 +92,7 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         kernel_specs = program.distinct_specs()
         syntheses = {}
         for spec in dict.fromkeys((*report_specs, *kernel_specs)):
-            syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads)
+            syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads, dtype=dtype.name)
         first = syntheses[kernel_specs[0]].result
         default_threads = threads or first.cluster.count
         names = kernel_names(kernel_specs)
@@ -97,7 +102,7 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         rendered = render_network(program, syntheses, names, hw, Path(path).stem, embed_weights=embed_weights,
                                   default_threads=default_threads)
         say(f"arena {rendered.plan.arena_bytes} bytes, liveness lower bound {rendered.plan.lower_bound_bytes} bytes "
-            f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * 4} bytes")
+            f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * dtype.element_bytes} bytes ({dtype})")
         library, built = emit_network_library(rendered, hw, staging.path, scratch, env=toolchain_env, progress=progress)
         verification = timing = None
         if verify or bench:
@@ -120,8 +125,8 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         report["network"] = network_summary(lowered, rendered, syntheses)
         report["library"] = library
         if verification is not None:
-            from .check import BOUND_NOTE
-            report["verification"] = verification.to_dict(BOUND_NOTE)
+            from .check import BOUND_NOTE, BOUND_NOTE_FP16
+            report["verification"] = verification.to_dict(BOUND_NOTE if dtype.name == "fp32" else BOUND_NOTE_FP16)
         report["network_bench"] = timing
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
@@ -157,10 +162,12 @@ def _verify(lowered, rendered, syntheses, feeds, exe, weights_dir, scratch, prog
     expected, label = run_onnxruntime(_original(lowered), feeds)
     say(f"verify: checking {len(program.steps)} steps on their own inputs (float64 onnx.reference) and "
         f"{len(outputs)} output(s) against onnxruntime")
-    winograd = {spec: int(syntheses[spec].result.plan.winograd_m or 0) for spec in program.distinct_specs()}
+    plans = {spec: syntheses[spec].result.plan for spec in program.distinct_specs()}
+    winograd = {spec: int(plan.winograd_m or 0) for spec, plan in plans.items()}
+    kc = {spec: plan.gemm.kc if plan.gemm is not None else None for spec, plan in plans.items()}
     return verify_program(program, lowered.folded_loaded.opset, lowered.folded_loaded.constants, feeds, dumps, outputs,
                           expected, label, winograd=winograd, where=prog_runner.where,
-                          emulated=prog_runner.emulated, seed=seed)
+                          emulated=prog_runner.emulated, seed=seed, kc=kc)
 
 
 class _Original:

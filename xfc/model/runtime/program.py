@@ -1,8 +1,11 @@
 """The lowered network: every step the C runtime runs, the tensors between them, and the constants.
 
 A Program is what lower.py makes of a mapped network and what the planner (arena.py), the C
-renderer (emit.py) and the verification (check.py) read. Every tensor is fp32, NCHW (the layout
-the kernels read and write), and has a static shape.
+renderer (emit.py) and the verification (check.py) read. Every tensor is NCHW (the layout the
+kernels read and write) and has a static shape. Its element type is the program's `dtype`
+(xfc.ops.dtypes: fp32, or fp16 for `xfc model --dtype fp16`), except at the edges: graph inputs
+and outputs are the caller's fp32 buffers, converted by `cast` steps (lower.cast_boundaries) when
+the program's dtype is not fp32.
 
   KernelStep   one xfc layer kernel call (per group and batch item for a grouped convolution):
                spec (the epilogue as fused: bias, residual, activation), the input tensor, the
@@ -22,6 +25,8 @@ from math import prod
 from typing import Mapping, Optional, Union
 
 import numpy as np
+
+from ...ops.dtypes import FP32, DType
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,9 +90,16 @@ class Program:
     constants: Mapping[str, np.ndarray]              # fp32 constants runtime ops read
     folded: tuple[str, ...] = ()                     # nodes folded at load (fold.py)
     notes: tuple[str, ...] = ()                      # what lowering did (fusions, materializations)
+    dtype: DType = FP32                              # element type of every tensor between two steps
 
     def floats(self, tensor: str) -> int:
+        """Elements of the tensor (floats of an fp32 program; the name predates other dtypes)."""
         return prod(self.shapes[tensor])
+
+    def element_type(self, tensor: str) -> DType:
+        """fp32 for the caller's buffers (graph inputs and outputs, and their aliases), else the dtype."""
+        root = self.root(tensor)[0]
+        return FP32 if root in self.inputs or root in self.outputs else self.dtype
 
     def root(self, tensor: str) -> tuple[str, int]:
         """The tensor whose buffer holds `tensor`, and the float offset in it."""

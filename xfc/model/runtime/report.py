@@ -42,6 +42,11 @@ def network_lines(report: dict) -> list[str]:
                        f"{share * 100:.2g}% of the largest |output|"
                        + (", weak: the worst case grows with depth, the per-step checks are the sharp ones)"
                           if share > WEAK_BOUND_SHARE else ")"))
+        for a in v.get("agreement_with_fp32", ()):
+            rows = (f"; argmax agrees on {a['argmax_agree']} of {a['argmax_rows']} row{'s' if a['argmax_rows'] != 1 else ''}"
+                    if "argmax_rows" in a else "")
+            out.append(f"  {v['dtype']} vs the fp32 model, output '{a['name']}' (measured): largest error "
+                       f"{a['relative_to_largest_output'] * 100:.2g}% of the largest |output|{rows}")
         if v["ops_without_error_rule"]:
             out.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (heuristic tolerance, labelled)")
     b = report.get("network_bench")
