@@ -384,8 +384,9 @@ def test_a_graph_output_that_is_a_view_is_written_to_the_callers_buffer(tmp_path
 @pytest.mark.host
 @pytest.mark.emulated
 def test_fuzz_networks_verify_on_the_host_and_under_qemu(tmp_path, capsys):
-    """`xfc fuzz --networks`: random small networks through --emit lib --verify, host and qemu alternating;
-    the same seed draws the same networks. Seed 3's second network is the view-output case above."""
+    """`xfc fuzz --networks`: random small networks through --emit lib --verify, cycling host fp32, qemu
+    fp32, qemu fp16; the same seed draws the same networks. Seed 3's second network is the view-output
+    case above."""
     out = tmp_path / "nets.json"
     code = main(["fuzz", "--networks", "4", "--seed", "3", "--targets", "host,qemu", "--save-dir",
                  str(tmp_path / "saved"), "--out", str(out), "--quiet"])
@@ -393,7 +394,8 @@ def test_fuzz_networks_verify_on_the_host_and_under_qemu(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert code == 0, captured.err[-2000:]
     assert doc["networks"] == 4 and doc["passed"] == 4 and doc["failures"] == 0
-    assert [r["hardware"] for r in doc["rows"]] == ["host", "snapdragon-865"] * 2
+    assert [(r["hardware"], r["dtype"]) for r in doc["rows"]] == [("host", "fp32"), ("snapdragon-865", "fp32"),
+                                                                  ("snapdragon-865", "fp16"), ("host", "fp32")]
     assert doc["rows"][1]["blocks"] == ["grouped 3x3/1 g3 ->12 relu6", "shuffle g2"]
     assert all(r["steps"] >= 1 and r["worst_step_ratio"] <= 1 for r in doc["rows"])
     assert "4/4 networks verified" in captured.out and not (tmp_path / "saved").exists()

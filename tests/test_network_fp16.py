@@ -213,3 +213,22 @@ def test_fp16_networks_are_refused_on_the_host_in_one_line(tmp_path, capsys):
     code = main(["model", str(path), "--dtype", "fp16", "--hw", "host", "--emit", "lib", "-o", str(tmp_path / "out")])
     assert_one_line_error(code, capsys.readouterr().err, 2, "--dtype fp16", "x86_64")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv, needles", [
+    (["--targets", "host", "--dtype", "fp16"], ["no target of host runs --dtype fp16", "qemu"]),
+    (["--dtype", "int8"], ["--dtype int8", "fp32 and fp16"]),
+])
+def test_fuzz_networks_refuse_a_dtype_no_target_runs_in_one_line(tmp_path, capsys, argv, needles):
+    code = main(["fuzz", "--networks", "2", "--out", str(tmp_path / "n.json"), *argv])
+    assert_one_line_error(code, capsys.readouterr().err, 2, *needles)
+    assert not (tmp_path / "n.json").exists()
+
+
+@pytest.mark.unit
+def test_fuzz_networks_cycle_through_the_dtypes_each_target_runs():
+    from xfc.cli.fuzz import network_plan
+    assert network_plan(["host", "qemu"], ("fp32", "fp16", "int8")) == [("host", "fp32"), ("qemu", "fp32"),
+                                                                        ("qemu", "fp16")]
+    assert network_plan(["qemu"], ("fp16",)) == [("qemu", "fp16")]

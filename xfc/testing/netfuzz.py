@@ -5,9 +5,10 @@ blocks of the node kinds the runtime runs (xfc/model/runtime: convolutions, dept
 with bias and the fused activations; a residual Add; squeeze-excitation; max and average pooling;
 Concat; nearest Resize; a channel shuffle; BatchNormalization), and sometimes a classifier head
 (GlobalAveragePool, Flatten, Gemm, Softmax). `xfc fuzz --networks` (xfc/cli/fuzz.py) builds each as
-`xfc model NET --emit lib --verify` does (the whole network in C, every step checked on its own
-inputs and the outputs against onnxruntime under the derived bound) on the host or, for an ARM
-description, under qemu. This module only draws: it imports nothing of xfc's.
+`xfc model NET --emit lib --verify [--dtype fp16]` does (the whole network in C, every step checked on
+its own inputs and the outputs against onnxruntime under the derived bound) on the host or, for an
+ARM description, under qemu. The dtype is the case's, not drawn: the same (seed, index) is the same
+model in fp32 and fp16. This module only draws: it imports nothing of xfc's.
 """
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ class NetworkCase:
     model: object = field(repr=False, compare=False)   # onnx.ModelProto
     blocks: tuple[str, ...] = ()  # what was drawn, in order (for the report)
     input_shape: tuple[int, ...] = ()
+    dtype: str = "fp32"           # the network's element type (fp16: an ARM description with FP16 arithmetic)
 
     def describe(self) -> str:
-        return (f"net s{self.seed}-n{self.index} {'x'.join(map(str, self.input_shape))} on {self.hardware} "
-                f"t{self.threads}: {' > '.join(self.blocks)}")
+        return (f"net s{self.seed}-n{self.index} {'x'.join(map(str, self.input_shape))} {self.dtype} on "
+                f"{self.hardware} t{self.threads}: {' > '.join(self.blocks)}")
 
 
 class _Graph:
@@ -90,8 +92,8 @@ def _out(extent: int, k: int, stride: int, pad: int) -> int:
     return (extent + 2 * pad - k) // stride + 1
 
 
-def random_network(seed: int, index: int, hardware: str, max_threads: int = 2) -> NetworkCase:
-    """The network of (seed, index): same arguments, same model."""
+def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, dtype: str = "fp32") -> NetworkCase:
+    """The network of (seed, index): same arguments, same model (whatever the dtype)."""
     from onnx import TensorProto, helper, shape_inference
     rng = random.Random(f"xfc-netfuzz:{seed}:{index}")
     g = _Graph(rng)
@@ -194,4 +196,4 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2) -
     model.graph.output.extend(inferred.graph.output)
     threads = rng.randint(1, max(1, max_threads))
     return NetworkCase(seed=seed, index=index, hardware=hardware, threads=threads, model=model,
-                       blocks=tuple(drawn), input_shape=input_shape)
+                       blocks=tuple(drawn), input_shape=input_shape, dtype=dtype)
