@@ -10,6 +10,9 @@ each target:
     sd865     --hw snapdragon-865 --verify: the layers as aarch64 kernels under qemu-aarch64
     adreno    --hw snapdragon-865 --target gpu --verify: Adreno 650 kernels on PoCL
     mali      --hw dimensity-1200 --target gpu --verify: Mali-G77 kernels on PoCL
+    sd865_fp16  --hw snapdragon-865 --emit lib --dtype fp16 --verify: the whole network in fp16 (the
+              network runtime, neon_fp16 kernels) under qemu, checked step by step and against the
+              fp32 model in onnxruntime
 
 and writes each report to benchmarks/results/model_<arch>_<target>.json (replaced only when xfc
 wrote the file before, see xfc/outputs.py). Timings are only meaningful on a quiet machine; qemu
@@ -37,6 +40,7 @@ TARGETS = {   # name -> xfc model arguments after NET.onnx
     "sd865": ["--hw", "snapdragon-865", "--verify"],
     "adreno": ["--hw", "snapdragon-865", "--target", "gpu", "--verify"],
     "mali": ["--hw", "dimensity-1200", "--target", "gpu", "--verify"],
+    "sd865_fp16": ["--hw", "snapdragon-865", "--emit", "lib", "--dtype", "fp16", "--verify"],
 }
 RUN_TIMEOUT_S = 4 * 3600
 
@@ -63,6 +67,12 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
             f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
             f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
             f"{'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
+    if v.get("steps"):
+        line += (f"; {len(v['steps']) - len(v['layers_failed'])} of {len(v['steps'])} steps within their local bound "
+                 f"(worst {v['worst_layer_ratio']:.3g}x)")
+    for a in v.get("agreement_with_fp32", ()):
+        line += (f"; vs the fp32 model: largest error {a['relative_to_largest_output'] * 100:.2g}% of the largest "
+                 f"|output|, argmax {a.get('argmax_agree')}/{a.get('argmax_rows')}")
     bench = report.get("bench")
     if bench:
         line += (f"; {bench['layers_matched']}/{bench['layers']} layers matched to onnxruntime nodes: xfc "
