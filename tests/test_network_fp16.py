@@ -232,3 +232,23 @@ def test_fuzz_networks_cycle_through_the_dtypes_each_target_runs():
     assert network_plan(["host", "qemu"], ("fp32", "fp16", "int8")) == [("host", "fp32"), ("qemu", "fp32"),
                                                                         ("qemu", "fp16")]
     assert network_plan(["qemu"], ("fp16",)) == [("qemu", "fp16")]
+
+
+@pytest.mark.unit
+def test_predicted_kernel_time_for_every_cluster_thread_count_and_dtype_the_cores_run(tmp_path):
+    from xfc.hardware import load
+    from xfc.model.runtime.predict import network_predictions, predict_kernels
+    path = tmp_path / "bn.onnx"
+    onnx.save(nets.bottleneck_net(), str(path))
+    loaded = load_model(path)
+    hw = load(ARM_FP16)
+    rows = network_predictions(loaded, "bn", hw, FP16)
+    expected = {(c.role, t, d) for c in hw.clusters for t in {1, c.count} for d in ("fp32", "fp16")}
+    assert {(r["cluster"], r["threads"], r["dtype"]) for r in rows} == expected
+    assert rows[0]["dtype"] == "fp16" and all(r["predicted_ms"] > 0 for r in rows)
+    # the sum is per kernel call: the big cluster's 3-thread fp16 figure is the library's own kernels
+    program = lower_network(loaded, "bn", dtype=FP16).program
+    big = next(r for r in rows if (r["cluster"], r["threads"], r["dtype"]) == ("big", 3, "fp16"))
+    assert big["predicted_ms"] == pytest.approx(predict_kernels(program, hw, "big", 3, "fp16") * 1e3, rel=1e-3)
+    a53 = network_predictions(loaded, "bn", load("cortex-a53"))             # no FP16 arithmetic: fp32 only
+    assert {r["dtype"] for r in a53} == {"fp32"}

@@ -123,6 +123,9 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         report = build_report(net, cov, {s: syntheses[s] for s in report_specs}, kernel_names(report_specs), hw=hw,
                               cluster=cluster, threads=threads, explain=explain)
         report["network"] = network_summary(lowered, rendered, syntheses)
+        from .predict import PREDICTION_WHAT, network_predictions
+        report["network"]["predicted"] = {"what": PREDICTION_WHAT,
+                                          "rows": network_predictions(loaded, Path(path).stem, hw, dtype)}
         report["library"] = library
         if verification is not None:
             from .check import BOUND_NOTE, BOUND_NOTE_FP16

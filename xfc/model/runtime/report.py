@@ -23,6 +23,13 @@ def network_lines(report: dict) -> list[str]:
            f"{net['in_place_ops']} ops, {net['residuals_in_place']} residual kernels",
            f"  packed weights {_mib(net['packed_weight_bytes'])}, weights file {_mib(net['weights_file_bytes'])}; "
            f"{net['layout']}"]
+    predicted = net.get("predicted")
+    if predicted and predicted["rows"]:
+        parts = [f"{r['cluster']} {r['threads']}t {r['dtype']} "
+                 + (f"{r['predicted_ms']:.3g} ms" if r["predicted_ms"] is not None else "refused")
+                 for r in predicted["rows"]]
+        out.append(f"  predicted kernel time (static cost model, not measured; runtime ops not included): "
+                   f"{', '.join(parts)}")
     fused = [f for f in net["fusions"] if "fused" in f]
     if fused:
         out.append(f"  fused into kernels: {len(fused)} ({'; '.join(fused[:3])}{'; ...' if len(fused) > 3 else ''})")
