@@ -19,7 +19,7 @@ the channels and the weight shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil, prod
+from math import prod
 from typing import Optional
 
 import numpy as np
@@ -30,6 +30,7 @@ from ..ops.spec import make_spec
 from .coverage import node_flops
 from .graph import ConvFeed, Layer, MappedNetwork, MatmulFeed, Uncovered
 from .load import FLOAT_TYPES, LoadedModel, is_folded_cast
+from .onnx_nodes import conv_geometry, readers_of
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 BN_FOLD_UNITS = 6      # roundings a runtime may spend folding BatchNormalization (see bounds.py)
@@ -76,11 +77,7 @@ class _Mapper:
                       if not ((n.op_type == "Constant" and _is_default_domain(n))
                               or is_folded_cast(n, loaded.constants))]
         self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
-        self.consumers: dict[str, list[int]] = {}
-        for i, n in enumerate(self.nodes):
-            for name in dict.fromkeys(n.input):
-                if name:
-                    self.consumers.setdefault(name, []).append(i)
+        self.consumers = readers_of(self.nodes)
         self.graph_outputs = set(loaded.outputs)
         self.absorbed: set[int] = set()
         self.blocked: dict[int, str] = {}   # node index -> why it was not fused into the layer before it
@@ -139,22 +136,7 @@ class _Mapper:
                                 f"{tuple(weight.shape)}")
         if bias is not None and bias.shape != (m,):
             raise OperatorError(f"{self.where(i)}: bias '{b_name}' has shape {bias.shape}, expected ({m},)")
-        strides = tuple(_attr(node, "strides", (1, 1)))
-        dilations = tuple(_attr(node, "dilations", (1, 1)))
-        auto_pad = _attr(node, "auto_pad", b"NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = [], []
-            for size, k, s, d in zip((h, w), (kh, kw), strides, dilations):
-                total = max(0, (ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
-                small, large = total // 2, total - total // 2
-                begin.append(small if auto_pad == "SAME_UPPER" else large)
-                end.append(large if auto_pad == "SAME_UPPER" else small)
-            pads = (begin[0], begin[1], end[0], end[1])
-        elif auto_pad == "VALID":
-            pads = (0, 0, 0, 0)
-        else:
-            pads = tuple(_attr(node, "pads", (0, 0, 0, 0)))
+        strides, pads, dilations = conv_geometry(node, (h, w), (kh, kw))
         out = node.output[0]
         common = dict(feed=ConvFeed(input_name=x), output=out, stride=strides, pad=pads, dilation=dilations,
                       bias=bias, weight=weight.astype(np.float64))
@@ -413,5 +395,8 @@ class _Mapper:
 def map_network(loaded: LoadedModel, grouped: bool = False) -> MappedNetwork:
     """Map every node of a loaded model (see the module docstring). grouped: also map grouped
     convolutions (1 < group, not depthwise) to one conv2d spec per group (Layer.groups; the
-    network runtime, xfc/model/runtime, runs them)."""
+    network runtime, xfc/model/runtime, runs them). A quantized model (QDQ, QOperator) is refused in
+    one line once its quantization is read and checked (xfc.model.quantized.refuse_quantized)."""
+    from .quantized import refuse_quantized   # quantized.py reads conv_geometry from here
+    refuse_quantized(loaded)
     return _Mapper(loaded, grouped).run()

@@ -301,13 +301,14 @@ def accumulators(spec: OperatorSpec, q: QuantParams, x, w, bias) -> np.ndarray:
     return acc
 
 
-def requantize(acc: np.ndarray, spec: OperatorSpec, q: QuantParams) -> np.ndarray:
+def requantize(acc: np.ndarray, spec: OperatorSpec, q: QuantParams, mult: Optional[np.ndarray] = None) -> np.ndarray:
     """int32 accumulators -> output bytes (module docstring): fp32 multiply, clamp, round half to
-    even, add the zero point."""
+    even, add the zero point. mult: the fp32 multipliers per output channel (default: multipliers(spec,
+    q); a quantized model brings its own, xfc.model.quantized)."""
     q = resolve_out_scale(spec, q)
     shape = [1] * acc.ndim
     shape[channel_axis(spec)] = -1
-    mult = multipliers(spec, q).reshape(shape)
+    mult = (multipliers(spec, q) if mult is None else np.asarray(mult, np.float32)).reshape(shape)
     lo, hi = clamp_bounds(spec, q)
     scaled = acc.astype(np.float32) * mult                                       # one fp32 multiply
     scaled = np.clip(scaled, np.float32(lo - q.out_zero_point), np.float32(hi - q.out_zero_point))

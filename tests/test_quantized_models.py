@@ -1,0 +1,189 @@
+"""Quantized ONNX models (issue 33 item 1, xfc/model/quantized.py): QDQ and QOperator models made by
+onnxruntime.quantization.quantize_static are read as int8 steps, the oracle computes them exactly and
+agrees with onnxruntime where onnxruntime's own arithmetic is exact, bad quantization is one line
+naming the node, and `xfc model` says what it found instead of failing on a weight."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from support import nets
+from support.cli import assert_one_line_error
+
+from xfc.cli import main
+from xfc.errors import OperatorError
+from xfc.model import quantized as Q
+from xfc.model.load import load_model
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+pytestmark = pytest.mark.unit
+
+
+def quantize(tmp_path, model, fmt: str, *, reduce_range: bool = True, activation: str = "uint8",
+             per_channel: bool = True, name: str = "q"):
+    """The model quantized by onnxruntime as users do it (pre-processing, a small random calibration set).
+    reduce_range: 7-bit weights, which onnxruntime's u8 x s8 kernels on x86 without VNNI sum exactly."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    src, pre, out = tmp_path / f"{name}_fp32.onnx", tmp_path / f"{name}_pre.onnx", tmp_path / f"{name}_{fmt}.onnx"
+    onnx.save(model, str(src))
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{x.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quant_pre_process(str(src), str(pre))
+    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+                    per_channel=per_channel, reduce_range=reduce_range,
+                    activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    return out
+
+
+def onnxruntime_steps(path, network, feeds, optimize: bool = True) -> dict:
+    """onnxruntime's value of every tensor a step of the network writes (each made a graph output)."""
+    model = onnx.load(str(path))
+    known = {o.name for o in model.graph.output}
+    for step in network.steps:
+        if step.outputs[0] not in known:
+            model.graph.output.append(helper.make_empty_tensor_value_info(step.outputs[0]))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def feeds_for(loaded, seed: int = 1) -> dict:
+    name, shape, _ = loaded.inputs[0]
+    return {name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_quantized_models_read_as_int8_steps(tmp_path, fmt):
+    loaded = load_model(quantize(tmp_path, nets.bottleneck_net(), fmt))
+    network = Q.recognise(loaded)
+    assert network.format == fmt
+    counts = network.counts()
+    assert counts["layer"] == 9 and counts["add"] == 3 and counts["quantize"] >= 1 and counts["dequantize"] >= 1
+    layers = [s for s in network.steps if s.kind == "layer"]
+    assert {s.spec.name for s in layers} == {"conv2d", "matmul"}
+    for s in layers:
+        assert s.weight.dtype == np.int8 and s.bias.dtype == np.int32
+        assert s.w_scales.shape == (s.bias.size,) and np.all(s.w_scales > 0)
+        assert len(set(np.round(s.w_scales, 12))) > 1               # per channel: the scales differ
+        x, y = network.tensors[s.inputs[0]], network.tensors[s.outputs[0]]
+        assert x.act_type == y.act_type == "uint8"
+    assert "9 int8 layers" in network.describe() and network.describe().startswith(Q.FORMAT_NAMES[fmt])
+    assert Q.recognise(load_model(tmp_path / "q_fp32.onnx")) is None      # the fp32 original: not quantized
+
+
+@pytest.mark.parametrize("fmt, activation", [("qdq", "uint8"), ("qoperator", "uint8"), ("qdq", "int8")])
+def test_the_oracle_agrees_with_onnxruntime_step_by_step(tmp_path, fmt, activation):
+    """7-bit weights: onnxruntime's int8 kernels are exact; the requantization rounds alike: every
+    quantized tensor of every step within 1 LSB, 99.9% of them equal (in practice all)."""
+    path = quantize(tmp_path, nets.bottleneck_net(), fmt, activation=activation)
+    loaded = load_model(path)
+    network = Q.recognise(loaded)
+    feeds = feeds_for(loaded)
+    ours, theirs = Q.run(network, feeds), onnxruntime_steps(path, network, feeds)
+    compared = equal = 0
+    for name in network.tensors:
+        if name in theirs and name in ours:
+            diff = np.abs(np.asarray(ours[name], np.int64).reshape(-1) - np.asarray(theirs[name], np.int64).reshape(-1))
+            assert diff.max(initial=0) <= 1, name
+            compared += diff.size
+            equal += int(np.count_nonzero(diff == 0))
+    assert compared > 1000 and equal >= 0.999 * compared, (equal, compared)
+    out = loaded.outputs[0]
+    assert np.max(Q.lsb_differences(network, ours, theirs, out)) <= 1
+
+
+def test_full_range_weights_agree_with_onnxruntime_computing_the_qdq_graph_as_written(tmp_path):
+    """8-bit weights: xfc's arithmetic is exact; onnxruntime without its graph optimizations runs
+    DequantizeLinear, the float node and QuantizeLinear as written (fp32): within 1 LSB. (Optimized, its
+    u8 x s8 kernels on x86 without VNNI may saturate 16-bit pair sums: not compared.)"""
+    path = quantize(tmp_path, nets.bottleneck_net(), "qdq", reduce_range=False)
+    loaded = load_model(path)
+    network = Q.recognise(loaded)
+    feeds = feeds_for(loaded)
+    ours, theirs = Q.run(network, feeds), onnxruntime_steps(path, network, feeds, optimize=False)
+    out = loaded.outputs[0]
+    lsb = Q.lsb_differences(network, ours, theirs, out)
+    assert lsb.max() <= 1 and np.mean(lsb < 0.5) >= 0.999
+
+
+def edit(path, tmp_path, change, name="bad.onnx"):
+    model = onnx.load(str(path))
+    change(model)
+    out = tmp_path / name
+    onnx.save(model, str(out))
+    return out
+
+
+def set_constant(model, name, array):
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == name:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(array, dtype=array.dtype), name))
+            return
+    raise KeyError(name)
+
+
+def first(model, op):
+    return next(n for n in model.graph.node if n.op_type == op)
+
+
+def weight_dq(model):
+    """The DequantizeLinear of the first convolution's weights."""
+    conv = first(model, "Conv")
+    return next(n for n in model.graph.node if n.output[0] == conv.input[1])
+
+
+def const(model, name):
+    return numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == name))
+
+
+BAD = {
+    "zero scale": (lambda m: set_constant(m, first(m, "QuantizeLinear").input[1], np.array(0.0, np.float32)),
+                   ["'x_QuantizeLinear'", "scale", "is 0"]),
+    "negative scale": (lambda m: set_constant(m, first(m, "QuantizeLinear").input[1], np.array(-0.5, np.float32)),
+                       ["scale", "is -0.5", "finite number > 0"]),
+    "weight zero point": (lambda m: set_constant(m, weight_dq(m).input[2],
+                                                 np.full(const(m, weight_dq(m).input[2]).shape, 3, np.int8)),
+                          ["weight zero point", "is 3", "symmetric"]),
+    "mixed axes": (lambda m: weight_dq(m).attribute[0].CopyFrom(helper.make_attribute("axis", 1)),
+                   ["axis 1", "mixed per-channel axes"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_quantization_is_one_line_naming_the_node(tmp_path, capsys, case):
+    change, needles = BAD[case]
+    good = quantize(tmp_path, nets.bottleneck_net(), "qdq")
+    bad = edit(good, tmp_path, change)
+    with pytest.raises(OperatorError) as err:
+        Q.recognise(load_model(bad))
+    message = str(err.value)
+    assert "\n" not in message and "node '" in message, message
+    for needle in needles:
+        assert needle in message, message
+    code = main(["model", str(bad), "--hw", "snapdragon-865", "-o", str(tmp_path / "out")])
+    assert_one_line_error(code, capsys.readouterr().err, 2, *needles)
+
+
+def test_xfc_model_says_what_it_found_in_an_int8_model(tmp_path, capsys):
+    path = quantize(tmp_path, nets.bottleneck_net(), "qdq")
+    for extra in ([], ["--emit", "lib"]):
+        code = main(["model", str(path), "--hw", "snapdragon-865", "-o", str(tmp_path / "out"), *extra])
+        assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model (QDQ: 9 int8 layers",
+                              "does not build int8 networks yet")
+        assert not (tmp_path / "out").exists()
