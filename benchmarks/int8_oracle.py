@@ -45,7 +45,7 @@ def quantize(src: Path, out: Path, fmt: str, reduce_range: bool) -> None:
             return next(self.batches, None)
 
     pre = out.with_suffix(".pre.onnx")
-    quant_pre_process(str(src), str(pre))
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)   # sympy is not a dependency
     quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     per_channel=True, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)

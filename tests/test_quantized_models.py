@@ -41,7 +41,7 @@ def quantize(tmp_path, model, fmt: str, *, reduce_range: bool = True, activation
         def get_next(self):
             return next(self.batches, None)
 
-    quant_pre_process(str(src), str(pre))
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)   # sympy is not a dependency
     quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     per_channel=per_channel, reduce_range=reduce_range,
                     activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
