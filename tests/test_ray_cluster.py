@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from android_runner.testbed import free_port
-from support import (is_loopback, listeners_by_tree, listening_ports, process_identity, process_tree,
-                     session_members, session_of, signals_as_default, still_running, stop_node_processes,
-                     tree_listeners)
+from support import (is_loopback, listeners_by_tree, listening_inodes, listening_ports, listening_sockets,
+                     process_identity, process_tree, session_members, session_of, signals_as_default, still_running,
+                     stop_node_processes, tree_listeners)
 from xfc.tiledb.cluster import EXPOSE_WARNING, start_args
 from xfc.tiledb.raybind import (LAUNCHER, ExposedPorts, exposure_warnings, is_loopback_host, keep_loopback,
                                 loopback_kept)
@@ -537,6 +537,7 @@ def stop_and_check(proc: subprocess.Popen, sig: int, status: int, log: Path, mar
     ports = {port for _, _, _, port in tree_listeners(proc.pid)}
     assert len(tree) >= 5 and len(sessions) >= 2 and ports, (tree, sessions, ports)   # xfc, ray start, gcs/raylet...
     [leader] = [pid for pid, _ in tree if session_of(pid) == pid and pid != proc.pid]   # `ray start`, in its session
+    inodes = listening_inodes(proc.pid)
     os.kill(leader if ray_start else proc.pid, sig)
     proc.wait(timeout=120)
     tail = log.read_text()[-800:]
@@ -545,7 +546,10 @@ def stop_and_check(proc: subprocess.Popen, sig: int, status: int, log: Path, mar
     assert still_running(tree) == [], tail
     assert [pid for sid in sessions for pid in session_members(sid)] == []
     assert marked_pids(marker) == []
-    assert ports & listening_ports() == set(), ports & listening_ports()
+    # none of the node's listening sockets is left (by identity: once they are closed the kernel may give
+    # a port number to another process's new socket, as it did once while the other test worker ran)
+    left = {inode: listening_sockets()[inode] for inode in inodes & set(listening_sockets())}
+    assert inodes and left == {}, (left, ports & listening_ports())
 
 
 def declared_every_interface(log_text: str, node_ip: str) -> dict[str, set[int]]:

@@ -490,6 +490,25 @@ def listening_ports() -> set[int]:
     return {port for _, port in listening_sockets().values()}
 
 
+def listening_inodes(root: int) -> set[str]:
+    """Inodes of the listening sockets held by root's process tree (a socket's identity: a socket
+    opened later on the same port number is another inode)."""
+    sockets, found = listening_sockets(), set()
+    for pid in process_tree(root):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in sockets:
+                found.add(target[8:-1])
+    return found
+
+
 def process_command(pid: int) -> str:
     """A process's command line, arguments joined by spaces ('' once it is gone). Ray's workers and
     agents rewrite theirs ('ray::IDLE', 'ray::RuntimeEnvAgent')."""
