@@ -143,6 +143,7 @@ def _clean_error_problem(status: int, lines: list[str], file_name: str, field: s
 
 
 @pytest.mark.sweep
+@pytest.mark.matrix(every=2, cover=("rel",))   # every description file stays in the sample; test-matrices: all
 @pytest.mark.parametrize("rel,path", list(_sweep_params()))
 def test_every_field_swept_gives_exit_2_and_one_line(tmp_path, capsys, rel, path):
     data = yaml.safe_load((SHIPPED_ROOT / rel).read_text())
@@ -442,6 +443,7 @@ def _extreme_params():
 
 
 @pytest.mark.sweep
+@pytest.mark.matrix(every=2, cover=("rel", "key"))   # every file and range kind stays in the sample
 @pytest.mark.parametrize("rel,key,path", list(_extreme_params()))
 def test_accepted_extremes_crash_nothing_downstream(tmp_path, capsys, rel, key, path):
     from xfc.cpu.codegen import render_cpu_kernel
