@@ -57,13 +57,14 @@ def predict_network(lowered_by_dtype, hw) -> list[dict]:
     return rows
 
 
-def network_predictions(loaded, name: str, hw, dtype: DType = FP32) -> list[dict]:
+def network_predictions(loaded, name: str, hw, dtype: DType = FP32, program=None) -> list[dict]:
     """predict_network for a loaded model: lowered once per dtype the description's clusters run
     (dtype: the one the library is built for comes first; both fp32 and fp16 are predicted where
-    the cores have FP16 arithmetic)."""
+    the cores have FP16 arithmetic). program: the model already lowered for dtype (not lowered again)."""
     from .lower import lower_network
     from ...ops.dtypes import dtype_named
     wanted = {d for c in hw.clusters for d in dtypes_for(c, hw.target_arch)}
-    lowered = {d: lower_network(loaded, name, dtype=dtype_named(d)).program for d in sorted(wanted)}
+    lowered = {d: program if program is not None and d == dtype.name else
+               lower_network(loaded, name, dtype=dtype_named(d)).program for d in sorted(wanted)}
     rows = predict_network(lowered, hw)
     return sorted(rows, key=lambda r: (r["dtype"] != dtype.name, r["dtype"]))
