@@ -4,6 +4,7 @@ an ideal fp16 execution and reject a perturbed one, and the network runs under q
 core with FP16 arithmetic, verified step by step and against the fp32 model; refusals are one line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -104,7 +105,7 @@ def ideal_fp16_run(program, feeds, opset, constants, fault=None):
             plain = type(spec)(**spec.shape_dict(), epilogue=Epilogue(bias=spec.epilogue.bias))
             x = value(step.input).reshape(plain.operand_shapes[0])
             w = as_fp16(step.layer.weight).reshape(plain.operand_shapes[1])
-            outs = [activate(reference(plain, x, w, as_fp16(step.layer.bias)), spec.epilogue.activation)]
+            outs = [as_fp16(activate(reference(plain, x, w, as_fp16(step.layer.bias)), spec.epilogue.activation))]
         elif step in casts:
             x = value(step.inputs[0])
             outs = [as_fp16(x) if step.params["to"] == "fp16" else x]
@@ -141,7 +142,8 @@ def a_quarter_up(y: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("step, fault", [("bn1_add", four_ulps_up), ("bn1_conv", a_quarter_up)])
+@pytest.mark.parametrize("step, fault", [("bn1_add", four_ulps_up), ("bn1_conv", a_quarter_up),
+                                         ("bn1_conv", "folded weights")])
 def test_per_step_fp16_checks_accept_an_ideal_fp16_run_and_catch_a_fault_in_one_step(tmp_path, step, fault):
     low = lowered_fp16(tmp_path, "bn", nets.bottleneck_net())
     program, loaded = low.program, low.folded_loaded
@@ -156,9 +158,17 @@ def test_per_step_fp16_checks_accept_an_ideal_fp16_run_and_catch_a_fault_in_one_
     assert good.ok and good.dtype == "fp16" and len(good.steps) == len(program.steps), \
         [(c.name, c.error_to_bound_ratio) for c in good.steps if not c.ok]
     assert good.agreement and good.agreement[0]["max_abs_error"] == 0.0
-    # one element of one step wrong (the later steps computed from it as a correct network would): that
+    # one element of one step wrong (the later steps computed from it as a correct network would), or a
+    # kernel given wrong weights (a mapping or folding fault: the kernel computes them faithfully): that
     # step fails, alone
-    bad = ideal_fp16_run(program, feeds, loaded.opset, loaded.constants, fault=(step, fault))
+    if fault == "folded weights":
+        wrong = [dataclasses.replace(s, layer=dataclasses.replace(s.layer, weight=-s.layer.weight))
+                 if isinstance(s, KernelStep) and s.name == step else s for s in program.steps]
+        faulty = dataclasses.replace(program, steps=tuple(wrong))
+        bad = ideal_fp16_run(faulty, feeds, loaded.opset, loaded.constants)
+        program = faulty
+    else:
+        bad = ideal_fp16_run(program, feeds, loaded.opset, loaded.constants, fault=(step, fault))
     caught = verify_program(program, loaded.opset, loaded.constants, feeds, bad, [bad[-1][0]], expected, "itself",
                             **args)
     failed = [c.name for c in caught.steps if not c.ok]

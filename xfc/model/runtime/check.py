@@ -133,8 +133,9 @@ def _move(step: OpStep, x: np.ndarray, out_shape) -> np.ndarray:
 
 
 # Runtime ops whose fp16 result is one of their fp16 inputs (or a clamp of it): no rounding at the store
-EXACT_IN_FP16 = frozenset({"maxpool", "global_maxpool", "concat", "split", "strided_copy", "pad", "resize_nearest",
-                           "copy", "expand", "relu", "clip"})
+# (Clip's bounds and Pad's value are fp32 parameters stored into fp16: rounded, so not listed)
+EXACT_IN_FP16 = frozenset({"maxpool", "global_maxpool", "concat", "split", "strided_copy", "resize_nearest", "copy",
+                           "expand", "relu"})
 
 
 def fp16_rounding(y) -> np.ndarray:
@@ -235,11 +236,14 @@ class _Walk:
         return check, None if carried is None else carried.reshape(out_shape)
 
     def kernel_fp16(self, step: KernelStep, got: np.ndarray) -> tuple[StepCheck, Optional[np.ndarray]]:
-        """An fp16 kernel step (module docstring): bias and relu / relu6 only (fp16 kernels fuse no more)."""
+        """An fp16 kernel step (module docstring), against its ONNX nodes (unfolded, float64) on its own
+        fp16 input: the fp16 kernel's bound on what it read (the weights and bias rounded to fp16, or a
+        B the network computed), + the layer rule of the folding with exact inputs, + |x| |W - W16| +
+        |b - b16|; then the activation's rule (fp16 kernels fuse bias, relu, relu6 only)."""
         spec, layer = step.spec, step.layer
-        if step.weight_tensor is not None or step.residual is not None or spec.epilogue.extended:
-            raise ValueError(f"fp16 kernel step '{step.name}': the lowering gives fp16 kernels constant weights, "
-                             f"no residual and bias / relu / relu6 only")
+        if step.residual is not None or spec.epilogue.extended:
+            raise ValueError(f"fp16 kernel step '{step.name}': the lowering gives fp16 kernels no residual and "
+                             f"bias / relu / relu6 only")
         plain = type(spec)(**spec.shape_dict(), epilogue=Epilogue(bias=spec.epilogue.bias))
         bare = type(spec)(**spec.shape_dict())
         kc = self.kc.get(spec)
@@ -247,8 +251,15 @@ class _Walk:
         ex = self.error(step.input)
         e_full = None if ex is None else np.broadcast_to(np.asarray(ex, np.float64), x.shape)
         g, cg, kg = step.groups, getattr(plain, "c", 0), getattr(plain, "k", 0)
-        w32, b32 = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
-        w16, b16 = as_fp16(w32), as_fp16(b32)
+        if step.weight_tensor is None:     # constant weights: the fp32 ones rounded to fp16 in the weights file
+            w32 = np.asarray(layer.weight, np.float64)
+            w16, ew = as_fp16(w32), B.ZERO
+        else:                              # B computed by the network: already fp16 values
+            w32 = w16 = np.asarray(self.value(step.weight_tensor), np.float64).reshape(plain.operand_shapes[1])
+            ew = self.error(step.weight_tensor)
+        b32 = np.asarray(layer.bias, np.float64)
+        b16 = as_fp16(b32)
+        axis = 2 if isinstance(spec, MatmulSpec) else 1     # the output channels
         local_rows, carried_rows, pre_rows = [], [], []
         for item in range(x.shape[0] if g > 1 else 1):
             per = ([], [], [])
@@ -266,16 +277,16 @@ class _Walk:
                     bs, bs16, mag = b32, b16, layer.bias_magnitude
                 fb = F16.fp16_bound(plain, xs, ws16, bs16, kc)
                 pre = reference(plain, xs, ws16, bs16)
-                per[0].append(fb.bound)
+                bias_rounding = (np.abs(bs - bs16).reshape([-1 if a == axis else 1 for a in range(pre.ndim)])
+                                 if spec.epilogue.bias else 0.0)
+                per[0].append(fb.bound + B.layer_bound(plain, xs, B.ZERO, ws, B.ZERO, mag, layer.fold_units, 0)
+                              + reference(bare, np.abs(xs), np.abs(ws - ws16), None) + bias_rounding)
                 per[2].append(pre)
-                if es is None:
+                if es is None or ew is None:
                     per[1].append(None)
                     continue
-                rounding = reference(bare, np.abs(xs) + es, np.abs(ws - ws16), None)
-                if spec.epilogue.bias:
-                    axis = 2 if isinstance(spec, MatmulSpec) else 1     # the output channels
-                    rounding = rounding + np.abs(bs - bs16).reshape([-1 if a == axis else 1 for a in range(pre.ndim)])
-                per[1].append(B.layer_bound(plain, xs, es, ws, B.ZERO, mag, layer.fold_units, 0) + rounding + fb.bound)
+                per[1].append(fb.bound + B.layer_bound(plain, xs, es, ws, ew, mag, layer.fold_units, 0)
+                              + reference(bare, np.abs(xs) + es, np.abs(ws - ws16), None) + bias_rounding)
             local_rows.append(np.concatenate(per[0], axis=1) if g > 1 else per[0][0])
             carried_rows.append(None if any(c is None for c in per[1]) else
                                 (np.concatenate(per[1], axis=1) if g > 1 else per[1][0]))
@@ -284,10 +295,13 @@ class _Walk:
         carried = None if any(c is None for c in carried_rows) else np.concatenate(carried_rows, axis=0)
         act, alpha = spec.epilogue.activation, spec.epilogue.alpha
         out_shape = self.program.shapes[step.output]
-        expected = activate(pre, act, alpha)
+        feeds = self.run_nodes(step.onnx_nodes, {})
+        name = self.onnx_name.get(step.output, step.output)
+        expected = np.asarray(feeds[name] if name in feeds else feeds[step.onnx_nodes[-1].output[0]],
+                              np.float64).reshape(out_shape)
         local = activation_bound(local, pre, act, alpha)
         carried = None if carried is None else activation_bound(carried, pre, act, alpha)
-        check = _judge(got, expected.reshape(out_shape), local.reshape(out_shape), "derived")
+        check = _judge(got, expected, local.reshape(out_shape), "derived")
         return check, None if carried is None else carried.reshape(out_shape)
 
     def _layer_bounds(self, step: KernelStep, plain, x, ex, weight, ew, wm):
