@@ -521,7 +521,11 @@ class _Lowering:
                 self.node(node, step.reason)
             except _Unsupported as exc:
                 self.unsupported.append(f"'{step.name}' ({step.op_type}: {exc})")
+        inputs = {n for n, _, _ in self.loaded.inputs}
         for name in self.loaded.outputs:
+            if name in inputs:   # one name for the caller's input and output buffers: nothing to compute
+                self.unsupported.append(f"graph output '{name}' (the graph input itself: the runtime writes an "
+                                        f"output into a buffer of its own)")
             if name not in self.shapes:
                 if name in self.loaded.constants:
                     self.unsupported.append(f"graph output '{name}' (a constant: nothing to run)")
@@ -884,6 +888,12 @@ def cast_boundaries(program: Program) -> Program:
     if program.dtype == FP32:
         return program
     tag = program.dtype.name
+    limit = float(np.finfo(np.float16).max)
+    for step in program.steps:   # a parameter the dtype cannot hold would become inf where it is stored
+        value = step.params.get("value") if isinstance(step, OpStep) and step.op == "pad" else None
+        if value is not None and np.isfinite(value) and abs(value) > limit:
+            raise OperatorError(f"--dtype {tag}: Pad '{step.name}' pads with {value:g}, beyond {tag}'s range "
+                                f"(largest {limit:g})")
     shapes, aliases = dict(program.shapes), dict(program.aliases)
     steps, notes = list(program.steps), list(program.notes)
     head, tail = [], []
