@@ -187,3 +187,14 @@ def test_xfc_model_says_what_it_found_in_an_int8_model(tmp_path, capsys):
         assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model (QDQ: 9 int8 layers",
                               "does not build int8 networks yet")
         assert not (tmp_path / "out").exists()
+
+
+def test_the_oracle_saturates_like_quantizelinear_without_integer_overflow():
+    """ONNX QuantizeLinear: saturate(round_half_even(x / scale) + zero_point); far out of range and
+    infinite values go to the right end of the type."""
+    int8, uint8 = Q.QTensor("a", "int8", 1.0, 0), Q.QTensor("b", "uint8", 0.5, 10)
+    got = Q.quantize(np.array([1e30, np.inf, -np.inf, -1e30, 2.5, 3.5, -2.5], np.float32), int8)
+    assert got.tolist() == [127, 127, -128, -128, 2, 4, -2] and got.dtype == np.int8
+    assert Q.quantize(np.array([1e19, -1e19, 1.25, 1.75], np.float32), uint8).tolist() == [255, 0, 12, 14]
+    added = Q.run_add(np.array([127], np.int8), np.array([127], np.int8), int8, int8, Q.QTensor("y", "int8", 1e-3, 0))
+    assert added.tolist() == [127]

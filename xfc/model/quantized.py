@@ -381,7 +381,7 @@ def _qoperator_node(r: _Reader, i: int, node, steps: list) -> None:
                                      "none", (node,), trans_b=False))
         elif op == "QGemm":
             x = r.activation(i, ins[0], ins[1], ins[2], "input")
-            if not ins[6] or len(outs) != 1:
+            if not ins[7] or len(outs) != 1:     # no y_scale: QGemm's fp32 output form
                 raise OperatorError(f"{r.where(i)}: QGemm with an fp32 output: not an int8 layer xfc builds")
             y = r.activation(i, outs[0], ins[7], ins[8], "output")
             steps.append(_gemm_layer(r, i, x, y, _shape(r, i, ins[0]), ins[3], ins[4], ins[5], None, ins[6], None,
@@ -401,6 +401,9 @@ def _qoperator_node(r: _Reader, i: int, node, steps: list) -> None:
             x = r.tensors[ins[0]]
             r.tensors[outs[0]] = QTensor(outs[0], x.act_type, x.scale, x.zero_point)
             steps.append(QStep("move", r.names[i], tuple(n for n in node.input if n), (outs[0],), (node,), op))
+        elif op.startswith("QLinear") or node.domain == "com.microsoft" and op.startswith("Q"):
+            raise OperatorError(f"{r.where(i)}: a quantized operator xfc does not read (it reads "
+                                f"{', '.join(QLINEAR)}, QuantizeLinear, DequantizeLinear)")
         else:
             steps.append(QStep("float", r.names[i], tuple(n for n in node.input if n), tuple(outs), (node,), op))
 
@@ -517,8 +520,16 @@ def _at(node, index: int) -> str:
 
 
 def _clip_activation(r: _Reader, node) -> Optional[str]:
-    lo = r.loaded.constants.get(_at(node, 1)) if _at(node, 1) else _attr(node, "min", None)
-    hi = r.loaded.constants.get(_at(node, 2)) if _at(node, 2) else _attr(node, "max", None)
+    """relu / relu6 for Clip(0) / Clip(0, 6) with constant bounds, else None (not a clamp xfc fuses)."""
+    bounds = []
+    for index, name in ((1, "min"), (2, "max")):
+        if _at(node, index):
+            if _at(node, index) not in r.loaded.constants:
+                return None                  # a bound computed by the network
+            bounds.append(r.loaded.constants[_at(node, index)])
+        else:
+            bounds.append(_attr(node, name, None))
+    lo, hi = bounds
     lo = None if lo is None else float(np.asarray(lo).reshape(-1)[0])
     hi = None if hi is None else float(np.asarray(hi).reshape(-1)[0])
     if lo == 0.0 and hi == 6.0:
@@ -556,7 +567,7 @@ def run_add(a_q, b_q, a: QTensor, b: QTensor, y: QTensor) -> np.ndarray:
     rb = np.float32(np.float32(b.scale) / np.float32(y.scale))
     va = (ra * (np.asarray(a_q, np.float32) - np.float32(a.zero_point))).astype(np.float32)
     vb = (rb * (np.asarray(b_q, np.float32) - np.float32(b.zero_point))).astype(np.float32)
-    return _sat(np.rint(va + vb).astype(np.int64) + y.zero_point, y.act_type)
+    return _rint_sat((va + vb).astype(np.float32), y.zero_point, y.act_type)
 
 
 def run_gap(x_q, x: QTensor, y: QTensor) -> np.ndarray:
@@ -564,13 +575,22 @@ def run_gap(x_q, x: QTensor, y: QTensor) -> np.ndarray:
     count = prod(arr.shape[2:])
     total = arr.reshape(*arr.shape[:2], -1).sum(axis=2) - count * x.zero_point
     mult = np.float32(np.float32(x.scale) / (np.float32(y.scale) * np.float32(count)))
-    out = np.rint(total.astype(np.float32) * mult).astype(np.int64) + y.zero_point
-    return _sat(out, y.act_type).reshape(*arr.shape[:2], *([1] * (arr.ndim - 2)))
+    out = _rint_sat((total.astype(np.float32) * mult).astype(np.float32), y.zero_point, y.act_type)
+    return out.reshape(*arr.shape[:2], *([1] * (arr.ndim - 2)))
+
+
+def _rint_sat(values: np.ndarray, zero_point: int, act: str) -> np.ndarray:
+    """sat(rint_even(values) + zero_point), clamped in floating point first (no integer overflow:
+    inf and 1e30 saturate to the right end; NaN becomes the zero point)."""
+    lo, hi = TYPE_RANGE[act]
+    v = np.nan_to_num(np.asarray(values, np.float64), nan=0.0)
+    v = np.clip(v, lo - zero_point, hi - zero_point)
+    return _sat(np.rint(v).astype(np.int64) + zero_point, act)
 
 
 def quantize(x: np.ndarray, y: QTensor) -> np.ndarray:
     scaled = np.asarray(x, np.float32) / np.float32(y.scale)
-    return _sat(np.rint(scaled).astype(np.int64) + y.zero_point, y.act_type)
+    return _rint_sat(scaled, y.zero_point, y.act_type)
 
 
 def dequantize(q: np.ndarray, x: QTensor) -> np.ndarray:
