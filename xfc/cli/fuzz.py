@@ -396,7 +396,7 @@ def cmd_fuzz_networks(args) -> int:
     for t in targets:
         if t not in NETWORK_HARDWARE:
             raise OperatorError(f"--targets {t}: --networks runs on {', '.join(NETWORK_HARDWARE)}")
-    plan = network_plan(targets, tuple(_csv(args.dtype)) or DTYPES)
+    plan = network_plan(targets, tuple(_csv(args.dtype) or ()) or DTYPES)
     if args.out:
         claim_file(Path(args.out), json_is_ours(RESULTS_LEGACY_KEYS), option="--out")
     check_toolchains(targets)
