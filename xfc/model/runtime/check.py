@@ -17,11 +17,11 @@ per-layer kernels):
   bounds), or the labelled heuristic where some step on the path has no rule.
 
 An fp16 program (`--dtype fp16`) is checked the same way, with what differs spelled out:
-* a kernel step on its own fp16 inputs with the weights and bias it read (the folded fp32 ones
-  rounded to fp16), against the float64 reference of exactly those, under the fp16 kernel bound of
-  xfc.ops.fp16 (the running bound of its plan's KC slices; depthwise: classical), then the
-  activation's rule; the carried bound adds the fp32 layer bound (folding, e(x) through |W|) and
-  the weight and bias roundings |W - W16| (|x| + e(x)) + |b - b16|;
+* a kernel step on its own fp16 input against its ONNX nodes (unfolded, float64, as for fp32), under
+  the fp16 kernel bound of xfc.ops.fp16 on what the kernel read (the folded weights and bias
+  rounded to fp16; the running bound of its plan's KC slices, depthwise: classical) + the layer
+  rule of the folding with exact inputs + |x| |W - W16| + |b - b16|, then the activation's rule;
+  the carried bound is the same with e(x) through |W|;
 * a runtime op computes in fp32 and rounds its result to fp16 once: its rule, with every constant
   it reads off by its own rounding to fp16, plus u16 |y| + eta (u16 = 2^-11 (1 + 2^-12), eta = 2^-25:
   xfc.ops.fp16) where the op is not pure data movement (a max, a copy, a ReLU of fp16 values are exact);
@@ -94,9 +94,10 @@ BOUND_NOTE = ("every step of the C network is checked on its own C inputs agains
               "for Winograd plans, + gamma_2 (|r| + |y|) for a fused residual, then the activation's rule; runtime ops: "
               "xfc/model/bounds.py; data movement: exact); the graph outputs are compared with onnxruntime under 2 e, e "
               "propagated through the network with the same rules")
-BOUND_NOTE_FP16 = ("fp16 network: every step of the C network is checked on its own C inputs in float64 under its local "
-                   "bound (kernels: xfc.ops.fp16's bound on the fp16 weights they read, running over the plan's KC "
-                   "slices; runtime ops: the fp32 rules of xfc/model/bounds.py with fp16 constants, + one rounding to "
+BOUND_NOTE_FP16 = ("fp16 network: every step of the C network is checked on its own C inputs against its ONNX nodes "
+                   "in float64 under its local bound (kernels: xfc.ops.fp16's bound on the fp16 weights they read, "
+                   "running over the plan's KC slices, + the folding's layer rule + the weight and bias roundings to "
+                   "fp16; runtime ops: the fp32 rules of xfc/model/bounds.py with fp16 constants, + one rounding to "
                    "fp16; casts: exact); the graph outputs are compared with onnxruntime running the fp32 model under "
                    "2 e, e propagated with the same rules plus the weight roundings (a worst case that grows with "
                    "depth: weak on deep networks, see agreement_with_fp32 for what was measured)")
