@@ -15,7 +15,6 @@ writes benchmarks/results/int8_oracle.json (with the machine). Correctness figur
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -23,48 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from machine import machine_facts
-from nets import export, torch_missing
+from nets import export, network_arguments, torch_missing
 
-REPO = Path(__file__).resolve().parent.parent
 NETWORKS = ("mobilenet_v2", "resnet18")
-
-
-def quantize(src: Path, out: Path, fmt: str, reduce_range: bool) -> None:
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-    x = onnx.load(str(src)).graph.input[0]
-    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(0)
-            self.batches = iter([{x.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    pre = out.with_suffix(".pre.onnx")
-    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)   # sympy is not a dependency
-    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    per_channel=True, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8)
-
-
-def onnxruntime_steps(path: Path, network, feeds, optimize: bool) -> dict:
-    import onnx
-    import onnxruntime as ort
-    from onnx import helper
-    model = onnx.load(str(path))
-    known = {o.name for o in model.graph.output}
-    for step in network.steps:
-        if step.outputs[0] not in known:
-            model.graph.output.append(helper.make_empty_tensor_value_info(step.outputs[0]))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
 def compare(network, ours: dict, theirs: dict, output: str) -> dict:
@@ -89,27 +49,24 @@ def compare(network, ours: dict, theirs: dict, output: str) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=",".join(NETWORKS), help="comma-separated: " + ", ".join(NETWORKS))
-    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    args = parser.parse_args(argv)
+    args = network_arguments(__doc__, NETWORKS, argv)
     if torch_missing("int8_oracle", "make bench-setup"):
         return 3
     import onnxruntime
     from xfc.model import quantized as Q
     from xfc.model.load import load_model
+    from xfc.model.quantized_peer import onnxruntime_step_values, quantize_with_onnxruntime
     from xfc.outputs import write_json_result
     rows = []
     with tempfile.TemporaryDirectory(prefix="xfc-int8-oracle-") as tmp:
-        for arch in [a.strip() for a in args.only.split(",") if a.strip()]:
+        for arch in args.only:
             src = Path(tmp) / f"{arch}.onnx"
             export(arch, src, args.size)
             for fmt in ("qdq", "qoperator"):
                 for reduce_range in (True, False):
                     path = Path(tmp) / f"{arch}_{fmt}_{'7' if reduce_range else '8'}bit.onnx"
                     print(f"[int8_oracle] {path.name}", file=sys.stderr, flush=True)
-                    quantize(src, path, fmt, reduce_range)
+                    quantize_with_onnxruntime(src, path, fmt, reduce_range=reduce_range)
                     loaded = load_model(path)
                     network = Q.recognise(loaded)
                     name, shape, _ = loaded.inputs[0]
@@ -117,11 +74,11 @@ def main(argv=None) -> int:
                     ours = Q.run(network, feeds)
                     row = {"network": arch, "format": fmt, "weight_bits": 7 if reduce_range else 8,
                            "steps": dict(network.counts()),
-                           "onnxruntime_optimized": compare(network, ours, onnxruntime_steps(path, network, feeds, True),
+                           "onnxruntime_optimized": compare(network, ours, onnxruntime_step_values(path, network, feeds, True),
                                                             loaded.outputs[0])}
                     if fmt == "qdq":
                         row["onnxruntime_as_written"] = compare(network, ours,
-                                                                onnxruntime_steps(path, network, feeds, False),
+                                                                onnxruntime_step_values(path, network, feeds, False),
                                                                 loaded.outputs[0])
                     rows.append(row)
                     print(f"  {row}", file=sys.stderr, flush=True)

@@ -277,3 +277,16 @@ def export(arch: str, path: Path, size: int, seed: int = 0) -> None:
         torch.onnx.export(model, (example,), str(path), dynamo=False, **kwargs)
     except TypeError:   # torch without the dynamo switch
         torch.onnx.export(model, (example,), str(path), **kwargs)
+
+
+def network_arguments(doc: str, networks, argv=None):
+    """--only (some of networks), --size and --results, parsed: what the scripts that export networks
+    at run time share (predict_socs.py, int8_oracle.py)."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(networks), help="comma-separated: " + ", ".join(networks))
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    args.only = [a.strip() for a in args.only.split(",") if a.strip()]
+    return args

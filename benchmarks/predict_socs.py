@@ -15,16 +15,14 @@ writes benchmarks/results/predict_socs.json (with the machine) and predict_socs.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from machine import machine_facts
-from nets import export, torch_missing
+from nets import export, network_arguments, torch_missing
 
-REPO = Path(__file__).resolve().parent.parent
 NETWORKS = ("mobilenet_v2", "resnet18")
 TITLE = "# Predicted network kernel time per SoC, cluster, thread count and dtype (ms)"
 
@@ -63,11 +61,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=",".join(NETWORKS), help="comma-separated: " + ", ".join(NETWORKS))
-    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    args = parser.parse_args(argv)
+    args = network_arguments(__doc__, NETWORKS, argv)
     if torch_missing("predict_socs", "make bench-setup"):
         return 3
     from xfc.model.runtime.predict import PREDICTION_WHAT
@@ -75,7 +69,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="xfc-predict-") as tmp:
-        for arch in [a.strip() for a in args.only.split(",") if a.strip()]:
+        for arch in args.only:
             path = Path(tmp) / f"{arch}.onnx"
             print(f"[predict_socs] exporting {arch} (random weights) and predicting on every SoC", file=sys.stderr)
             export(arch, path, args.size)

@@ -16,6 +16,7 @@ from xfc.cli import main
 from xfc.errors import OperatorError
 from xfc.model import quantized as Q
 from xfc.model.load import load_model
+from xfc.model.quantized_peer import onnxruntime_step_values, quantize_with_onnxruntime
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -24,43 +25,11 @@ pytestmark = pytest.mark.unit
 
 def quantize(tmp_path, model, fmt: str, *, reduce_range: bool = True, activation: str = "uint8",
              per_channel: bool = True, name: str = "q"):
-    """The model quantized by onnxruntime as users do it (pre-processing, a small random calibration set).
-    reduce_range: 7-bit weights, which onnxruntime's u8 x s8 kernels on x86 without VNNI sum exactly."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-    src, pre, out = tmp_path / f"{name}_fp32.onnx", tmp_path / f"{name}_pre.onnx", tmp_path / f"{name}_{fmt}.onnx"
+    """The model quantized by onnxruntime as users do it (xfc.model.quantized_peer)."""
+    src = tmp_path / f"{name}_fp32.onnx"
     onnx.save(model, str(src))
-    x = model.graph.input[0]
-    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(0)
-            self.batches = iter([{x.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)   # sympy is not a dependency
-    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    per_channel=per_channel, reduce_range=reduce_range,
-                    activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
-                    weight_type=QuantType.QInt8)
-    return out
-
-
-def onnxruntime_steps(path, network, feeds, optimize: bool = True) -> dict:
-    """onnxruntime's value of every tensor a step of the network writes (each made a graph output)."""
-    model = onnx.load(str(path))
-    known = {o.name for o in model.graph.output}
-    for step in network.steps:
-        if step.outputs[0] not in known:
-            model.graph.output.append(helper.make_empty_tensor_value_info(step.outputs[0]))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    return quantize_with_onnxruntime(src, tmp_path / f"{name}_{fmt}.onnx", fmt, reduce_range=reduce_range,
+                                     activation=activation, per_channel=per_channel)
 
 
 def feeds_for(loaded, seed: int = 1) -> dict:
@@ -95,7 +64,7 @@ def test_the_oracle_agrees_with_onnxruntime_step_by_step(tmp_path, fmt, activati
     loaded = load_model(path)
     network = Q.recognise(loaded)
     feeds = feeds_for(loaded)
-    ours, theirs = Q.run(network, feeds), onnxruntime_steps(path, network, feeds)
+    ours, theirs = Q.run(network, feeds), onnxruntime_step_values(path, network, feeds)
     compared = equal = 0
     for name in network.tensors:
         if name in theirs and name in ours:
@@ -116,7 +85,7 @@ def test_full_range_weights_agree_with_onnxruntime_computing_the_qdq_graph_as_wr
     loaded = load_model(path)
     network = Q.recognise(loaded)
     feeds = feeds_for(loaded)
-    ours, theirs = Q.run(network, feeds), onnxruntime_steps(path, network, feeds, optimize=False)
+    ours, theirs = Q.run(network, feeds), onnxruntime_step_values(path, network, feeds, optimize=False)
     out = loaded.outputs[0]
     lsb = Q.lsb_differences(network, ours, theirs, out)
     assert lsb.max() <= 1 and np.mean(lsb < 0.5) >= 0.999

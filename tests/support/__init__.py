@@ -493,19 +493,24 @@ def listening_ports() -> set[int]:
 def listening_inodes(root: int) -> set[str]:
     """Inodes of the listening sockets held by root's process tree (a socket's identity: a socket
     opened later on the same port number is another inode)."""
-    sockets, found = listening_sockets(), set()
-    for pid in process_tree(root):
+    sockets = listening_sockets()
+    return {inode for pid in process_tree(root) for inode in _socket_inodes(pid) if inode in sockets}
+
+
+def _socket_inodes(pid: int) -> list[str]:
+    """Inodes of the sockets a process has open (none once it is gone)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return []
+    found = []
+    for fd in fds:
         try:
-            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+            target = os.readlink(fd)
         except OSError:
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in sockets:
-                found.add(target[8:-1])
+        if target.startswith("socket:["):
+            found.append(target[8:-1])
     return found
 
 
@@ -530,17 +535,9 @@ def listeners_by_tree(roots: dict) -> dict:
     for label, root in roots.items():
         out[label] = []
         for pid in process_tree(root, children):
-            try:
-                fds = list(Path(f"/proc/{pid}/fd").iterdir())
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    target = os.readlink(fd)
-                except OSError:
-                    continue
-                if target.startswith("socket:[") and target[8:-1] in sockets:
-                    out[label].append((pid, process_command(pid), *sockets[target[8:-1]]))
+            for inode in _socket_inodes(pid):
+                if inode in sockets:
+                    out[label].append((pid, process_command(pid), *sockets[inode]))
     return out
 
 
