@@ -167,3 +167,29 @@ def test_the_oracle_saturates_like_quantizelinear_without_integer_overflow():
     assert Q.quantize(np.array([1e19, -1e19, 1.25, 1.75], np.float32), uint8).tolist() == [255, 0, 12, 14]
     added = Q.run_add(np.array([127], np.int8), np.array([127], np.int8), int8, int8, Q.QTensor("y", "int8", 1e-3, 0))
     assert added.tolist() == [127]
+
+
+def test_a_relu_after_an_add_keeps_the_add_in_fp32_and_agrees_with_onnxruntime(tmp_path):
+    """QDQ Add -> Relu -> QuantizeLinear (quantizers other than onnxruntime's write it): xfc clamps in
+    int8 layers only, so the Add and the Relu run in fp32 between a dequantize and a quantize."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 3, 3])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 3, 3])
+    inits = [numpy_helper.from_array(np.array(0.02, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(np.array(0.03, np.float32), "s2"), numpy_helper.from_array(np.array(0, np.uint8), "z2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xa"], name="dq_a"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xb"], name="dq_b"),
+             helper.make_node("Add", ["xa", "xb"], ["sum"], name="add"),
+             helper.make_node("Relu", ["sum"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["rq"], name="q_out"),
+             helper.make_node("DequantizeLinear", ["rq", "s2", "z2"], ["y"], name="dq_out")]
+    path = tmp_path / "add_relu.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    loaded = load_model(path)
+    network = Q.recognise(loaded)
+    assert [s.kind for s in network.steps] == ["quantize", "dequantize", "dequantize", "float", "float", "quantize",
+                                               "dequantize"]
+    feeds = feeds_for(loaded, seed=0)
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.array_equal(Q.run(network, feeds)["y"], theirs)

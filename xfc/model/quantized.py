@@ -457,6 +457,8 @@ def _qdq(r: _Reader) -> list[QStep]:
             consts = [dq_of(t) for t in node.input[1:3] if t]
             if len(consts) < 1 or any(c is None or n[c].input[0] not in r.loaded.constants for c in consts):
                 continue
+        elif after[2] != "none":
+            continue         # a Relu / Clip after an Add or a move: xfc clamps in layers only, so in fp32
         plan[i] = (after, dqs)
         taken.update([after[0], *after[1]])
     steps: list[QStep] = []
@@ -483,9 +485,6 @@ def _qdq(r: _Reader) -> list[QStep]:
                                          _at(n[w], 2), _attr(n[w], "axis", 1), n[b].input[0] if b is not None else "",
                                          n[b].input[1] if b is not None else None,
                                          _at(n[b], 2) if b is not None else None, act, nodes, trans_b))
-            elif act != "none":
-                raise OperatorError(f"{r.where(between[0])}: a {n[between[0]].op_type} after {op} before its "
-                                    f"QuantizeLinear: xfc clamps only in int8 layers")
             elif op == "Add":
                 steps.append(QStep("add", r.names[i], (xs[0].name, xs[1].name), (y.name,), nodes, op))
             elif op == "GlobalAveragePool":
