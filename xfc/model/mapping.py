@@ -23,25 +23,18 @@ from math import prod
 from typing import Optional
 
 import numpy as np
-from onnx import helper
 
 from ..errors import OperatorError
 from ..ops.spec import make_spec
 from .coverage import node_flops
 from .graph import ConvFeed, Layer, MappedNetwork, MatmulFeed, Uncovered
 from .load import FLOAT_TYPES, LoadedModel, is_folded_cast
+from .onnx_nodes import attr as _attr
 from .onnx_nodes import conv_geometry, readers_of
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 BN_FOLD_UNITS = 6      # roundings a runtime may spend folding BatchNormalization (see bounds.py)
 GEMM_SCALE_UNITS = 2   # roundings of alpha*(AB) and beta*C, folded or not
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def _is_default_domain(node) -> bool:

@@ -283,10 +283,6 @@ def refuse_quantized(loaded: LoadedModel) -> None:
                             f"quantized from runs with xfc model")
 
 
-def _shape(r: _Reader, i: int, name: str):
-    return r.shape(i, name)
-
-
 def _set_shapes(r: _Reader, step: QStep, i: int) -> None:
     """The shapes of a step's outputs, for the steps after it (QOperator: inference stops at com.microsoft)."""
     out = step.outputs[0]
@@ -359,53 +355,53 @@ def _qoperator(r: _Reader) -> list[QStep]:
 
 
 def _qoperator_node(r: _Reader, i: int, node, steps: list) -> None:
-    if True:
-        op, ins, outs = node.op_type, list(node.input) + [""] * 9, [o for o in node.output if o]
-        if op == "QuantizeLinear":
-            y = r.activation(i, outs[0], ins[1], ins[2], "output")
-            steps.append(QStep("quantize", r.names[i], (ins[0],), (y.name,), (node,), op))
-        elif op == "DequantizeLinear":
-            if ins[0] in r.loaded.constants:
-                return
-            r.activation(i, ins[0], ins[1], ins[2], "input")
-            steps.append(QStep("dequantize", r.names[i], (ins[0],), (outs[0],), (node,), op))
-        elif op == "QLinearConv":
-            x = r.activation(i, ins[0], ins[1], ins[2], "input")
-            y = r.activation(i, outs[0], ins[6], ins[7], "output")
-            steps.append(_conv_layer(r, i, x, y, _shape(r, i, ins[0]), ins[3], ins[4], ins[5], None, ins[8], None,
-                                     None, "none", (node,)))
-        elif op == "QLinearMatMul":
-            x = r.activation(i, ins[0], ins[1], ins[2], "input")
-            y = r.activation(i, outs[0], ins[6], ins[7], "output")
-            steps.append(_gemm_layer(r, i, x, y, _shape(r, i, ins[0]), ins[3], ins[4], ins[5], None, "", None, None,
-                                     "none", (node,), trans_b=False))
-        elif op == "QGemm":
-            x = r.activation(i, ins[0], ins[1], ins[2], "input")
-            if not ins[7] or len(outs) != 1:     # no y_scale: QGemm's fp32 output form
-                raise OperatorError(f"{r.where(i)}: QGemm with an fp32 output: not an int8 layer xfc builds")
-            y = r.activation(i, outs[0], ins[7], ins[8], "output")
-            steps.append(_gemm_layer(r, i, x, y, _shape(r, i, ins[0]), ins[3], ins[4], ins[5], None, ins[6], None,
-                                     None, "none", (node,), trans_b=_check_gemm(r, i)))
-        elif op == "QLinearAdd":
-            a = r.activation(i, ins[0], ins[1], ins[2], "input A")
-            b = r.activation(i, ins[3], ins[4], ins[5], "input B")
-            y = r.activation(i, outs[0], ins[6], ins[7], "output")
-            steps.append(QStep("add", r.names[i], (a.name, b.name), (y.name,), (node,), op))
-        elif op == "QLinearGlobalAveragePool":
-            if int(_attr(node, "channels_last", 0)):
-                raise OperatorError(f"{r.where(i)}: channels_last=1: xfc's tensors are NCHW")
-            x = r.activation(i, ins[0], ins[1], ins[2], "input")
-            y = r.activation(i, outs[0], ins[3], ins[4], "output")
-            steps.append(QStep("gap", r.names[i], (x.name,), (y.name,), (node,), op))
-        elif op in MOVES and ins[0] in r.tensors:
-            x = r.tensors[ins[0]]
-            r.tensors[outs[0]] = QTensor(outs[0], x.act_type, x.scale, x.zero_point)
-            steps.append(QStep("move", r.names[i], tuple(n for n in node.input if n), (outs[0],), (node,), op))
-        elif op.startswith("QLinear") or node.domain == "com.microsoft" and op.startswith("Q"):
-            raise OperatorError(f"{r.where(i)}: a quantized operator xfc does not read (it reads "
-                                f"{', '.join(QLINEAR)}, QuantizeLinear, DequantizeLinear)")
-        else:
-            steps.append(QStep("float", r.names[i], tuple(n for n in node.input if n), tuple(outs), (node,), op))
+    """The QOperator step(s) of node i, appended to steps."""
+    op, ins, outs = node.op_type, list(node.input) + [""] * 9, [o for o in node.output if o]
+    if op == "QuantizeLinear":
+        y = r.activation(i, outs[0], ins[1], ins[2], "output")
+        steps.append(QStep("quantize", r.names[i], (ins[0],), (y.name,), (node,), op))
+    elif op == "DequantizeLinear":
+        if ins[0] in r.loaded.constants:
+            return
+        r.activation(i, ins[0], ins[1], ins[2], "input")
+        steps.append(QStep("dequantize", r.names[i], (ins[0],), (outs[0],), (node,), op))
+    elif op == "QLinearConv":
+        x = r.activation(i, ins[0], ins[1], ins[2], "input")
+        y = r.activation(i, outs[0], ins[6], ins[7], "output")
+        steps.append(_conv_layer(r, i, x, y, r.shape(i, ins[0]), ins[3], ins[4], ins[5], None, ins[8], None,
+                                 None, "none", (node,)))
+    elif op == "QLinearMatMul":
+        x = r.activation(i, ins[0], ins[1], ins[2], "input")
+        y = r.activation(i, outs[0], ins[6], ins[7], "output")
+        steps.append(_gemm_layer(r, i, x, y, r.shape(i, ins[0]), ins[3], ins[4], ins[5], None, "", None, None,
+                                 "none", (node,), trans_b=False))
+    elif op == "QGemm":
+        x = r.activation(i, ins[0], ins[1], ins[2], "input")
+        if not ins[7] or len(outs) != 1:     # no y_scale: QGemm's fp32 output form
+            raise OperatorError(f"{r.where(i)}: QGemm with an fp32 output: not an int8 layer xfc builds")
+        y = r.activation(i, outs[0], ins[7], ins[8], "output")
+        steps.append(_gemm_layer(r, i, x, y, r.shape(i, ins[0]), ins[3], ins[4], ins[5], None, ins[6], None,
+                                 None, "none", (node,), trans_b=_check_gemm(r, i)))
+    elif op == "QLinearAdd":
+        a = r.activation(i, ins[0], ins[1], ins[2], "input A")
+        b = r.activation(i, ins[3], ins[4], ins[5], "input B")
+        y = r.activation(i, outs[0], ins[6], ins[7], "output")
+        steps.append(QStep("add", r.names[i], (a.name, b.name), (y.name,), (node,), op))
+    elif op == "QLinearGlobalAveragePool":
+        if int(_attr(node, "channels_last", 0)):
+            raise OperatorError(f"{r.where(i)}: channels_last=1: xfc's tensors are NCHW")
+        x = r.activation(i, ins[0], ins[1], ins[2], "input")
+        y = r.activation(i, outs[0], ins[3], ins[4], "output")
+        steps.append(QStep("gap", r.names[i], (x.name,), (y.name,), (node,), op))
+    elif op in MOVES and ins[0] in r.tensors:
+        x = r.tensors[ins[0]]
+        r.tensors[outs[0]] = QTensor(outs[0], x.act_type, x.scale, x.zero_point)
+        steps.append(QStep("move", r.names[i], tuple(n for n in node.input if n), (outs[0],), (node,), op))
+    elif op.startswith("QLinear") or node.domain == "com.microsoft" and op.startswith("Q"):
+        raise OperatorError(f"{r.where(i)}: a quantized operator xfc does not read (it reads "
+                            f"{', '.join(QLINEAR)}, QuantizeLinear, DequantizeLinear)")
+    else:
+        steps.append(QStep("float", r.names[i], tuple(n for n in node.input if n), tuple(outs), (node,), op))
 
 
 def _qdq(r: _Reader) -> list[QStep]:
@@ -440,6 +436,12 @@ def _qdq(r: _Reader) -> list[QStep]:
             return None
         return j, between, act
 
+    def same_quantization(dq: int, q: int) -> bool:
+        """The DequantizeLinear dq and the QuantizeLinear q name equal scale and zero point constants."""
+        values = [[np.asarray(r.loaded.constants.get(_at(n[k], j), np.nan)).tolist() if _at(n[k], j) else None
+                   for j in (1, 2)] for k in (dq, q)]
+        return values[0] == values[1]
+
     plan: dict[int, tuple] = {}     # main node -> (Q node, between nodes, activation, DQ inputs)
     taken: set[int] = set()
     for i, node in enumerate(n):
@@ -459,6 +461,8 @@ def _qdq(r: _Reader) -> list[QStep]:
                 continue
         elif after[2] != "none":
             continue         # a Relu / Clip after an Add or a move: xfc clamps in layers only, so in fp32
+        elif op in MOVES and not same_quantization(dqs[0], after[0]):
+            continue         # a move that changes the quantization rounds: it runs in fp32
         plan[i] = (after, dqs)
         taken.update([after[0], *after[1]])
     steps: list[QStep] = []
@@ -474,14 +478,14 @@ def _qdq(r: _Reader) -> list[QStep]:
             nodes = (*[n[d] for d in dqs], node, *[n[b] for b in between], n[q])
             if op == "Conv":
                 w, b = dq_of(node.input[1]), dq_of(ins[2]) if ins[2] else None
-                steps.append(_conv_layer(r, i, xs[0], y, _shape(r, i, node.input[0]), n[w].input[0], n[w].input[1],
+                steps.append(_conv_layer(r, i, xs[0], y, r.shape(i, node.input[0]), n[w].input[0], n[w].input[1],
                                          _at(n[w], 2), _attr(n[w], "axis", 1), n[b].input[0] if b is not None else "",
                                          n[b].input[1] if b is not None else None,
                                          _at(n[b], 2) if b is not None else None, act, nodes))
             elif op in ("Gemm", "MatMul"):
                 trans_b = _check_gemm(r, i) if op == "Gemm" else False
                 w, b = dq_of(node.input[1]), dq_of(ins[2]) if op == "Gemm" and ins[2] else None
-                steps.append(_gemm_layer(r, i, xs[0], y, _shape(r, i, node.input[0]), n[w].input[0], n[w].input[1],
+                steps.append(_gemm_layer(r, i, xs[0], y, r.shape(i, node.input[0]), n[w].input[0], n[w].input[1],
                                          _at(n[w], 2), _attr(n[w], "axis", 1), n[b].input[0] if b is not None else "",
                                          n[b].input[1] if b is not None else None,
                                          _at(n[b], 2) if b is not None else None, act, nodes, trans_b))
@@ -490,14 +494,8 @@ def _qdq(r: _Reader) -> list[QStep]:
             elif op == "GlobalAveragePool":
                 steps.append(QStep("gap", r.names[i], (xs[0].name,), (y.name,), nodes, op))
             else:
-                if (xs[0].act_type, xs[0].scale, xs[0].zero_point) != (y.act_type, y.scale, y.zero_point):
-                    steps.append(QStep("dequantize", r.names[dqs[0]], (xs[0].name,), (n[dqs[0]].output[0],),
-                                       (n[dqs[0]],), "DequantizeLinear"))
-                    steps.append(QStep("float", r.names[i], tuple(t for t in node.input if t), tuple(outs), (node,), op))
-                    steps.append(QStep("quantize", r.names[q], (outs[0],), (y.name,), (n[q],), "QuantizeLinear"))
-                else:
-                    steps.append(QStep("move", r.names[i], (xs[0].name, *[t for t in node.input[1:] if t]), (y.name,),
-                                       nodes, op))
+                steps.append(QStep("move", r.names[i], (xs[0].name, *[t for t in node.input[1:] if t]), (y.name,),
+                                   nodes, op))
             continue
         if op == "QuantizeLinear":
             y = r.activation(i, outs[0], ins[1], ins[2], "output")

@@ -5,6 +5,7 @@ tests/test_quantized_models.py and benchmarks/int8_oracle.py; onnxruntime is the
 dependency it always was, imported here only when called."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +34,14 @@ def quantize_with_onnxruntime(src: Path, out: Path, fmt: str, *, reduce_range: b
         def get_next(self):
             return next(self.batches, None)
 
-    pre = Path(out).with_suffix(".pre.onnx")
-    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    per_channel=per_channel, reduce_range=reduce_range,
-                    activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
-                    weight_type=QuantType.QInt8)
+    with tempfile.TemporaryDirectory(prefix="xfc-quantize-") as tmp:   # the pre-processed model: ours, dropped
+        pre = Path(tmp) / "pre.onnx"
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        quantize_static(str(pre), str(out), Reader(),
+                        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+                        per_channel=per_channel, reduce_range=reduce_range,
+                        activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+                        weight_type=QuantType.QInt8)
     return Path(out)
 
 

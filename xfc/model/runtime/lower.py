@@ -38,7 +38,6 @@ from math import prod
 from typing import Optional
 
 import numpy as np
-from onnx import helper
 
 from ...errors import OperatorError
 from ...ops.dtypes import FP32, DType
@@ -46,6 +45,7 @@ from ..graph import ConvFeed, Layer, MappedNetwork
 from ..load import LoadedModel
 from ..mapping import map_network
 from ..nodes import run_node
+from ..onnx_nodes import attr as _attr
 from .fold import fold_constants
 from .program import KernelStep, OpStep, Program
 
@@ -57,13 +57,6 @@ ALIAS_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"
 RESIDUAL_SPECS = ("conv2d", "matmul")   # kernels that add a residual (GEMM and Winograd templates)
 MAX_BROADCAST_DIMS = 4                  # after merging, the binary ops loop over at most this many dims
 MAX_MOVE_DIMS = 6                       # transpose / slice / pad loop nests
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 class _Unsupported(Exception):
