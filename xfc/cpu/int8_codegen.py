@@ -17,6 +17,7 @@ activation type, spec.output_shape. Return 0, or 1 when scratch memory cannot be
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import jinja2
 import numpy as np
@@ -106,12 +107,16 @@ def _tap_pairs_context(plan: Int8Plan) -> dict:
             "vp": "_mm512" if lanes == 16 else "_mm256", "vnni_madd": plan.dialect == "vnni"}
 
 
-def render_context(plan: Int8Plan) -> tuple[str, dict]:
+def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tuple[str, dict]:
+    """(template, context). threads_symbol: a thread-local `int` defined by the network runtime (the
+    count chosen at create) that the OpenMP regions read instead of the plan's thread count."""
     spec, q = plan.spec, plan.quant
     qlo, qhi = clamp_bounds(spec, q)
     x86 = plan.target_arch != "aarch64"
+    parallel = plan.threads > 1 or threads_symbol is not None
     ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.dialect, "op": spec.name,
-           "arg_doc": ARG_DOC[spec.name], "threads": plan.threads, "x86": x86, "march": plan.gcc_march,
+           "arg_doc": ARG_DOC[spec.name], "threads": threads_symbol or plan.threads, "parallel": parallel,
+           "threads_symbol": threads_symbol, "x86": x86, "march": plan.gcc_march,
            "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
            "act_signed": q.act_type == "int8", "za": q.a_zero_point, "k_unroll": plan.k_unroll,
            "target_pragma": plan.target_pragma}
@@ -125,6 +130,9 @@ def render_context(plan: Int8Plan) -> tuple[str, dict]:
             if plan.depthwise_staging not in ("pairs", "direct", "gather"):
                 raise OperatorError(f"{plan.function_name}: unknown depthwise staging '{plan.depthwise_staging}'")
             ctx.update(_tap_pairs_context(plan))
+            ctx["packed_bytes"] = spec.c * spec.r * ctx["SJ"] * 4        # int32 tap pairs [C][R][SJ]
+        else:
+            ctx["packed_bytes"] = spec.c * spec.r * spec.s                # the int8 taps as they are
         return "cpu/int8_depthwise.c.j2", ctx
     m, n, k = gemm_view(spec)
     kd = plan.k_depth
@@ -162,14 +170,22 @@ def render_context(plan: Int8Plan) -> tuple[str, dict]:
                     "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd,
                     "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
                               for v in range(plan.nv)]})
+    # per weight batch: the weights' int32 sums, then the packed weight panel
+    panel = ctx["NB"] * plan.nr * k4 if row_is_act else mb * plan.mr * ctx["row_k4"]
+    ctx["packed_bytes"] = ctx["w_batches"] * (ctx["sums_len"] * 4 + panel)
     return "cpu/int8_gemm.c.j2", ctx
 
 
-def render_int8_kernel(plan: Int8Plan) -> RenderedKernel:
+def packed_bytes(plan: Int8Plan) -> int:
+    """Bytes of the kernel's pre-packed weights (what <fn>_packed_bytes() returns)."""
+    return int(render_context(plan)[1]["packed_bytes"])
+
+
+def render_int8_kernel(plan: Int8Plan, threads_symbol: Optional[str] = None) -> RenderedKernel:
     """Kernel and harness sources for a plan (deterministic: same plan, same text). The harness
     (templates/cpu/harness_int8.c.j2) holds the timing loops and, for a program (the static aarch64
     build run under qemu, or a host harness program), a main speaking every CPU harness's protocol."""
-    template, ctx = render_context(plan)
+    template, ctx = render_context(plan, threads_symbol)
     spec = plan.spec
     try:
         source = _env().get_template(template).render(**ctx)

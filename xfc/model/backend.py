@@ -64,6 +64,8 @@ class LayerSynthesis:
     def tiles(self) -> str:
         if self.target == "gpu":
             return self.result.plan.tile_summary()
+        if not hasattr(self.result, "levels"):          # int8: no level tiles, one register tile or block
+            return self.result.summary_line()
         line = next((ln for ln in self.result.plan.header_lines if ln.startswith("tiles:")), "tiles: ?")
         return line[len("tiles:"):].strip()
 
@@ -86,12 +88,17 @@ class LayerSynthesis:
 
 
 def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None,
-                     threads: Optional[int] = None, evaluator=None, dtype: str = "fp32") -> LayerSynthesis:
+                     threads: Optional[int] = None, evaluator=None, dtype: str = "fp32",
+                     quant=None) -> LayerSynthesis:
     """Synthesize one layer's kernel (pure; timed here). `evaluator`: a measured tile database's
     MicroTileEvaluator when one exists, else the static model (CPU only). dtype 'fp16' (CPU): the
-    neon_fp16 kernel (xfc.cpu.fp16.synthesize_fp16: static model, direct lowering)."""
+    neon_fp16 kernel (xfc.cpu.fp16.synthesize_fp16: static model, direct lowering); 'int8' (CPU):
+    xfc's int8 kernel for the QuantParams `quant` (xfc.cpu.int8_synth.plan_int8)."""
     start = time.perf_counter()
-    if target == "gpu":
+    if dtype == "int8":    # the chain's int8 planner (the host's VNNI read from its flags)
+        from ..pipeline.synth import plan_cpu
+        result, _seconds = plan_cpu(spec, hw, "int8", cluster=cluster, threads=threads, quant=quant)
+    elif target == "gpu":
         from ..gpu.synth import synthesize_gpu
         result = synthesize_gpu(spec, hw, dtype="fp32")
     elif dtype == "fp16":

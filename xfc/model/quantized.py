@@ -88,6 +88,13 @@ class QuantizedNetwork:
     steps: tuple[QStep, ...]
     tensors: Mapping[str, QTensor]     # every quantized activation
     loaded: LoadedModel
+    inferred_shapes: Mapping[str, tuple] = None   # shapes ONNX inference did not reach (after com.microsoft nodes)
+
+    def shape(self, name: str) -> Optional[tuple]:
+        shape = self.loaded.shape(name)
+        if shape is not None:
+            return tuple(int(d) for d in shape)
+        return (self.inferred_shapes or {}).get(name)
 
     def counts(self) -> Counter:
         return Counter(s.kind for s in self.steps)
@@ -270,17 +277,16 @@ def recognise(loaded: LoadedModel) -> Optional[QuantizedNetwork]:
     qop = any(n.op_type in QLINEAR for n in r.nodes)
     steps = _qoperator(r) if qop else _qdq(r)
     return QuantizedNetwork(format="qoperator" if qop else "qdq", steps=tuple(steps), tensors=dict(r.tensors),
-                            loaded=loaded)
+                            loaded=loaded, inferred_shapes=dict(r.shapes))
 
 
 def refuse_quantized(loaded: LoadedModel) -> None:
     """A quantized model: its quantization read and checked (a bad one is its own one-line error), then
-    one line saying what xfc found and that int8 networks are not built yet."""
+    one line saying what xfc found and that it builds it as a network (--emit lib), not layer by layer."""
     network = recognise(loaded)
     if network is not None:
-        raise OperatorError(f"{loaded.path}: an int8 model ({network.describe()}): xfc reads and checks its "
-                            f"quantization but does not build int8 networks yet (issue 33); the fp32 model it was "
-                            f"quantized from runs with xfc model")
+        raise OperatorError(f"{loaded.path}: an int8 model ({network.describe()}): xfc builds int8 models as a whole "
+                            f"network: add --emit lib (the per-layer report and its options read fp32 models)")
 
 
 def _set_shapes(r: _Reader, step: QStep, i: int) -> None:

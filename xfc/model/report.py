@@ -126,6 +126,10 @@ def _mflop(flops) -> str:
 
 def format_report(report: dict, explain: bool = False) -> str:
     """The per-layer table and the summary lines, for people."""
+    if report.get("quantized"):
+        from .runtime.report import format_quantized
+        out = format_quantized(report) + network_lines(report)
+        return "\n".join(out + _library_lines(report))
     if report.get("target") == "gpu":
         where = f"gpu: {report['gpu']}, OpenCL"
     else:
@@ -219,6 +223,11 @@ def format_report(report: dict, explain: bool = False) -> str:
             parts.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (outputs after them use a "
                          f"heuristic tolerance)")
         out += parts
+    return "\n".join(out + _library_lines(report))
+
+
+def _library_lines(report: dict) -> list[str]:
+    out = []
     lib = report.get("library")
     if lib:
         out.append(f"library: {lib['library']} ({lib['abi']}, the network runtime and {lib['functions']} kernels, built "
@@ -227,4 +236,4 @@ def format_report(report: dict, explain: bool = False) -> str:
                    f"{lib['manifest']}")
     if report.get("output_dir"):
         out.append(f"output: {report['output_dir']}")
-    return "\n".join(out)
+    return out

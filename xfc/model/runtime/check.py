@@ -86,7 +86,9 @@ class NetworkVerification:
                 "worst_layer_ratio": max((c.error_to_bound_ratio for c in self.steps), default=0.0),
                 "steps": [{**asdict(c), "ok": c.ok} for c in self.steps],
                 "nodes_run_by_onnx_reference": 0, "ops_without_error_rule": list(self.no_rule_ops),
-                "dtype": self.dtype, **({"agreement_with_fp32": list(self.agreement)} if self.agreement else {})}
+                "dtype": self.dtype,
+                **({("agreement_with_onnxruntime" if self.dtype == "int8" else "agreement_with_fp32"): list(self.agreement)}
+                   if self.agreement else {})}
 
 
 BOUND_NOTE = ("every step of the C network is checked on its own C inputs against its ONNX nodes run in float64 by "
@@ -456,3 +458,88 @@ def verify_program(program: Program, opset: int, constants: Mapping, feeds: Mapp
     return NetworkVerification(outputs=tuple(results), steps=tuple(checks), no_rule_ops=tuple(sorted(walk.no_rule)),
                                reference=reference_label, where=where, emulated=emulated, seed=seed,
                                dtype=program.dtype.name, agreement=tuple(agreed))
+
+
+# ---------------------------------------------------------------------------------------------
+# int8 programs (quantized models)
+# ---------------------------------------------------------------------------------------------
+
+INT8_LSB_SHARE = 0.999       # onnxruntime's outputs: within 1 LSB on at least this share of the elements
+BOUND_NOTE_INT8 = ("int8 network: every step of the C network is checked on its own C inputs against xfc's QLinear "
+                   "oracle (xfc.model.quantized: int32 accumulators, fp32 requantization rounding half to even, the "
+                   "requantizing Add and GlobalAveragePool in fp32 without contraction, quantize and dequantize as "
+                   "ONNX defines them) and must equal it byte for byte; each graph output is compared with onnxruntime "
+                   "running the same quantized model: within 1 LSB of the output's quantization on at least 99.9% of "
+                   "its elements (error_to_bound_ratio: the share beyond 1 LSB over 0.1%). onnxruntime may differ by a "
+                   "step where it rounds otherwise (fused multiply-adds in its requantization, the order of a sum, ties "
+                   "carried to later layers) and by more where its own u8 x s8 kernels saturate 16-bit pair sums (x86 "
+                   "without VNNI, 8-bit weights: quantize with reduce_range)")
+
+
+def _int8_expected(network, qstep, step, values):
+    """The oracle's output of one step of an int8 program on the C network's own inputs."""
+    from .. import quantized as Q
+    t = network.tensors
+    if isinstance(step, KernelStep):
+        return Q.run_layer(qstep, values[step.input], t[step.input], t[step.output])
+    x = values[step.inputs[0]]
+    if step.op == "quantize":
+        return Q.quantize(x, t[step.outputs[0]])
+    if step.op == "dequantize":
+        return Q.dequantize(x, t[step.inputs[0]])
+    if step.op == "qadd":
+        return Q.run_add(x, values[step.inputs[1]], t[step.inputs[0]], t[step.inputs[1]], t[step.outputs[0]])
+    if step.op == "qgap":
+        return Q.run_gap(x, t[step.inputs[0]], t[step.outputs[0]])
+    if step.op == "qmaxpool":
+        main = next(n for n in step.onnx_nodes if n.op_type == "MaxPool")
+        return np.asarray(run_node(main, {main.input[0]: x}, network.loaded.opset)[0])
+    raise ValueError(f"no int8 oracle for runtime op {step.op}")
+
+
+def lsb_agreement(network, name: str, got: np.ndarray, expected: np.ndarray) -> OutputCheck:
+    """A graph output against onnxruntime's, in steps of the output's quantization (INT8_LSB_SHARE rule)."""
+    from ..quantized import lsb_differences
+    lsb = lsb_differences(network, {name: got}, {name: expected}, name)
+    beyond = float(np.mean(lsb > 1.0 + 1e-6)) if lsb.size else 0.0
+    return OutputCheck(name=name, shape=tuple(np.shape(expected)), max_abs_error=float(lsb.max(initial=0.0)),
+                       max_bound=1.0, error_to_bound_ratio=beyond / (1.0 - INT8_LSB_SHARE), bound_kind="lsb",
+                       max_abs_output=float(np.max(np.abs(expected), initial=0.0)))
+
+
+def verify_int8_program(lowered, feeds: Mapping[str, np.ndarray], dumps: Sequence[Sequence[np.ndarray]],
+                        outputs: Sequence[np.ndarray], expected: Mapping[str, np.ndarray], reference_label: str, *,
+                        where: str, emulated: bool, seed: int) -> NetworkVerification:
+    """BOUND_NOTE_INT8's checks. lowered: quantized_program.QuantizedLowered; dumps[i]: step i's outputs as
+    the C network wrote them (bytes widened to fp32, dequantized values as fp32); expected: onnxruntime's."""
+    program, network = lowered.program, lowered.network
+    qsteps = {s.name: s for s in network.steps}
+    values: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
+    act = np.uint8 if program.activation_type == "uint8" else np.int8
+
+    def value(name):
+        root, _offset = program.root(name)
+        return values[root].reshape(program.shapes[name])
+
+    checks = []
+    for i, step in enumerate(program.steps):
+        out = step.outputs[0]
+        wide = np.asarray(dumps[i][0], np.float32).reshape(program.shapes[out])
+        got = wide if program.element_type(out) == FP32 else wide.astype(act)
+        inputs = {t: value(t) for t in step.inputs}
+        expected_step = _int8_expected(network, qsteps.get(step.name), step, inputs)
+        expected_step = np.asarray(expected_step).reshape(program.shapes[out])
+        diff = np.abs(got.astype(np.float64) - expected_step.astype(np.float64))
+        worst = float(diff.max(initial=0.0))
+        checks.append(StepCheck(i, step.name, step.label, worst, 0.0 if worst == 0.0 else float("inf"), "exact"))
+        values[out] = got
+    results = []
+    for j, name in enumerate(program.outputs):
+        got = np.asarray(outputs[j], np.float32).reshape(expected[name].shape)
+        results.append(lsb_agreement(network, name, got, expected[name]))
+    agreed = tuple({**agreement(c.name, np.asarray(outputs[j], np.float32).reshape(expected[c.name].shape),
+                                expected[c.name]),
+                    "max_lsb": c.max_abs_error, "share_beyond_1_lsb": c.error_to_bound_ratio * (1 - INT8_LSB_SHARE)}
+                   for j, c in enumerate(results))
+    return NetworkVerification(outputs=tuple(results), steps=tuple(checks), no_rule_ops=(), reference=reference_label,
+                               where=where, emulated=emulated, seed=seed, dtype="int8", agreement=agreed)

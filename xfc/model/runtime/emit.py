@@ -64,6 +64,7 @@ class ElementSpelling:
     ops_isa: Optional[str] = None     # None: the kernels' own dialect (fp32)
     tload: str = ""
     tstore: str = ""
+    ops_template: str = "runtime/ops.c.j2"
 
 
 ELEMENT_SPELLINGS = {
@@ -76,7 +77,18 @@ ELEMENT_SPELLINGS = {
 }
 
 
-def element_spelling(dtype) -> ElementSpelling:
+# int8 programs (quantized models): the tensors are the activation type's bytes; the weights file is
+# bytes too (int8 weights, then int32 biases and fp32 multipliers in the constants section); the
+# runtime ops are integer and scalar fp32 C (ops_int8.c.j2), so no vector dialect of their own.
+INT8_SPELLINGS = {
+    "uint8": ElementSpelling("uint8_t", "|u1", ops_isa="generic", ops_template="runtime/ops_int8.c.j2"),
+    "int8": ElementSpelling("int8_t", "|u1", ops_isa="generic", ops_template="runtime/ops_int8.c.j2"),
+}
+
+
+def element_spelling(dtype, activation_type: str = "") -> ElementSpelling:
+    if dtype.name == "int8":
+        return INT8_SPELLINGS[activation_type or "uint8"]
     found = ELEMENT_SPELLINGS.get(dtype.name)
     if found is None:
         raise OperatorError(f"--dtype {dtype.name}: the network runtime runs fp32 and fp16 networks")
@@ -122,6 +134,7 @@ class Payload:
     bias_offsets: Mapping[int, int]    # kernel step index -> bias offset (constants section)
     const_offsets: Mapping[str, int]   # op constant -> offset (constants section)
     digest: str                        # 32 hex digits
+    mult_offsets: Mapping[int, int] = dataclasses.field(default_factory=dict)   # int8: multipliers (constants)
 
     @property
     def const_floats(self) -> int:
@@ -138,7 +151,11 @@ class Payload:
 
 def element_values(program: Program, array, what: str) -> np.ndarray:
     """A weight or constant as the program's element type (fp32 values rounded once to fp16 for an
-    fp16 program); a finite value the type cannot hold is a one-line OperatorError naming it."""
+    fp16 program; the little-endian bytes of the typed array for an int8 program); a finite value
+    the type cannot hold is a one-line OperatorError naming it."""
+    if program.dtype.name == "int8":
+        typed = np.asarray(array)
+        return np.ascontiguousarray(typed.reshape(-1), typed.dtype.newbyteorder("<")).view(np.uint8)
     values = np.ascontiguousarray(np.asarray(array, np.float32).reshape(-1))
     if program.dtype == FP32:
         return values
@@ -154,8 +171,8 @@ def element_values(program: Program, array, what: str) -> np.ndarray:
 def build_payload(program: Program, identity: str) -> Payload:
     weights, consts = [], []
     w_size, c_size = 0, 0
-    weight_offsets, bias_offsets, const_offsets = {}, {}, {}
-    zero = element_values(program, np.zeros(0), "")
+    weight_offsets, bias_offsets, const_offsets, mult_offsets = {}, {}, {}, {}
+    zero = element_values(program, np.zeros(0, np.float32), "")
 
     def put(chunks, size, array, what):
         array = element_values(program, array, what)
@@ -172,6 +189,9 @@ def build_payload(program: Program, identity: str) -> Payload:
                 w_size = put(weights, w_size, step.layer.weight, f"the weights of '{step.name}'")
             bias_offsets[i] = c_size
             c_size = put(consts, c_size, step.layer.bias, f"the bias of '{step.name}'")
+            if step.quant is not None:      # int8: the fp32 requantization multipliers
+                mult_offsets[i] = c_size
+                c_size = put(consts, c_size, step.layer.multipliers, f"the multipliers of '{step.name}'")
     for name, value in program.constants.items():
         const_offsets[name] = c_size
         c_size = put(consts, c_size, value, f"the constant '{name}'")
@@ -179,7 +199,8 @@ def build_payload(program: Program, identity: str) -> Payload:
     h = hashlib.sha256(identity.encode())
     h.update(np.ascontiguousarray(data, data.dtype.newbyteorder("<")).tobytes())
     return Payload(data=data, const_section=w_size, weight_offsets=weight_offsets,
-                   bias_offsets=bias_offsets, const_offsets=const_offsets, digest=h.hexdigest()[:32])
+                   bias_offsets=bias_offsets, const_offsets=const_offsets, digest=h.hexdigest()[:32],
+                   mult_offsets=mult_offsets)
 
 
 class _Spelling:
@@ -210,11 +231,14 @@ class _Spelling:
 
     def kernel(self, i: int, step: KernelStep) -> dict:
         spec = step.spec
-        function = self.functions[spec]
+        function = self.functions[step.kernel_key]
         nodes = ", ".join(step.nodes[:4]) + (f", ... ({len(step.nodes)} nodes)" if len(step.nodes) > 4 else "")
         d = {"op": "kernel", "function": function, "x": self.ptr(step.input), "y": self.ptr(step.output),
              "bias": f"k + {self.payload.bias_offsets[i]}" if self.payload.bias_offsets[i] else "k",
              "grouped": step.groups > 1, "packed": step.weight_tensor is None, "residual_copy": None,
+             "int8": step.quant is not None,
+             "mult": (f"k + {self.payload.mult_offsets[i]}" if self.payload.mult_offsets[i] else "k")
+             if step.quant is not None else None,
              "serial": spec.flops * step.groups * step.batch < SERIAL_FLOPS, "flops": spec.flops * step.groups * step.batch,
              "comment": f"{step.label} [{nodes}] -> {function}"
                         + (f", {step.groups} groups" if step.groups > 1 else "")
@@ -228,12 +252,12 @@ class _Spelling:
             x_shape, y_shape = self.program.shapes[step.input], self.program.shapes[step.output]
             d.update(batch=step.batch, groups=step.groups, x_batch=prod(x_shape[1:]),
                      x_group=prod(spec.operand_shapes[0][1:]), y_batch=prod(y_shape[1:]),
-                     y_group=prod(spec.output_shape[1:]), w_group=_align(self.packed_floats(spec)),
+                     y_group=prod(spec.output_shape[1:]), w_group=_align(self.packed_floats(step.kernel_key)),
                      b_group=spec.operand_shapes[2][0])
         return d
 
-    def packed_floats(self, spec) -> int:
-        return self.packed["floats"][spec]
+    def packed_floats(self, key) -> int:
+        return self.packed["floats"][key]
 
     def op(self, i: int, step: OpStep) -> dict:
         p = step.params
@@ -277,6 +301,18 @@ class _Spelling:
             d["tables"] = [("rows", p["rows"], "int"), ("cols", p["cols"], "int")]
         elif step.op == "softmax":
             d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], n=p["n"], inner=p["inner"])
+        elif step.op in ("quantize", "dequantize"):   # int8: between the caller's fp32 and the bytes
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), n=self.program.floats(step.outputs[0]),
+                     scale=c_float(p["scale"]), zp=p["zero_point"], lo=p.get("lo", 0), hi=p.get("hi", 0))
+        elif step.op == "qadd":
+            d.update(a=self.ptr(step.inputs[0]), b=self.ptr(step.inputs[1]), y=self.ptr(step.outputs[0]),
+                     n=p["n"], ra=c_float(p["ra"]), rb=c_float(p["rb"]), za=p["za"], zb=p["zb"], zy=p["zy"],
+                     lo=p["lo"], hi=p["hi"])
+        elif step.op == "qgap":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], inner=p["inner"],
+                     zx=p["zx"], mult=c_float(p["mult"]), zy=p["zy"], lo=p["lo"], hi=p["hi"])
+        elif step.op == "qmaxpool":
+            d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), p=p)
         elif step.op == "cast":   # between the caller's fp32 buffers and the program's dtype
             d.update(op="cast_in" if p["from"] == FP32.name else "cast_out", x=self.ptr(first_in),
                      y=self.ptr(step.outputs[0]), n=self.program.floats(step.outputs[0]))
@@ -308,26 +344,26 @@ class Rendered:
 
 def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, model_name: str, *,
                    embed_weights: bool = False, default_threads: int = 1) -> Rendered:
-    """Plan the arena and render every source of the network runtime (pure: no files written)."""
-    from ...cpu.codegen import render_cpu_kernel
+    """Plan the arena and render every source of the network runtime (pure: no files written).
+    syntheses and names are keyed by KernelStep.kernel_key (the spec; for int8, with the quantization)."""
     name = c_identifier(model_name)
     prefix = f"xfc_{name}"
     threads_symbol = f"{prefix}_threads_now"
     plan = plan_arena(program)
     functions, kernel_sources, kernel_info, packed_per_spec = {}, {}, [], {}
     isa, march = None, ""
-    for spec in program.distinct_specs():
-        function = f"{prefix}_{names[spec]}"
-        functions[spec] = function
-        kplan = dataclasses.replace(syntheses[spec].result.plan, function_name=function)
-        rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol)
-        kernel_sources[f"{function}.c"] = rendered.source
-        packed_per_spec[spec] = packed_floats(rendered)
-        isa = isa or kplan.isa
+    for key in program.distinct_kernels():
+        function = f"{prefix}_{names[key]}"
+        functions[key] = function
+        kplan = dataclasses.replace(syntheses[key].result.plan, function_name=function)
+        source, packed_per_spec[key], kernel_isa = _render_kernel(kplan, threads_symbol)
+        kernel_sources[f"{function}.c"] = source
+        isa = isa or kernel_isa
         march = march or kplan.gcc_march
-        kernel_info.append({"function": function, "spec": spec.describe(), "lowering": kplan.lowering,
-                            "isa": kplan.isa, "packed_floats": packed_per_spec[spec],
-                            "tiles": syntheses[spec].tiles})
+        kernel_info.append({"function": function, "spec": kplan.spec.describe(), "lowering": kplan.lowering,
+                            "isa": kernel_isa, "packed_floats": packed_per_spec[key],
+                            **({"quantization": kplan.quant.as_dict()} if program.dtype.name == "int8" else {}),
+                            "tiles": syntheses[key].tiles})
     if isa is None:
         raise ValueError("render_network needs at least one kernel step (pipeline refuses a network with none)")
     identity = f"{prefix} {__version__} " + " ".join(f"{s.label}:{','.join(s.inputs)}>{','.join(s.outputs)}"
@@ -336,9 +372,9 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
     packed_offsets, packed_total, prepacks = {}, 0, []
     for i, step in enumerate(program.steps):
         if isinstance(step, KernelStep) and step.weight_tensor is None:
-            per_group = _align(packed_per_spec[step.spec])
+            per_group = _align(packed_per_spec[step.kernel_key])
             packed_offsets[i] = packed_total
-            prepacks.append({"function": functions[step.spec], "groups": step.groups,
+            prepacks.append({"function": functions[step.kernel_key], "groups": step.groups, "int8": step.quant is not None,
                              "weight_offset": payload.weight_offsets[i],
                              "weight_group": prod(step.spec.operand_shapes[1]),
                              "packed_offset": packed_total, "packed_group": per_group,
@@ -348,9 +384,9 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
             packed_offsets[i] = 0
     spelling = _Spelling(program, plan, payload, functions, {**packed_offsets, "floats": packed_per_spec})
     steps = [spelling.step(i, s) for i, s in enumerate(program.steps)]
-    element = element_spelling(program.dtype)
+    element = element_spelling(program.dtype, program.activation_type)
     elem_bytes = program.dtype.element_bytes
-    row = ISA_TABLE[isa] if isa else None
+    row = ISA_TABLE.get(isa) if isa else None
     ops_row = ISA_TABLE[element.ops_isa] if element.ops_isa else row   # the runtime ops' dialect
     layout = (f"NCHW {program.dtype.name} between every two steps (the layout every kernel reads and writes): no "
               f"conversion inserted" + ("" if program.dtype == FP32 else
@@ -379,6 +415,7 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
         "lanes": ops_row.lanes[0] if ops_row and ops_row.lanes else 4,
         "dialect_template": ops_row.prelude if ops_row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
         "dtype": program.dtype.name, "elem_c": element.c_type, "tload": element.tload, "tstore": element.tstore,
+        "ops_template": element.ops_template,
         "layout": layout,
         "header_lines": header_lines, "inputs": io, "outputs": oo, "steps": steps, "prepacks": prepacks,
         "kernels": [{"function": f} for f in functions.values()],
@@ -406,6 +443,18 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
                     manifest=manifest)
 
 
+def _render_kernel(kplan, threads_symbol: str) -> tuple[str, int, str]:
+    """(C source, packed weight elements, isa label) of one kernel plan: fp32 / fp16 (CpuKernelPlan)
+    or int8 (Int8Plan: packed bytes, the int8 dialect)."""
+    from ...cpu.int8_plan import Int8Plan
+    if isinstance(kplan, Int8Plan):
+        from ...cpu.int8_codegen import packed_bytes, render_int8_kernel
+        return render_int8_kernel(kplan, threads_symbol).source, packed_bytes(kplan), kplan.dialect
+    from ...cpu.codegen import render_cpu_kernel
+    rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol)
+    return rendered.source, packed_floats(rendered), kplan.isa
+
+
 def _embed_source(prefix: str, weights_file: str) -> str:
     return (f"/* {prefix}_weights.c: the weights file {weights_file} compiled into the library (--embed-weights);\n"
             f" * generated. Assembled from {weights_file} in the directory the compiler runs in. */\n"
@@ -426,7 +475,7 @@ def _manifest(program: Program, plan: ArenaPlan, payload: Payload, context: dict
         entry = {"index": i, "kind": s.kind, "op": s.label, "name": s.name, "nodes": list(s.nodes),
                  "inputs": list(s.inputs), "outputs": list(s.outputs)}
         if isinstance(s, KernelStep):
-            entry.update(function=functions[s.spec], spec=s.spec.describe(), groups=s.groups,
+            entry.update(function=functions[s.kernel_key], spec=s.spec.describe(), groups=s.groups,
                          notes=list(s.layer.notes),
                          weights=None if s.weight_tensor else {
                              "payload_offset_floats": payload.weight_offsets[i],

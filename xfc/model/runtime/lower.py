@@ -239,21 +239,7 @@ class _Lowering:
         x = self.tensor(node.input[0])
         if len([o for o in node.output if o]) > 1:
             raise _Unsupported("returns indices")
-        shape, out_shape = self.shape(x), self.shape(node.output[0])
-        if len(shape) != 4:
-            raise _Unsupported(f"{len(shape) - 2}-D pooling (the runtime pools 2-D)")
-        kernel = tuple(_attr(node, "kernel_shape"))
-        strides = tuple(_attr(node, "strides", (1, 1)))
-        dilations = tuple(_attr(node, "dilations", (1, 1)))
-        if int(_attr(node, "storage_order", 0)):
-            raise _Unsupported("storage_order=1")
-        pads = _pads(node, shape[2:], kernel, strides, dilations)
-        n, c, h, w = shape
-        oh, ow = out_shape[2:]
-        params = dict(planes=n * c, h=h, w=w, oh=oh, ow=ow, kh=kernel[0], kw=kernel[1], sh=strides[0], sw=strides[1],
-                      pt=pads[0], pl=pads[1], pb=pads[2], pr=pads[3], dh=dilations[0], dw=dilations[1],
-                      include_pad=int(_attr(node, "count_include_pad", 0)))
-        self.add(kind, node, [x], [node.output[0]], params)
+        self.add(kind, node, [x], [node.output[0]], pool_params(node, self.shape(x), self.shape(node.output[0])))
 
     def global_pool(self, node, kind: str):
         x = self.tensor(node.input[0])
@@ -664,6 +650,24 @@ def _is_contiguous_piece(shape, out_shape, begin) -> bool:
     if cut is None:
         return True
     return all(o == 1 for o in out_shape[:cut]) and all(d == o for d, o in zip(shape[cut + 1:], out_shape[cut + 1:]))
+
+
+def pool_params(node, shape, out_shape) -> dict:
+    """The runtime's parameters of a 2-D MaxPool / AveragePool node (output shape as inferred: ceil_mode
+    is in it); _Unsupported for what the pooling ops do not cover."""
+    if len(shape) != 4:
+        raise _Unsupported(f"{len(shape) - 2}-D pooling (the runtime pools 2-D)")
+    kernel = tuple(_attr(node, "kernel_shape"))
+    strides = tuple(_attr(node, "strides", (1, 1)))
+    dilations = tuple(_attr(node, "dilations", (1, 1)))
+    if int(_attr(node, "storage_order", 0)):
+        raise _Unsupported("storage_order=1")
+    pads = _pads(node, shape[2:], kernel, strides, dilations)
+    n, c, h, w = shape
+    oh, ow = out_shape[2:]
+    return dict(planes=n * c, h=h, w=w, oh=oh, ow=ow, kh=kernel[0], kw=kernel[1], sh=strides[0], sw=strides[1],
+                pt=pads[0], pl=pads[1], pb=pads[2], pr=pads[3], dh=dilations[0], dw=dilations[1],
+                include_pad=int(_attr(node, "count_include_pad", 0)))
 
 
 def _pads(node, spatial, kernel, strides, dilations) -> tuple[int, int, int, int]:

@@ -22,17 +22,19 @@ from ...outputs import OutputDir
 from .. import backend
 from ..coverage import coverage
 from ..load import load_model
+from ..quantized import is_quantized
 from ..report import build_report
 from ..run import make_feeds, run_onnxruntime
 from .emit import build_program, emit_network_library, render_network
 from .lower import lower_network
+from .program import spec_of
 
 BENCH_ROUNDS = 3     # program and onnxruntime alternate this many times; the medians' median is reported
 
 
-def kernel_names(specs) -> dict:
-    """k01_conv2d, k02_depthwise, ... in order of first use."""
-    return {spec: f"k{i:02d}_{spec.name}" for i, spec in enumerate(specs, start=1)}
+def kernel_names(keys) -> dict:
+    """k01_conv2d, k02_depthwise, ... in order of first use (keys: specs, or KernelStep.kernel_key)."""
+    return {key: f"k{i:02d}_{spec_of(key).name}" for i, key in enumerate(keys, start=1)}
 
 
 def network_summary(lowered, rendered, syntheses) -> dict:
@@ -49,10 +51,11 @@ def network_summary(lowered, rendered, syntheses) -> dict:
         "weights_file_bytes": len(rendered.weights), "dtype": program.dtype.name, "layout": rendered.manifest["layout"],
         "fusions": list(program.notes),
         "ops": sorted({s.label for s in program.steps if s.kind == "op"}),
-        "kernels": [{"function": rendered.functions[spec], "spec": spec.describe(),
-                     "lowering": syntheses[spec].result.plan.lowering,
-                     "winograd_m": int(syntheses[spec].result.plan.winograd_m or 0), "tiles": syntheses[spec].tiles,
-                     "calls": sum(1 for s in kernels if s.spec == spec)} for spec in rendered.functions],
+        "kernels": [{"function": rendered.functions[key], "spec": spec_of(key).describe(),
+                     "lowering": syntheses[key].result.plan.lowering,
+                     "winograd_m": int(getattr(syntheses[key].result.plan, "winograd_m", 0) or 0),
+                     "tiles": syntheses[key].tiles,
+                     "calls": sum(1 for s in kernels if s.kernel_key == key)} for key in rendered.functions],
     }
 
 
@@ -82,27 +85,39 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
             tempfile.TemporaryDirectory(prefix="xfc-net-") as scratch:
         scratch = Path(scratch)
         loaded = load_model(path, input_shapes)
-        lowered = lower_network(loaded, Path(path).stem, dtype=dtype)
-        program, net = lowered.program, lowered.net
-        cov = coverage(net)
+        quantized = is_quantized(loaded)
+        if quantized:
+            if dtype.name != "fp32":
+                raise OperatorError(f"{path}: --dtype {dtype.name}: a quantized model runs in int8 as it was "
+                                    f"quantized; --dtype applies to fp32 models")
+            from .quantized_program import lower_quantized
+            lowered = lower_quantized(loaded, Path(path).stem)
+            program, net = lowered.program, None
+            report_specs = ()
+        else:
+            lowered = lower_network(loaded, Path(path).stem, dtype=dtype)
+            program, net = lowered.program, lowered.net
+            report_specs = net.distinct_specs()
         if not program.kernel_steps:
             raise OperatorError(f"{path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
                                 f"for the library to synthesize")
-        report_specs = net.distinct_specs()
-        kernel_specs = program.distinct_specs()
+        kernel_keys = program.distinct_kernels()
         syntheses = {}
-        for spec in dict.fromkeys((*report_specs, *kernel_specs)):
-            syntheses[spec] = backend.synthesize_layer(spec, hw, cluster=cluster, threads=threads, dtype=dtype.name)
-        first = syntheses[kernel_specs[0]].result
-        default_threads = threads or first.cluster.count
-        names = kernel_names(kernel_specs)
-        say(f"lowered {len(program.steps)} steps ({len(program.kernel_steps)} kernel calls, {len(kernel_specs)} distinct "
+        for key in dict.fromkeys((*report_specs, *kernel_keys)):
+            syntheses[key] = backend.synthesize_layer(spec_of(key), hw, cluster=cluster, threads=threads,
+                                                      dtype=program.dtype.name if key in kernel_keys else dtype.name,
+                                                      quant=key[1] if isinstance(key, tuple) else None)
+        first = syntheses[kernel_keys[0]].result
+        default_threads = threads or hw.cluster(cluster).count
+        names = kernel_names(kernel_keys)
+        say(f"lowered {len(program.steps)} steps ({len(program.kernel_steps)} kernel calls, {len(kernel_keys)} distinct "
             f"kernels; {len(program.folded)} nodes folded, {len(program.aliases)} aliases); synthesized in "
             f"{sum(s.seconds for s in syntheses.values()) * 1e3:.1f} ms")
         rendered = render_network(program, syntheses, names, hw, Path(path).stem, embed_weights=embed_weights,
                                   default_threads=default_threads)
         say(f"arena {rendered.plan.arena_bytes} bytes, liveness lower bound {rendered.plan.lower_bound_bytes} bytes "
-            f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * dtype.element_bytes} bytes ({dtype})")
+            f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * program.dtype.element_bytes} bytes "
+            f"({program.dtype})")
         library, built = emit_network_library(rendered, hw, staging.path, scratch, env=toolchain_env, progress=progress)
         verification = timing = None
         if verify or bench:
@@ -113,29 +128,62 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
             prog_runner = _program_runner(hw, device, runner, cluster)
             if prog_runner is None:
                 prog_runner = QemuProgram(first.plan.qemu_cpu or "max")
-            feeds = make_feeds(net, seed)
+            feeds = make_feeds(_original(lowered), seed)
             if verify:
                 verification = _verify(lowered, rendered, syntheses, feeds, exe, staging.path, scratch, prog_runner,
                                        default_threads, seed, say)
             if bench:
                 timing = _bench(lowered, rendered, feeds, exe, staging.path, scratch, prog_runner, hw,
                                 threads or default_threads, repeat, say, thread_wait, profile)
-        report = build_report(net, cov, {s: syntheses[s] for s in report_specs}, kernel_names(report_specs), hw=hw,
-                              cluster=cluster, threads=threads, explain=explain)
+        if quantized:
+            report = quantized_report(lowered, syntheses, hw, explain)
+        else:
+            report = build_report(net, coverage(net), {s: syntheses[s] for s in report_specs},
+                                  kernel_names(report_specs), hw=hw, cluster=cluster, threads=threads, explain=explain)
         report["network"] = network_summary(lowered, rendered, syntheses)
         from .predict import PREDICTION_WHAT, network_predictions
         report["network"]["predicted"] = {"what": PREDICTION_WHAT,
                                           "rows": network_predictions(loaded, Path(path).stem, hw, dtype,
-                                                                      program=program)}
+                                                                      program=program)} if not quantized else None
         report["library"] = library
         if verification is not None:
-            from .check import BOUND_NOTE, BOUND_NOTE_FP16
-            report["verification"] = verification.to_dict(BOUND_NOTE if dtype.name == "fp32" else BOUND_NOTE_FP16)
+            from .check import BOUND_NOTE, BOUND_NOTE_FP16, BOUND_NOTE_INT8
+            note = {"fp32": BOUND_NOTE, "fp16": BOUND_NOTE_FP16, "int8": BOUND_NOTE_INT8}[program.dtype.name]
+            report["verification"] = verification.to_dict(note)
         report["network_bench"] = timing
         (staging.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         staging.commit()
     report["output_dir"] = str(out_dir)
     return report
+
+
+def quantized_report(lowered, syntheses, hw, explain: bool) -> dict:
+    """The report of a quantized model's network: what was read, and the int8 kernel of every layer step."""
+    program, network = lowered.program, lowered.network
+    kernels = []
+    for key in program.distinct_kernels():
+        synthesis = syntheses[key]
+        entry = {"spec": spec_of(key).describe(), **synthesis.result.report(),
+                 "kernel": synthesis.tiles, "synthesis_ms": synthesis.seconds * 1e3,
+                 "steps": [s.name for s in program.kernel_steps if s.kernel_key == key]}
+        if not explain:
+            entry.pop("explain", None)
+        kernels.append(entry)
+    return {"model": str(lowered.original.path), "hardware": hw.name, "dtype": "int8",
+            "quantized": {"format": network.format, "read": network.describe(),
+                          "activation_type": program.activation_type,
+                          "steps": [{"name": s.name, "kind": s.kind, "op": s.op, "dtype": _step_dtype(s)}
+                                    for s in network.steps]},
+            "int8_kernels": kernels}
+
+
+def _step_dtype(qstep) -> str:
+    """In which dtype a quantized model's step runs in the C network (the report's per-node answer)."""
+    if qstep.kind == "quantize":
+        return "fp32 -> int8"
+    if qstep.kind == "dequantize":
+        return "int8 -> fp32"
+    return "int8 (alias: no copy)" if qstep.kind == "move" and qstep.op != "MaxPool" else "int8"
 
 
 def _write_inputs(program, feeds, directory: Path) -> tuple[Path, ...]:
@@ -164,6 +212,12 @@ def _verify(lowered, rendered, syntheses, feeds, exe, weights_dir, scratch, prog
              for i, s in enumerate(program.steps)]
     outputs = [np.fromfile(run_dir / "outputs" / f"output{j}.f32", "<f4") for j in range(len(program.outputs))]
     expected, label = run_onnxruntime(_original(lowered), feeds)
+    if program.dtype.name == "int8":
+        from .check import verify_int8_program
+        say(f"verify: checking {len(program.steps)} steps byte for byte against xfc's int8 oracle on their own inputs "
+            f"and {len(outputs)} output(s) against onnxruntime")
+        return verify_int8_program(lowered, feeds, dumps, outputs, expected, label, where=prog_runner.where,
+                                   emulated=prog_runner.emulated, seed=seed)
     say(f"verify: checking {len(program.steps)} steps on their own inputs (float64 onnx.reference) and "
         f"{len(outputs)} output(s) against onnxruntime")
     plans = {spec: syntheses[spec].result.plan for spec in program.distinct_specs()}

@@ -14,6 +14,10 @@ the program's dtype is not fp32.
   OpStep       one runtime op (ops.c.j2): an op name, its tensors and its parameters (ints, floats,
                lists of them); constants it reads are named in `constants`.
 
+An int8 program (a quantized model, quantized_program.py) holds bytes between its steps: every
+tensor's scale and zero point is in `quantization`; its kernels are xfc's int8 kernels
+(KernelStep.quant), quantize and dequantize steps meet the caller's fp32 buffers.
+
 Aliases: a tensor that is another tensor's buffer seen with another shape (Reshape, Flatten,
 Squeeze, Unsqueeze, Identity, Dropout) or a contiguous part of it (Split along a leading axis):
 `aliases[name] = (root, float offset)`. They cost nothing at run time.
@@ -44,6 +48,12 @@ class KernelStep:
     onnx_nodes: tuple = ()           # the same, as NodeProtos
     fused: tuple[str, ...] = ()      # op types fused into it by the runtime (beyond mapping.py's)
     kind: str = "kernel"
+    quant: Optional[object] = None   # int8: the kernel's QuantParams (zero points and clamp are compiled in)
+
+    @property
+    def kernel_key(self):
+        """What makes two steps call the same kernel: the spec (fp32, fp16), with the quantization (int8)."""
+        return self.spec if self.quant is None else (self.spec, self.quant)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -91,6 +101,7 @@ class Program:
     folded: tuple[str, ...] = ()                     # nodes folded at load (fold.py)
     notes: tuple[str, ...] = ()                      # what lowering did (fusions, materializations)
     dtype: DType = FP32                              # element type of every tensor between two steps
+    quantization: Mapping[str, object] = field(default_factory=dict)   # int8: tensor -> its QTensor
 
     def floats(self, tensor: str) -> int:
         """Elements of the tensor (floats of an fp32 program; the name predates other dtypes)."""
@@ -115,3 +126,18 @@ class Program:
 
     def distinct_specs(self) -> tuple:
         return tuple(dict.fromkeys(s.spec for s in self.kernel_steps))
+
+    def distinct_kernels(self) -> tuple:
+        """Kernel keys (KernelStep.kernel_key) in order of first use: one C function each."""
+        return tuple(dict.fromkeys(s.kernel_key for s in self.kernel_steps))
+
+    @property
+    def activation_type(self) -> str:
+        """int8 programs: 'uint8' or 'int8', the type of every quantized tensor (lower_quantized refuses a mix)."""
+        types = {q.act_type for q in self.quantization.values()}
+        return types.pop() if len(types) == 1 else ""
+
+
+def spec_of(key):
+    """The OperatorSpec of a kernel key (KernelStep.kernel_key: a spec, or (spec, quantization))."""
+    return key[0] if isinstance(key, tuple) else key

@@ -38,11 +38,14 @@ def network_lines(report: dict) -> list[str]:
         out.append(f"verified: {'yes' if v['verified'] else 'NO'} on {v['verified_on']} against {v['reference']}")
         steps = v["steps"]
         kinds = sorted({s["bound_kind"] for s in steps})
-        out.append(f"  steps: {len(steps) - len(v['layers_failed'])} of {len(steps)} match their ONNX nodes (float64, "
-                   f"on the C network's own inputs) within the local bound (worst {format_ratio(v['worst_layer_ratio'])}x; "
-                   f"bounds: {', '.join(kinds)})" + (f"; failed: {', '.join(v['layers_failed'][:5])}"
-                                                      if v["layers_failed"] else ""))
-        for c in v["outputs"]:
+        if v.get("dtype") == "int8":
+            out += _int8_verification_lines(v)
+        else:
+            out.append(f"  steps: {len(steps) - len(v['layers_failed'])} of {len(steps)} match their ONNX nodes (float64, "
+                       f"on the C network's own inputs) within the local bound (worst "
+                       f"{format_ratio(v['worst_layer_ratio'])}x; bounds: {', '.join(kinds)})"
+                       + (f"; failed: {', '.join(v['layers_failed'][:5])}" if v["layers_failed"] else ""))
+        for c in (v["outputs"] if v.get("dtype") != "int8" else ()):
             share = c["max_bound"] / c["max_abs_output"] if c["max_abs_output"] else float("inf")
             out.append(f"  output '{c['name']}': max abs error {c['max_abs_error']:.3g} vs onnxruntime, {c['bound_kind']} "
                        f"bound {c['max_bound']:.3g} ({format_ratio(c['error_to_bound_ratio'])}x of it; the bound is "
@@ -82,4 +85,30 @@ def network_lines(report: dict) -> list[str]:
             for s in top:
                 rate = f", {s['gflops']:.1f} GFLOP/s" if s.get("gflops") else ""
                 out.append(f"    step {s['step']:3d} {s['ms']:8.4f} ms {s['share'] * 100:5.1f}%  {s['what']}{rate}  ({s['name']})")
+    return out
+
+
+def _int8_verification_lines(v: dict) -> list[str]:
+    steps = v["steps"]
+    out = [f"  steps: {len(steps) - len(v['layers_failed'])} of {len(steps)} equal xfc's int8 oracle byte for byte "
+           f"(on the C network's own inputs)" + (f"; differ: {', '.join(v['layers_failed'][:5])}"
+                                                 if v["layers_failed"] else "")]
+    for c, a in zip(v["outputs"], v.get("agreement_with_onnxruntime", ())):
+        rows = (f"; argmax agrees on {a['argmax_agree']} of {a['argmax_rows']}" if "argmax_rows" in a else "")
+        out.append(f"  output '{c['name']}' vs onnxruntime on the same quantized model: largest difference "
+                   f"{c['max_abs_error']:.3g} LSB, {a['share_beyond_1_lsb'] * 100:.3g}% of elements beyond 1 LSB "
+                   f"(rule: at most 0.1%){rows}")
+    return out
+
+
+def format_quantized(report: dict) -> list[str]:
+    """The head of `xfc model` on a quantized model: what was read and the int8 kernel of each layer."""
+    q = report["quantized"]
+    out = [f"xfc model {report['model']} for {report['hardware']}: an int8 model ({q['read']}; "
+           f"{q['activation_type']} activations)"]
+    rows = [[", ".join(k["steps"][:2]) + (f" +{len(k['steps']) - 2}" if len(k["steps"]) > 2 else ""), k["spec"],
+             k["kernel"], f"{k['synthesis_ms']:.2f}"] for k in report["int8_kernels"]]
+    widths = [max(len(r[i]) for r in rows + [["steps", "spec", "int8 kernel", "synth ms"]]) for i in range(4)]
+    for r in [["steps", "spec", "int8 kernel", "synth ms"]] + rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return out
