@@ -1,0 +1,174 @@
+"""int8 whole networks (issue 33 items 1-2): a quantized model (QDQ or QOperator, as onnxruntime's
+quantize_static writes it) becomes a program of bytes, its weights file holds typed byte sections, the
+per-step check catches a one-LSB fault in one step, and the network runs in C on the host (VNNI where
+the CPU has it, and AVX2 forced), under qemu-aarch64 (sdot, smmla) and on the virtual device, every
+step equal to xfc's oracle byte for byte and the outputs within 1 LSB of onnxruntime; refusals are one
+line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import support
+from support import nets
+from support.cli import assert_one_line_error
+
+from xfc.cli import main
+from xfc.model import quantized as Q
+from xfc.model.load import load_model
+from xfc.model.runtime.arena import plan_arena
+from xfc.model.runtime.check import verify_int8_program
+from xfc.model.runtime.emit import build_payload
+from xfc.model.runtime.program import KernelStep
+from xfc.model.runtime.quantized_program import lower_quantized
+from xfc.ops.dtypes import FP32, INT8
+
+pytest.importorskip("onnxruntime.quantization")
+
+
+def quantized_model(tmp_path, model, fmt: str, name: str, activation: str = "uint8"):
+    from xfc.model.quantized_peer import quantize_with_onnxruntime
+    src = tmp_path / f"{name}_fp32.onnx"
+    onnx.save(model, str(src))
+    return quantize_with_onnxruntime(src, tmp_path / f"{name}_{fmt}.onnx", fmt, activation=activation)
+
+
+def run_json(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out) if code == 0 and captured.out.strip() else None), captured
+
+
+def assert_int8_verified(report, where: str):
+    v = report["verification"]
+    assert v["verified"] and where in v["verified_on"], v
+    assert v["dtype"] == "int8" and v["layers_failed"] == []
+    assert v["steps"] and all(s["bound_kind"] == "exact" and s["max_abs_error"] == 0 for s in v["steps"])
+    for out, agreed in zip(v["outputs"], v["agreement_with_onnxruntime"]):
+        assert out["ok"] and out["bound_kind"] == "lsb" and agreed["share_beyond_1_lsb"] <= 0.001
+    assert report["dtype"] == "int8" and report["network"]["dtype"] == "int8"
+
+
+@pytest.mark.unit
+def test_a_quantized_resnet_lowers_to_bytes_with_int8_kernels_ops_and_aliases(tmp_path):
+    low = lower_quantized(load_model(quantized_model(tmp_path, nets.resnet_net(), "qdq", "r")), "r")
+    program = low.program
+    assert program.dtype == INT8 and program.activation_type == "uint8"
+    ops = [s.op for s in program.steps if s.kind == "op"]
+    assert ops[0] == "quantize" and ops[-1] == "dequantize"
+    assert {"qadd", "qgap", "qmaxpool"} <= set(ops)
+    assert program.aliases                                             # the Flatten before the classifier
+    kernels = program.kernel_steps
+    assert len(kernels) == low.network.counts()["layer"] and all(k.quant is not None for k in kernels)
+    assert {k.spec.name for k in kernels} == {"conv2d", "matmul"}
+    assert program.element_type(program.inputs[0]) == FP32 == program.element_type(program.outputs[0])
+    assert program.element_type(kernels[0].output) == INT8 and plan_arena(program).element_bytes == 1
+    # the weights file: int8 weights, then int32 biases and fp32 multipliers, as little-endian bytes
+    payload = build_payload(program, "test")
+    assert payload.data.dtype == np.uint8
+    for i, step in enumerate(program.steps):
+        if isinstance(step, KernelStep):
+            w = step.layer.weight
+            start = payload.weight_offsets[i]
+            assert np.array_equal(payload.data[start:start + w.size].view(np.int8), w.reshape(-1))
+            c = payload.const_section
+            b = payload.data[c + payload.bias_offsets[i]:][:4 * step.layer.bias.size].view("<i4")
+            m = payload.data[c + payload.mult_offsets[i]:][:4 * step.layer.multipliers.size].view("<f4")
+            assert np.array_equal(b, step.layer.bias) and np.array_equal(m, step.layer.multipliers)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_the_int8_check_accepts_the_oracle_and_catches_one_lsb_in_one_step(tmp_path, fmt):
+    path = quantized_model(tmp_path, nets.mobilenet_net(), fmt, "m")
+    loaded = load_model(path)
+    low = lower_quantized(loaded, "m")
+    program = low.program
+    name, shape, _ = loaded.inputs[0]
+    feeds = {name: np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+    values = Q.run(low.network, feeds)
+    dumps = [[np.asarray(values[program.root(s.outputs[0])[0]], np.float32)] for s in program.steps]
+    outputs = [np.asarray(values[o], np.float32) for o in program.outputs]
+    expected = {o: values[o] for o in program.outputs}
+    ok = verify_int8_program(low, feeds, dumps, outputs, expected, "oracle", where="test", emulated=False, seed=0)
+    assert ok.ok and all(c.max_abs_error == 0 for c in ok.steps)
+    target = next(i for i, s in enumerate(program.steps) if s.kind == "kernel" and s.spec.name == "depthwise")
+    bad = [list(d) for d in dumps]
+    wrong = bad[target][0].copy()
+    flat = wrong.reshape(-1)
+    flat[5] = flat[5] + 1 if flat[5] < 255 else flat[5] - 1
+    bad[target][0] = wrong
+    caught = verify_int8_program(low, feeds, bad, outputs, expected, "oracle", where="test", emulated=False, seed=0)
+    assert not caught.ok
+    failed = [c.index for c in caught.steps if not c.ok]
+    # the fault is found where it is made; the next step read the faulty value, while its dump here is
+    # the oracle's on the clean one (a C network would have carried the fault: its check would pass)
+    assert failed[0] == target and caught.steps[target].max_abs_error == 1.0
+
+
+@pytest.mark.unit
+def test_quantized_models_are_refused_in_one_line_where_the_int8_runtime_cannot_run_them(tmp_path, capsys):
+    path = quantized_model(tmp_path, nets.resnet_net(), "qdq", "r")
+    code = main(["model", str(path), "--hw", "snapdragon-865", "--emit", "lib", "--dtype", "fp16",
+                 "-o", str(tmp_path / "out")])
+    assert_one_line_error(code, capsys.readouterr().err, 2, "a quantized model runs in int8")
+    assert not (tmp_path / "out").exists()
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+@pytest.mark.parametrize("family, fmt, activation, hw", [
+    ("resnet", "qdq", "uint8", "host"),
+    ("mobilenet", "qoperator", "int8", "host"),
+    ("mobilenet", "qdq", "uint8", "host:avx2"),
+])
+def test_int8_network_runs_in_c_on_the_host_equal_to_the_oracle(tmp_path, capsys, family, fmt, activation, hw):
+    model = nets.resnet_net() if family == "resnet" else nets.mobilenet_net()
+    path = quantized_model(tmp_path, model, fmt, family, activation)
+    code, report, captured = run_json(capsys, ["model", str(path), "--hw", hw, "--emit", "lib", "--verify",
+                                               "--bench", "--repeat", "2", "--json", "-o", str(tmp_path / "out")])
+    assert code == 0, captured.err
+    assert_int8_verified(report, "host")
+    assert report["quantized"]["format"] == fmt and report["quantized"]["activation_type"] == activation
+    dialects = {k["dialect"] for k in report["int8_kernels"]}
+    if hw == "host:avx2":
+        assert dialects == {"avx2"}
+    b = report["network_bench"]
+    assert b["xfc"]["median_ms"] > 0 and b["onnxruntime"]["median_ms"] > 0 and b["speedup"] > 0
+    assert (tmp_path / "out" / f"libxfc_{family}_{fmt}-x86_64.a").exists()
+
+
+@pytest.mark.emulated
+@pytest.mark.skipif(not support.HAVE_ARM, reason="no aarch64 gcc / qemu-aarch64")
+@pytest.mark.parametrize("hw, dialect", [("snapdragon-865", "sdot"), ("snapdragon-8-gen-2", "smmla")])
+def test_int8_network_under_qemu_equal_to_the_oracle(tmp_path, capsys, hw, dialect):
+    path = quantized_model(tmp_path, nets.mobilenet_net(), "qdq", "mobilenet")
+    code, report, captured = run_json(capsys, ["model", str(path), "--hw", hw, "--emit", "lib", "--verify",
+                                               "--json", "-o", str(tmp_path / "out")])
+    assert code == 0, captured.err
+    assert_int8_verified(report, "qemu-aarch64")
+    assert dialect in {k["dialect"] for k in report["int8_kernels"]}
+    assert report["library"]["abi"] == "arm64-v8a"
+
+
+@support.needs_onnxruntime
+@pytest.mark.adb
+@pytest.mark.skipif(not support.HAVE_ARM, reason="no aarch64 gcc / qemu-aarch64")
+def test_int8_network_on_the_virtual_device(tmp_path, capsys, server):
+    from android_runner.virtual_device import VirtualDevice
+    path = quantized_model(tmp_path, nets.resnet_net(blocks=1, hw=7), "qdq", "resnet")
+    dev = VirtualDevice(soc="snapdragon-865").start()
+    server.connect(dev.serial)
+    try:
+        code, report, captured = run_json(capsys, [
+            "model", str(path), "--hw", "snapdragon-865", "--emit", "lib", "--verify", "--bench", "--repeat", "2",
+            "--device", dev.serial, "--adb-port", str(server.port), "--json", "-o", str(tmp_path / "out")])
+        assert code == 0, captured.err
+        assert_int8_verified(report, "virtual-device")
+        assert report["network_bench"]["xfc"]["emulated"]
+    finally:
+        server.disconnect(dev.serial)
+        dev.stop()
