@@ -17,6 +17,16 @@ while, then sleep; --thread-wait passive for a shared, loaded machine: xfc/model
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
 
+int8 (issue 33): --quantize qdq,qoperator quantizes each exported network with onnxruntime's
+quantize_static (xfc.model.quantized_peer: per-channel int8 weights with reduce_range (7-bit, which
+onnxruntime's u8 x s8 kernels sum exactly without VNNI), uint8 activations, a small random calibration set) and runs the quantized model instead: xfc's int8 network (every step checked byte
+for byte against xfc's oracle with --verify) against onnxruntime running the same quantized model.
+--hw host:avx2 plans xfc's kernels for AVX2 on an AVX-512 host (the int8 kernels then use vpmaddwd,
+not VNNI); onnxruntime is not restricted.
+
+    .venv/bin/python benchmarks/net_bench.py --only mobilenet_v2,resnet18 --quantize qdq,qoperator \
+        --threads 1 --out-name int8_net_bench.json
+
 Writes benchmarks/results/net_bench.json (the machine named: CPU model, ISAs, cores, load) and prints
 a table with the geometric mean speedup per thread count. Figures from a shared, loaded machine are
 noisy: the alternation keeps the comparison fair, not the absolute times quiet. Needs torch
@@ -43,9 +53,9 @@ RUN_TIMEOUT_S = 3 * 3600
 
 
 def run_one(arch: str, path: Path, threads: int, verify: bool, args, tmp: Path) -> tuple[int, dict]:
-    argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", "host", "--emit", "lib", "--bench",
+    argv = [sys.executable, "-m", "xfc", "model", str(path), "--hw", args.hw, "--emit", "lib", "--bench",
             "--threads", str(threads), "--repeat", str(args.runs), "--thread-wait", args.thread_wait, "--json",
-            "-o", str(tmp / f"{arch}-t{threads}")]
+            "-o", str(tmp / f"{path.stem}-t{threads}")]
     if verify:
         argv.append("--verify")
     if args.profile:
@@ -58,10 +68,11 @@ def run_one(arch: str, path: Path, threads: int, verify: bool, args, tmp: Path) 
     return 0, json.loads(proc.stdout)
 
 
-def row(arch: str, threads: int, report: dict) -> dict:
+def row(arch: str, threads: int, report: dict, fmt: str = "fp32", hw: str = "host") -> dict:
     b, net = report["network_bench"], report["network"]
     v = report.get("verification")
-    return {"net": arch, "threads": threads, "xfc_median_ms": b["xfc"]["median_ms"],
+    agreed = (v or {}).get("agreement_with_onnxruntime") or [{}]
+    return {"net": arch, "format": fmt, "hw": hw, "threads": threads, "xfc_median_ms": b["xfc"]["median_ms"],
             "xfc_round_medians_ms": b["xfc"]["round_medians_ms"], "xfc_p10_ms": b["xfc"]["p10_ms"],
             "xfc_p90_ms": b["xfc"]["p90_ms"], "onnxruntime_median_ms": b["onnxruntime"]["median_ms"],
             "onnxruntime_round_medians_ms": b["onnxruntime"]["round_medians_ms"], "speedup": b["speedup"],
@@ -73,7 +84,9 @@ def row(arch: str, threads: int, report: dict) -> dict:
             "output_bound_kind": None if v is None else sorted({c["bound_kind"] for c in v["outputs"]}),
             "worst_step_ratio": None if v is None else v["worst_layer_ratio"],
             "onnxruntime": b["onnxruntime"]["label"], "thread_wait": b["thread_wait"],
-            "flops": report["flops"]["total"],
+            "flops": report["flops"]["total"] if "flops" in report else None,
+            "int8_dialects": sorted({k["dialect"] for k in report.get("int8_kernels", ())}) or None,
+            "int8_max_lsb_vs_onnxruntime": agreed[0].get("max_lsb"),
             # --profile: the slowest steps of the program's per-step timing (a separate set of runs)
             "slowest_steps": sorted(b["profile"]["steps"], key=lambda s: -s["ms"])[:8] if b.get("profile") else None}
 
@@ -97,8 +110,15 @@ def main(argv=None) -> int:
     parser.add_argument("--thread-wait", choices=("spin", "passive"), default="spin",
                         help="idle threads of both runtimes spin a while (spin, default: the runtimes' defaults) or "
                              "sleep at once (passive; xfc model --thread-wait)")
+    parser.add_argument("--quantize", default="",
+                        help="comma-separated quantized formats to run instead of fp32: qdq, qoperator (int8)")
+    parser.add_argument("--hw", default="host", help="host (default) or host:avx2 (xfc's kernels for AVX2)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    formats = [f.strip() for f in args.quantize.split(",") if f.strip()] or ["fp32"]
+    if any(f not in ("fp32", "qdq", "qoperator") for f in formats):
+        print(f"net-bench: --quantize takes qdq and qoperator, not {args.quantize}", file=sys.stderr)
+        return 2
     archs = networks_or_status("net-bench", args.only)
     if isinstance(archs, int):
         return archs
@@ -110,35 +130,54 @@ def main(argv=None) -> int:
             path = tmp / f"{arch}.onnx"
             print(f"[net-bench] exporting {arch} (random weights, {args.size}x{args.size}) to ONNX", file=sys.stderr)
             export(arch, path, args.size)
-            for i, threads in enumerate(thread_counts):
-                code, report = run_one(arch, path, threads, verify=i == 0 and not args.no_verify, args=args, tmp=tmp)
-                if code:
-                    status = status or code
-                    continue
-                rows.append(row(arch, threads, report))
-                r = rows[-1]
-                print(f"{arch:14s} t{threads}: xfc {r['xfc_median_ms']:8.2f} ms  onnxruntime "
-                      f"{r['onnxruntime_median_ms']:8.2f} ms  x{r['speedup']:.2f}  arena {r['arena_bytes'] / 2**20:6.2f} "
-                      f"MiB (x{r['arena_to_lower_bound']:.3f} of the lower bound)"
-                      + (f"  verified: {'yes' if r['verified'] else 'NO'}" if r["verified"] is not None else ""),
-                      flush=True)
+            for fmt in formats:
+                model = path
+                if fmt != "fp32":
+                    from xfc.model.quantized_peer import quantize_with_onnxruntime
+                    print(f"[net-bench] quantizing {arch} ({fmt}) with onnxruntime.quantization", file=sys.stderr)
+                    model = quantize_with_onnxruntime(path, tmp / f"{arch}_{fmt}.onnx", fmt)
+                status = run_format(arch, fmt, model, thread_counts, args, tmp, rows) or status
     summary = {}
     for threads in thread_counts:
-        speedups = [r["speedup"] for r in rows if r["threads"] == threads]
-        if speedups:
-            summary[f"t{threads}"] = {"geomean_speedup": geomean(speedups), "min_speedup": min(speedups),
-                                      "networks": len(speedups)}
-            print(f"threads {threads}: geomean x{geomean(speedups):.3f}, min x{min(speedups):.3f} over "
-                  f"{len(speedups)} networks")
+        for fmt in formats:
+            speedups = [r["speedup"] for r in rows if r["threads"] == threads and r["format"] == fmt]
+            if speedups:
+                key = f"t{threads}" if formats == ["fp32"] else f"{fmt}_t{threads}"
+                summary[key] = {"geomean_speedup": geomean(speedups), "min_speedup": min(speedups),
+                                "networks": len(speedups)}
+                print(f"{fmt} threads {threads}: geomean x{geomean(speedups):.3f}, min x{min(speedups):.3f} over "
+                      f"{len(speedups)} networks")
     from xfc.outputs import write_json_result
     out = args.results / args.out_name
     write_json_result(out, {"benchmark": "whole network: xfc --emit lib benchmark program vs onnxruntime session.run",
                             "machine": machine_facts(), "size": args.size, "runs_per_round": args.runs,
+                            "hw": args.hw, "formats": formats,
                             "rows": rows, "summary": summary, "command": "benchmarks/net_bench.py "
                             + " ".join(argv if argv is not None else sys.argv[1:]),
-                            "weights": "random, seeded (benchmarks/nets.py), exported at run time (opset 17)"},
+                            "weights": "random, seeded (benchmarks/nets.py), exported at run time (opset 17)"
+                                       + ("; quantized by onnxruntime.quantization.quantize_static (per-channel "
+                                          "int8 weights with reduce_range (7-bit), uint8 activations, 4 random calibration inputs)"
+                                          if formats != ["fp32"] else "")},
                       kind="net-bench")
     print(f"-> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    return status
+
+
+def run_format(arch: str, fmt: str, model: Path, thread_counts, args, tmp: Path, rows: list) -> int:
+    """Every thread count of one network in one format; rows appended; the first failing status."""
+    status = 0
+    for i, threads in enumerate(thread_counts):
+        code, report = run_one(arch, model, threads, verify=i == 0 and not args.no_verify, args=args, tmp=tmp)
+        if code:
+            status = status or code
+            continue
+        rows.append(row(arch, threads, report, fmt, args.hw))
+        r = rows[-1]
+        print(f"{arch:14s} {fmt:9s} t{threads}: xfc {r['xfc_median_ms']:8.2f} ms  onnxruntime "
+              f"{r['onnxruntime_median_ms']:8.2f} ms  x{r['speedup']:.2f}  arena {r['arena_bytes'] / 2**20:6.2f} "
+              f"MiB (x{r['arena_to_lower_bound']:.3f} of the lower bound)"
+              + (f"  verified: {'yes' if r['verified'] else 'NO'}" if r["verified"] is not None else ""),
+              flush=True)
     return status
 
 
