@@ -106,6 +106,29 @@ def test_forced_register_tiles_including_multi_row_conv_tiles(isa, dialect, tmp_
             assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+FLAT = [  # stride-1 conv2d: short rows, pads on every side, a dilation, channels not a multiple of 4, a batch
+    ({"c": 13, "h": 7, "w": 7, "k": 21, "r": 3, "s": 3, "n": 2}, {"pad": "1,1,1,1"}, (2, 2)),
+    ({"c": 5, "h": 9, "w": 5, "k": 17, "r": 3, "s": 2}, {"pad": "2,0,1,1", "dilation": "2,1"}, (3, 1)),
+    ({"c": 9, "h": 6, "w": 11, "k": 8, "r": 1, "s": 1}, {}, (1, 2)),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, tile", FLAT, ids=["7x7-pad1-batch2", "dilated-odd-pads", "1x1"])
+def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
+    """The 'flat' layout (vectors run on across output rows, the padding columns computed and
+    dropped), forced with the planner's tile and with a ragged one, at 1 and 2 threads."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu", **geometry)
+    q = QuantParams(act_type="uint8", a_zero_point=200, per_channel=True, out_zero_point=9)
+    for n, (threads, force) in enumerate([(1, None), (2, tile)]):
+        kw = {"force_layout": "flat", **({"force_tile": force} if force else {})}
+        plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
+                                    **kw)
+        assert plan.column_layout == "flat" and "flat" in plan.summary().get("column_layout", "")
+        verdict = verify_int8(kernel, seed=n + 3)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")

@@ -27,7 +27,7 @@ from ..ops.quant import channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import RenderedKernel
-from .int8_synth import Int8Plan
+from .int8_synth import Int8Plan, flat_row_width
 
 
 _ENV = None
@@ -167,13 +167,30 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tupl
                 taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * kd)
         cg = math.ceil(spec.c / kd)
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
-                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd,
+                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd, "flat": False,
                     "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
                               for v in range(plan.nv)]})
+        if plan.column_layout == "flat":
+            ctx.update(_flat_context(plan))
     # per weight batch: the weights' int32 sums, then the packed weight panel
     panel = ctx["NB"] * plan.nr * k4 if row_is_act else mb * plan.mr * ctx["row_k4"]
     ctx["packed_bytes"] = ctx["w_batches"] * (ctx["sums_len"] * 4 + panel)
     return "cpu/int8_gemm.c.j2", ctx
+
+
+def _flat_context(plan: Int8Plan) -> dict:
+    """The 'flat' column layout (Int8Plan.column_layout, stride 1): staged rows of WPH = the padded
+    input width; column tile nt covers staged positions [nt NR, nt NR + NR) of the plane read as one
+    row, lane j being output (q / WPH, q % WPH) when q % WPH < OW (else padding: computed, dropped).
+    Staged rows below the image hold the zero point so that the last tile's taps stay in the plane."""
+    spec, kd = plan.spec, plan.k_depth
+    wph = flat_row_width(spec)
+    tiles = math.ceil(spec.out_h * wph / plan.nr)
+    reach = tiles * plan.nr + (spec.r - 1) * spec.dilation_h * wph + (spec.s - 1) * spec.dilation_w
+    hp = max(spec.h + spec.pad_top + spec.pad_bottom, math.ceil(reach / wph))
+    taps = [(r * spec.dilation_h * wph + s * spec.dilation_w) * kd for r in range(spec.r) for s in range(spec.s)]
+    return {"flat": True, "WPH": wph, "HP": hp, "NT": tiles, "tap_offs": taps,
+            "boffs": [v * plan.lanes * kd for v in range(plan.nv)]}
 
 
 def packed_bytes(plan: Int8Plan) -> int:

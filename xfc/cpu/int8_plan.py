@@ -51,6 +51,10 @@ class Int8Plan:
                                        # pairs of horizontally adjacent taps, explicit vpmaddwd / vpdpwssd on
                                        # `lanes` output pixels per vector, blocks of tile_rows output rows x nv
                                        # vectors; x86 avx2 / vnni: int8_synth.choose_depthwise_block)
+    column_layout: str = "rows"        # implicit-GEMM conv columns: 'rows' (a vector holds pixels of one output row;
+                                       # a tile spans tile_rows rows) or 'flat' (stride 1: the staged rows, padding
+                                       # included, read as one long row, so a vector runs on into the next output
+                                       # row; the padding columns are computed and dropped: int8_synth.flat_shape)
     depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
                                        # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
                                        # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'
@@ -66,6 +70,8 @@ class Int8Plan:
     def summary(self) -> dict:
         out = {"dialect": self.dialect, "lowering": self.lowering, "mr": self.mr, "nr": self.nr,
                "tile_rows": self.tile_rows, "threads": self.threads}
+        if self.column_layout != "rows":
+            out.update(column_layout=self.column_layout)
         if self.lowering == "direct_depthwise":
             out.update(layout=self.depthwise_layout, lanes=self.lanes, vectors=self.nv, parallel_axis=self.parallel_axis)
             if self.depthwise_staging:
@@ -92,7 +98,7 @@ class Int8Synthesis:
         if plan.lowering == "direct_depthwise":
             return (f"int8 {plan.dialect} depthwise ({plan.depthwise_layout}, {plan.tile_rows} row(s) x {plan.nv} x "
                     f"{plan.lanes} pixels)")
-        return f"int8 {plan.dialect} tile {plan.mr}x{plan.nr}"
+        return f"int8 {plan.dialect} tile {plan.mr}x{plan.nr}" + (" (flat columns)" if plan.column_layout == "flat" else "")
 
     def report(self) -> dict:
         plan = self.plan

@@ -85,15 +85,32 @@ def gemm_shape(spec: OperatorSpec) -> GemmShape:
     return GemmShape(m, n, 1, math.ceil(k / 4))
 
 
+def flat_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
+    """The 'flat' column layout of a stride-1 conv2d (Int8Plan.column_layout): the staged input's
+    padded rows (flat_row_width pixels) read as one run, output rows one after another, so a vector
+    does not stop at the end of a short output row; the padding columns in between are computed and
+    dropped (waste counted in the run). Threads split (column tile, row block) pairs. None: strided."""
+    if spec.stride_h != 1 or spec.stride_w != 1:
+        return None
+    return GemmShape(spec.k, spec.out_h * flat_row_width(spec), 1, spec.r * spec.s * math.ceil(spec.c / 4))
+
+
+def flat_row_width(spec: Conv2dSpec) -> int:
+    """Pixels of a staged row in the flat layout: the input row with its padding (stride 1)."""
+    return spec.w + spec.pad_left + spec.pad_right
+
+
 def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int,
-                  rows: int = 1) -> float:
-    """nr columns per tile, as `rows` output rows of nr / rows columns each (conv2d)."""
+                  rows: int = 1, split_rows: bool = False) -> float:
+    """nr columns per tile, as `rows` output rows of nr / rows columns each (conv2d). split_rows:
+    threads split (column tile, row block) pairs, not column tiles alone (the flat layout)."""
     column_tiles = math.ceil(shape.column_rows / rows) * math.ceil(shape.run / (nr // rows))
     tiles = math.ceil(shape.m / mr) * column_tiles
-    return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, column_tiles))
+    return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, tiles if split_rows else column_tiles))
 
 
-def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int) -> tuple[Int8Tile, int]:
+def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int,
+                split_rows: bool = False) -> tuple[Int8Tile, int]:
     """The register tile with the shortest modelled time, and how many tiles were scored."""
     core = cluster.core
     lanes = INT8_LANES[dialect]
@@ -108,7 +125,7 @@ def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: in
             cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
             for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or shape.column_rows > 1)]:
                 scored += 1
-                seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows)
+                seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows, split_rows)
                 key = (round(seconds * 1e12), -mr * nv, mr, rows)
                 if key_best is None or key < key_best:
                     best, key_best = Int8Tile(mr, nv, lanes, cycles, seconds, rows), key
@@ -222,9 +239,11 @@ def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluste
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
-              force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None) -> Int8Plan:
-    """The int8 plan. force_dialect / force_tile / force_rows (tests, benchmarks): a narrower
-    dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile.
+              force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None,
+              force_layout: Optional[str] = None) -> Int8Plan:
+    """The int8 plan. force_dialect / force_tile / force_rows / force_layout (tests, benchmarks): a
+    narrower dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile, the
+    conv2d column layout ('rows', or 'flat' where the stride is 1).
     AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
         from .int8_arm import plan_arm_int8
@@ -269,15 +288,35 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             f"{int8_registers(dialect, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
-    threads = max(1, min(threads, math.ceil(shape.column_rows / tile.tile_rows)
-                         * math.ceil(shape.run / (tile.nr // tile.tile_rows))))
+    layout = "rows"
+    flat = flat_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout != "rows" else None
+    if force_layout == "flat" and flat is None:
+        raise OperatorError(f"{spec.describe()}: the flat column layout needs a stride-1 conv2d")
+    if flat is not None and (force_tile is None or force_layout == "flat"):
+        flat_tile, flat_scored = (choose_tile(dialect, flat, cl, threads, split_rows=True) if force_tile is None else
+                                  (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
+                                            _tile_seconds(flat, tile.mr, tile.nr, tile.cycles_per_group,
+                                                          cl.clock_ghz * 1e9, threads, 1, True)), 0))
+        valid = spec.out_w / flat_row_width(spec)
+        if flat_tile.seconds < tile.seconds or force_layout == "flat":
+            reasons.append(f"columns 'flat': the padded staged rows ({flat_row_width(spec)} pixels, {valid:.0%} of them "
+                           f"outputs) as one run, register tile {flat_tile.mr}x{flat_tile.nr}, "
+                           f"{flat_tile.seconds * 1e6:.1f} us modelled against {tile.seconds * 1e6:.1f} us for "
+                           f"vectors within an output row ({spec.out_w} pixels)")
+            tile, shape, layout = flat_tile, flat, "flat"
+        else:
+            reasons.append(f"columns within output rows: {tile.seconds * 1e6:.1f} us modelled, 'flat' (the padded rows "
+                           f"as one run, {valid:.0%} outputs) {flat_tile.seconds * 1e6:.1f} us")
+    column_tiles = math.ceil(shape.column_rows / tile.tile_rows) * math.ceil(shape.run / (tile.nr // tile.tile_rows))
+    threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout == "flat" else 1)))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
-                  + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else ""))
+                  + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else "")
+                  + (", flat columns (padded rows as one run)" if layout == "flat" else ""))
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
-                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights")
+                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights", column_layout=layout)
 
 
 def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,
