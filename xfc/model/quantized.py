@@ -143,10 +143,8 @@ class _Reader:
                 continue
             if name in self.loaded.constants:
                 feeds[name] = np.asarray(self.loaded.constants[name])
-            else:
-                q = self.tensors.get(name)
-                dtype = np.float32 if q is None else (np.uint8 if q.act_type == "uint8" else np.int8)
-                feeds[name] = np.zeros(self.shape(i, name), dtype)
+            else:   # shapes only: fp32 zeros (onnx.reference's MaxPool does not take int8)
+                feeds[name] = np.zeros(self.shape(i, name), np.float32)
         try:
             results = run_node(node, feeds, self.loaded.opset)
         except Exception as exc:   # noqa: BLE001 - onnx.reference's errors are of every kind
@@ -612,6 +610,15 @@ def dequantize_constant(node, constants) -> np.ndarray:
     return ((q - zp) * scale).astype(np.float32)
 
 
+def run_move(node, feeds: Mapping[str, np.ndarray], opset: int) -> np.ndarray:
+    """A byte move (MOVES) on quantized values: the node run by onnx.reference on the values as fp32
+    (exact for bytes; its MaxPool does not take int8 and pads integers with NaN) and cast back."""
+    data = np.asarray(feeds[node.input[0]])
+    as_float = {**feeds, node.input[0]: data.astype(np.float32)}
+    out = np.asarray(run_node(node, as_float, opset)[0])
+    return out.astype(data.dtype) if np.issubdtype(data.dtype, np.integer) else out
+
+
 def run(network: QuantizedNetwork, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of the network computed by the oracle (module docstring), graph inputs from feeds."""
     loaded = network.loaded
@@ -644,7 +651,7 @@ def run(network: QuantizedNetwork, feeds: Mapping[str, np.ndarray]) -> dict[str,
             for name in main.input[1:]:
                 if name:
                     feeds_now[name] = value(name)
-            values[step.outputs[0]] = np.asarray(run_node(main, feeds_now, loaded.opset)[0])
+            values[step.outputs[0]] = run_move(main, feeds_now, loaded.opset)
         elif step.kind == "quantize":
             values[step.outputs[0]] = quantize(value(step.inputs[0]), t[step.outputs[0]])
         elif step.kind == "dequantize":

@@ -8,7 +8,10 @@ Concat; nearest Resize; a channel shuffle; BatchNormalization), and sometimes a 
 `xfc model NET --emit lib --verify [--dtype fp16]` does (the whole network in C, every step checked on
 its own inputs and the outputs against onnxruntime under the derived bound) on the host or, for an
 ARM description, under qemu. The dtype is the case's, not drawn: the same (seed, index) is the same
-model in fp32 and fp16. This module only draws: it imports nothing of xfc's.
+model in fp32 and fp16. An int8 case draws from what a quantized network runs in int8 end to end
+(INT8_BLOCKS: convolutions and depthwise ones with ReLU / ReLU6, residual Adds, MaxPool, the head
+without Softmax): `xfc fuzz --networks` quantizes it with onnxruntime (xfc.model.quantized_peer)
+before building it. This module only draws: it imports nothing of xfc's.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ import numpy as np
 OPSET = 17
 ACTIVATIONS = ("none", "relu", "relu6", "hardswish", "sigmoid", "silu", "leakyrelu")
 BLOCKS = ("conv", "depthwise", "grouped", "residual", "se", "pool", "concat", "upsample", "shuffle", "batchnorm")
+INT8_ACTIVATIONS = ("none", "relu", "relu6")     # what a quantized layer clamps in its requantization
+INT8_BLOCKS = ("conv", "depthwise", "residual", "pool")
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,12 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
     c, h, w = rng.randint(1, 12), rng.randint(4, 19), rng.randint(4, 19)
     input_shape = (1, c, h, w)
     x, drawn = "input", []
+    int8 = dtype == "int8"
     for _ in range(rng.randint(2, 6)):
-        kind = rng.choice(BLOCKS)
-        act = rng.choice(ACTIVATIONS)
+        kind = rng.choice(INT8_BLOCKS if int8 else BLOCKS)
+        act = rng.choice(INT8_ACTIVATIONS if int8 else ACTIVATIONS)
+        if int8 and kind == "pool" and not drawn:
+            kind = "conv"     # a MaxPool of the fp32 input stays fp32 in the quantized model (before its quantize)
         if kind in ("conv", "depthwise", "grouped"):
             k = rng.choice([1, 3, 5] if kind == "conv" else [3, 5])
             k = min(k, h, w) if min(h, w) >= 3 else 1
@@ -111,6 +119,7 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
             stride = rng.choice([1, 2]) if min(h, w) >= 6 else 1
             if kind == "depthwise":
                 group, c_out = c, c * rng.choice([1, 1, 2])
+                c_out = c if int8 else c_out        # xfc's int8 depthwise: one filter per channel
             elif kind == "grouped":
                 divisors = [d for d in range(2, c) if c % d == 0]
                 if not divisors:
@@ -127,7 +136,7 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
             y = g.activation(g.conv(x, c, c, 3, 1, 1), rng.choice(("none", "relu", "relu6")))
             y = g.conv(y, c, c, 1, 1, 0, bias=rng.random() < 0.5)
             x = g.node("Add", [x, y] if rng.random() < 0.5 else [y, x])
-            if rng.random() < 0.5:
+            if rng.random() < 0.5 and not int8:      # a Relu after a quantized Add stays fp32 (not int8)
                 x = g.node("Relu", [x])
             drawn.append("residual add")
         elif kind == "se":
@@ -142,6 +151,7 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
             stride = rng.choice([1, 2])
             pad = rng.choice([0, k // 2]) if k == 3 else 0
             op = rng.choice(("MaxPool", "AveragePool"))
+            op = "MaxPool" if int8 else op
             attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
             if op == "AveragePool":
                 attrs["count_include_pad"] = rng.choice([0, 1])
@@ -183,7 +193,7 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
         x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
         x = g.node("Gemm", [x, g.const(g.rand(classes, c, scale=1.0 / np.sqrt(c))), g.const(g.rand(classes))],
                    transB=1)
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 and not int8:
             x = g.node("Softmax", [x], axis=1)
         drawn.append(f"head ->{classes}")
     graph = helper.make_graph(g.nodes, f"netfuzz_{seed}_{index}",

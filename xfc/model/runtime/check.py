@@ -493,7 +493,7 @@ def _int8_expected(network, qstep, step, values):
         return Q.run_gap(x, t[step.inputs[0]], t[step.outputs[0]])
     if step.op == "qmaxpool":
         main = next(n for n in step.onnx_nodes if n.op_type == "MaxPool")
-        return np.asarray(run_node(main, {main.input[0]: x}, network.loaded.opset)[0])
+        return Q.run_move(main, {main.input[0]: x}, network.loaded.opset)
     raise ValueError(f"no int8 oracle for runtime op {step.op}")
 
 

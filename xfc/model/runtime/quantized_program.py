@@ -153,7 +153,7 @@ class _Lowering:
         shape = self.network.shape(y)
         if shape is None:     # after a com.microsoft node: the node itself run on zeros
             main = next(n for n in step.nodes if n.op_type == step.op)
-            feeds = {main.input[0]: np.zeros(self.shape(step.inputs[0]), np.uint8)}
+            feeds = {main.input[0]: np.zeros(self.shape(step.inputs[0]), np.float32)}
             feeds.update({n: np.asarray(self.loaded.constants[n]) for n in main.input[1:] if n})
             shape = np.shape(run_node(main, feeds, self.loaded.opset)[0])
         return tuple(int(d) for d in shape)
