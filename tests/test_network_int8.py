@@ -172,3 +172,20 @@ def test_int8_network_on_the_virtual_device(tmp_path, capsys, server):
     finally:
         server.disconnect(dev.serial)
         dev.stop()
+
+
+@pytest.mark.unit
+def test_int8_network_time_is_predicted_for_every_cluster_and_thread_count(tmp_path):
+    from xfc.api import load_hardware
+    from xfc.model.runtime.predict import network_predictions
+    path = quantized_model(tmp_path, nets.mobilenet_net(), "qdq", "m")
+    loaded = load_model(path)
+    program = lower_quantized(loaded, "m").program
+    hw = load_hardware("snapdragon-865")
+    rows = network_predictions(loaded, "m", hw, program.dtype, program=program)
+    assert {r["dtype"] for r in rows} == {"int8"}
+    assert {(r["cluster"], r["threads"]) for r in rows} == {(c.role, t) for c in hw.clusters for t in {1, c.count}}
+    assert all(r["predicted_ms"] and 0 < r["predicted_ms"] < float("inf") for r in rows)
+    by = {(r["cluster"], r["threads"]): r["predicted_ms"] for r in rows}
+    little = next(c for c in hw.clusters if c.role == "little")
+    assert by[("little", little.count)] < by[("little", 1)]          # more cores, less time

@@ -56,6 +56,7 @@ from .int8_plan import Int8Plan
 
 MR_CHOICES = {"sdot": tuple(range(4, 25, 4)), "smmla": tuple(range(2, 17, 2))}
 MAX_NV = 8
+DEPTHWISE_MACS_PER_SMLAL = 4   # int16 x int16 products one smlal / smlal2 accumulates into int32 lanes
 
 
 def in_order(core: CpuCore) -> bool:
@@ -186,8 +187,15 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators, NEON by the compiler)")
         reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
-        return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, min(threads, spec.n * spec.c), name,
-                        core.gcc_march, None, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
+        used = min(threads, spec.n * spec.c)
+        # issue model (ranking and network prediction only): smlal / smlal2 multiply 4 int16 pairs into
+        # int32 lanes, one per FMA pipe per cycle; staging, loads and requantization not counted
+        ops_per_s = 2.0 * DEPTHWISE_MACS_PER_SMLAL * core.fma_per_cycle * cl.clock_ghz * 1e9 * used
+        predicted = ops_per_s / 1e9
+        reasons.append(f"predicted {predicted:.1f} GOP/s: {DEPTHWISE_MACS_PER_SMLAL} int16 MACs per smlal, "
+                       f"{core.fma_per_cycle:g} per cycle, {used} thread(s) (an issue-rate ceiling)")
+        return Int8Plan(spec, quant, "neon", "direct_depthwise", 1, 1, 4, used, name,
+                        core.gcc_march, predicted, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
                         target_arch="aarch64", parallel_axis="planes")
     m, n, k = gemm_view(spec)
     if force_tile is not None:

@@ -93,6 +93,12 @@ class Int8Synthesis:
     def explain(self) -> str:
         return "\n".join([*self.plan.header_lines, *("  " + r for r in self.plan.reasons)])
 
+    @property
+    def predicted_s(self) -> float:
+        """Seconds the issue model predicts for one call (inf where the plan has no prediction)."""
+        gops = self.plan.predicted_gops
+        return self.plan.spec.flops / (gops * 1e9) if gops else float("inf")
+
     def summary_line(self) -> str:
         plan = self.plan
         if plan.lowering == "direct_depthwise":

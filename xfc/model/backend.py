@@ -52,6 +52,8 @@ class LayerSynthesis:
     def predicted_s(self) -> float:
         if self.target == "gpu":
             return self.result.plan.cost.seconds
+        if not hasattr(self.result, "estimate"):      # int8: the issue model's rate
+            return self.result.predicted_s
         return self.result.estimate.predicted_s
 
     @property

@@ -143,8 +143,8 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         report["network"] = network_summary(lowered, rendered, syntheses)
         from .predict import PREDICTION_WHAT, network_predictions
         report["network"]["predicted"] = {"what": PREDICTION_WHAT,
-                                          "rows": network_predictions(loaded, Path(path).stem, hw, dtype,
-                                                                      program=program)} if not quantized else None
+                                          "rows": network_predictions(loaded, Path(path).stem, hw, program.dtype,
+                                                                      program=program)}
         report["library"] = library
         if verification is not None:
             from .check import BOUND_NOTE, BOUND_NOTE_FP16, BOUND_NOTE_INT8

@@ -21,19 +21,23 @@ PREDICTION_WHAT = ("the network's kernel calls summed, each synthesized for the 
 
 
 def dtypes_for(cluster, target_arch: str, asked: Optional[DType] = None) -> list[str]:
-    """The dtypes whose network kernels this cluster runs: fp32 always, fp16 with FP16 arithmetic."""
+    """The dtypes whose network kernels this cluster runs: fp32 always, fp16 with FP16 arithmetic,
+    int8 always (a quantized model: its program is int8 only)."""
     from ...cpu.config import fp16_refusal
     names = ["fp32"] if fp16_refusal(cluster.core, target_arch, cluster.role) else ["fp32", "fp16"]
-    return [n for n in names if asked is None or n == asked.name]
+    return [n for n in names + ["int8"] if asked is None or n == asked.name]
 
 
 def predict_kernels(program, hw, cluster_role: str, threads: int, dtype: str) -> float:
-    """Seconds of the program's kernel calls on one cluster at one thread count (static cost model)."""
+    """Seconds of the program's kernel calls on one cluster at one thread count (static cost model;
+    int8: the int8 planners' issue models)."""
     from ..backend import synthesize_layer
+    from .program import spec_of
     seconds = {}
-    for spec in program.distinct_specs():
-        seconds[spec] = synthesize_layer(spec, hw, cluster=cluster_role, threads=threads, dtype=dtype).predicted_s
-    return sum(seconds[step.spec] * step.groups * step.batch for step in program.kernel_steps)
+    for key in program.distinct_kernels():
+        seconds[key] = synthesize_layer(spec_of(key), hw, cluster=cluster_role, threads=threads, dtype=dtype,
+                                        quant=key[1] if isinstance(key, tuple) else None).predicted_s
+    return sum(seconds[step.kernel_key] * step.groups * step.batch for step in program.kernel_steps)
 
 
 def predict_network(lowered_by_dtype, hw) -> list[dict]:
@@ -63,7 +67,9 @@ def network_predictions(loaded, name: str, hw, dtype: DType = FP32, program=None
     the cores have FP16 arithmetic). program: the model already lowered for dtype (not lowered again)."""
     from .lower import lower_network
     from ...ops.dtypes import dtype_named
-    wanted = {d for c in hw.clusters for d in dtypes_for(c, hw.target_arch)}
+    if program is not None and program.dtype.name == "int8":      # a quantized model runs in int8 only
+        return predict_network({"int8": program}, hw)
+    wanted = {d for c in hw.clusters for d in dtypes_for(c, hw.target_arch)} - {"int8"}
     lowered = {d: program if program is not None and d == dtype.name else
                lower_network(loaded, name, dtype=dtype_named(d)).program for d in sorted(wanted)}
     rows = predict_network(lowered, hw)
