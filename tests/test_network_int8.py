@@ -189,3 +189,20 @@ def test_int8_network_time_is_predicted_for_every_cluster_and_thread_count(tmp_p
     by = {(r["cluster"], r["threads"]): r["predicted_ms"] for r in rows}
     little = next(c for c in hw.clusters if c.role == "little")
     assert by[("little", little.count)] < by[("little", 1)]          # more cores, less time
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_compile_model_runs_a_quantized_model_equal_to_the_oracle(tmp_path):
+    """xfc.compile_model on a quantized model: the int8 network in this process, its output equal to the
+    oracle's (every step exact) for inputs it has not seen."""
+    import xfc
+    path = quantized_model(tmp_path, nets.resnet_net(), "qoperator", "r")
+    net = xfc.compile_model(path, threads=2)
+    loaded = load_model(path)
+    network = Q.recognise(loaded)
+    name, shape, _ = loaded.inputs[0]
+    for seed in (4, 5):
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 2
+        expected = Q.run(network, {name: x})[loaded.outputs[0]]
+        np.testing.assert_array_equal(np.asarray(net(x)).reshape(expected.shape), expected)

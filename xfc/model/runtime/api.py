@@ -1,6 +1,7 @@
 """`xfc.compile_model`: a whole network as a Python callable at C speed.
 
-The same sources as `xfc model --emit lib` (lower.py, emit.py), compiled for this machine into a
+The same sources as `xfc model --emit lib` (lower.py or, for a quantized model, quantized_program.py;
+emit.py), compiled for this machine into a
 shared library and loaded with ctypes (xfc.runners.hostnet.HostNetwork): one C call per inference,
 the inputs' memory passed as it is, the outputs written by C into fresh arrays.
 """
@@ -11,12 +12,10 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import OperatorError
-from .. import backend
 from ..library import abi_for, select_toolchain
 from ..load import load_model
 from .emit import build_shared, compile_objects, render_network, write_sources
-from .lower import lower_network
-from .network import kernel_names
+from .network import kernel_names, lower_and_synthesize
 
 
 def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: Optional[dict] = None,
@@ -38,14 +37,12 @@ def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: O
         else:
             path = Path(model)
             stem = name or path.stem
-        lowered = lower_network(load_model(path, input_shapes), stem)
+        lowered, syntheses = lower_and_synthesize(load_model(path, input_shapes), stem, hw, cluster=cluster,
+                                                  threads=threads)
         program = lowered.program
-        if not program.kernel_steps:
-            raise OperatorError(f"{path}: no node maps to an xfc kernel (Conv, Gemm, MatMul)")
-        specs = program.distinct_specs()
-        syntheses = {s: backend.synthesize_layer(s, hw, cluster=cluster, threads=threads) for s in specs}
-        default_threads = threads or syntheses[specs[0]].result.cluster.count
-        rendered = render_network(program, syntheses, kernel_names(specs), hw, stem, default_threads=default_threads)
+        keys = program.distinct_kernels()
+        default_threads = threads or hw.cluster(cluster).count
+        rendered = render_network(program, syntheses, kernel_names(keys), hw, stem, default_threads=default_threads)
         tools = select_toolchain(abi_for(hw), {})
 
         def build(directory: Path) -> Path:

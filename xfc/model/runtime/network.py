@@ -59,6 +59,35 @@ def network_summary(lowered, rendered, syntheses) -> dict:
     }
 
 
+def lower_and_synthesize(loaded, name: str, hw, *, cluster=None, threads=None, dtype=None,
+                         report_layers: bool = False):
+    """(lowered, syntheses): the network's Program (lower.lower_network; a quantized model:
+    quantized_program.lower_quantized, int8) and a synthesis per kernel key (KernelStep.kernel_key).
+    report_layers: also every distinct layer spec of the mapped network (the per-layer report)."""
+    from ...ops.dtypes import FP32
+    dtype = dtype or FP32
+    if is_quantized(loaded):
+        if dtype.name != "fp32":
+            raise OperatorError(f"{loaded.path}: --dtype {dtype.name}: a quantized model runs in int8 as it was "
+                                f"quantized; --dtype applies to fp32 models")
+        from .quantized_program import lower_quantized
+        lowered, layer_specs = lower_quantized(loaded, name), ()
+    else:
+        lowered = lower_network(loaded, name, dtype=dtype)
+        layer_specs = lowered.net.distinct_specs() if report_layers else ()
+    program = lowered.program
+    if not program.kernel_steps:
+        raise OperatorError(f"{loaded.path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
+                            f"for the library to synthesize")
+    kernel_keys = program.distinct_kernels()
+    syntheses = {}
+    for key in dict.fromkeys((*layer_specs, *kernel_keys)):
+        syntheses[key] = backend.synthesize_layer(spec_of(key), hw, cluster=cluster, threads=threads,
+                                                  dtype=program.dtype.name if key in kernel_keys else dtype.name,
+                                                  quant=key[1] if isinstance(key, tuple) else None)
+    return lowered, syntheses
+
+
 def _program_runner(hw, device, runner, cluster):
     from .execute import AdbProgram, HostProgram
     if hw.target_arch == "x86_64":
@@ -86,27 +115,11 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         scratch = Path(scratch)
         loaded = load_model(path, input_shapes)
         quantized = is_quantized(loaded)
-        if quantized:
-            if dtype.name != "fp32":
-                raise OperatorError(f"{path}: --dtype {dtype.name}: a quantized model runs in int8 as it was "
-                                    f"quantized; --dtype applies to fp32 models")
-            from .quantized_program import lower_quantized
-            lowered = lower_quantized(loaded, Path(path).stem)
-            program, net = lowered.program, None
-            report_specs = ()
-        else:
-            lowered = lower_network(loaded, Path(path).stem, dtype=dtype)
-            program, net = lowered.program, lowered.net
-            report_specs = net.distinct_specs()
-        if not program.kernel_steps:
-            raise OperatorError(f"{path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
-                                f"for the library to synthesize")
+        lowered, syntheses = lower_and_synthesize(loaded, Path(path).stem, hw, cluster=cluster, threads=threads,
+                                                  dtype=dtype, report_layers=True)
+        program, net = lowered.program, getattr(lowered, "net", None)
+        report_specs = net.distinct_specs() if net is not None else ()
         kernel_keys = program.distinct_kernels()
-        syntheses = {}
-        for key in dict.fromkeys((*report_specs, *kernel_keys)):
-            syntheses[key] = backend.synthesize_layer(spec_of(key), hw, cluster=cluster, threads=threads,
-                                                      dtype=program.dtype.name if key in kernel_keys else dtype.name,
-                                                      quant=key[1] if isinstance(key, tuple) else None)
         first = syntheses[kernel_keys[0]].result
         default_threads = threads or hw.cluster(cluster).count
         names = kernel_names(kernel_keys)
