@@ -13,6 +13,11 @@ each target:
     sd865_fp16  --hw snapdragon-865 --emit lib --dtype fp16 --verify: the whole network in fp16 (the
               network runtime, neon_fp16 kernels) under qemu, checked step by step and against the
               fp32 model in onnxruntime
+    sd865_int8  --hw snapdragon-865 --emit lib --verify on the model quantized by onnxruntime's
+              quantize_static (QDQ, per-channel 7-bit weights, uint8 activations): the int8 network
+              (sdot kernels) under qemu, every step byte for byte against xfc's oracle, the output
+              against onnxruntime on the same quantized model
+    sd8g2_int8  the same for snapdragon-8-gen-2 (smmla kernels: i8mm cores)
 
 and writes each report to benchmarks/results/model_<arch>_<target>.json (replaced only when xfc
 wrote the file before, see xfc/outputs.py). Timings are only meaningful on a quiet machine; qemu
@@ -41,7 +46,10 @@ TARGETS = {   # name -> xfc model arguments after NET.onnx
     "adreno": ["--hw", "snapdragon-865", "--target", "gpu", "--verify"],
     "mali": ["--hw", "dimensity-1200", "--target", "gpu", "--verify"],
     "sd865_fp16": ["--hw", "snapdragon-865", "--emit", "lib", "--dtype", "fp16", "--verify"],
+    "sd865_int8": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],
+    "sd8g2_int8": ["--hw", "snapdragon-8-gen-2", "--emit", "lib", "--verify"],
 }
+QUANTIZED_TARGETS = ("sd865_int8", "sd8g2_int8")     # run on the model quantized by onnxruntime (QDQ)
 RUN_TIMEOUT_S = 4 * 3600
 
 
@@ -49,6 +57,13 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     """One `xfc model` run; its report goes to benchmarks/results/model_<arch>_<target>.json."""
     from xfc.outputs import write_json_result
     extra = ["--threads", str(args.threads), "--repeat", str(args.repeat)] if target == "host" else []
+    if target in QUANTIZED_TARGETS:
+        from xfc.model.quantized_peer import quantize_with_onnxruntime
+        quantized = tmp / f"{arch}_qdq.onnx"
+        if not quantized.exists():
+            print(f"[model-bench] quantizing {arch} (QDQ) with onnxruntime.quantization", file=sys.stderr)
+            quantize_with_onnxruntime(path, quantized, "qdq")
+        path = quantized
     argv = [sys.executable, "-m", "xfc", "model", str(path), *TARGETS[target], *extra, "--json",
             "-o", str(tmp / f"{arch}-{target}-out")]
     print(f"[model-bench] {' '.join(argv[2:])}", file=sys.stderr)
@@ -57,19 +72,27 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     if not proc.stdout.strip():
         return proc.returncode or 1
     report = json.loads(proc.stdout)
-    report["model"] = f"benchmarks/nets.py {arch}, random weights (seed 0), exported at run time (opset 17)"
+    report["model"] = (f"benchmarks/nets.py {arch}, random weights (seed 0), exported at run time (opset 17)"
+                       + ("; quantized by onnxruntime quantize_static (QDQ, per-channel 7-bit weights, uint8 "
+                          "activations, 4 random calibration inputs)" if target in QUANTIZED_TARGETS else ""))
     report.pop("output_dir", None)
     report["machine"] = machine_facts()
     out = args.results / f"model_{arch}_{target}.json"
     write_json_result(out, report, kind="model-bench")
     v = report["verification"] or {}
-    line = (f"{arch} [{target}]: covered {report['flops']['covered_share'] * 100:.1f}% of "
-            f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
-            f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
-            f"{'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
+    if "flops" in report:
+        line = (f"{arch} [{target}]: covered {report['flops']['covered_share'] * 100:.1f}% of "
+                f"{report['flops']['total'] / 1e6:.0f} MFLOP, {report['nodes']['distinct_layers']} distinct layers "
+                f"synthesized in {report['synthesis_seconds'] * 1e3:.0f} ms, verified: "
+                f"{'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
+    else:   # a quantized model: the int8 network's report
+        line = (f"{arch} [{target}]: int8 ({report['quantized']['read']}), {len(report['int8_kernels'])} distinct "
+                f"kernels, verified: {'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
     if v.get("steps"):
         line += (f"; {len(v['steps']) - len(v['layers_failed'])} of {len(v['steps'])} steps within their local bound "
                  f"(worst {v['worst_layer_ratio']:.3g}x)")
+    for a in v.get("agreement_with_onnxruntime", ()) if v.get("dtype") == "int8" else ():
+        line += f"; vs onnxruntime: largest difference {a['max_lsb']:g} LSB, argmax {a.get('argmax_agree')}/{a.get('argmax_rows')}"
     for a in v.get("agreement_with_fp32", ()):
         line += (f"; vs the fp32 model: largest error {a['relative_to_largest_output'] * 100:.2g}% of the largest "
                  f"|output|, argmax {a.get('argmax_agree')}/{a.get('argmax_rows')}")
