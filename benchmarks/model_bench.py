@@ -88,7 +88,9 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     else:   # a quantized model: the int8 network's report
         line = (f"{arch} [{target}]: int8 ({report['quantized']['read']}), {len(report['int8_kernels'])} distinct "
                 f"kernels, verified: {'yes' if v.get('verified') else 'NO'} on {v.get('verified_on', '?')}")
-    if v.get("steps"):
+    if v.get("steps") and v.get("dtype") == "int8":
+        line += f"; {len(v['steps']) - len(v['layers_failed'])} of {len(v['steps'])} steps equal to the oracle byte for byte"
+    elif v.get("steps"):
         line += (f"; {len(v['steps']) - len(v['layers_failed'])} of {len(v['steps'])} steps within their local bound "
                  f"(worst {v['worst_layer_ratio']:.3g}x)")
     for a in v.get("agreement_with_onnxruntime", ()) if v.get("dtype") == "int8" else ():
