@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""int8 conv2d column layouts on this host: the planner's choice against 'rows' and 'flat' forced.
+"""int8 conv2d column layouts on this host: the planner's choice against 'rows', 'flat' and 'im2col' forced.
 
-For ResNet-18's four 3x3 stride-1 stages and MobileNetV2's 1x1 convolutions at 7x7 and 14x14, each
-kernel is planned three ways (the planner's choice; force_layout='rows'; force_layout='flat'),
+For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
+7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 and its 3x3 stride-2 stem, each
+kernel is planned three ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
+'im2col' for stride 2),
 built, verified byte for byte against the exact reference and timed with weights pre-packed in
 its C timing loop, 1 thread, best of --rounds medians (rounds interleave the variants). Kernel
 figures, not whole networks (benchmarks/net_bench.py --quantize measures those).
@@ -24,15 +26,23 @@ sys.path.insert(0, str(REPO))
 
 from machine import machine_facts  # noqa: E402
 
-LAYERS = {   # name -> (h = w, c, k, r = s, pad)
-    "r18_56x56_c64": (56, 64, 64, 3, 1),
-    "r18_28x28_c128": (28, 128, 128, 3, 1),
-    "r18_14x14_c256": (14, 256, 256, 3, 1),
-    "r18_7x7_c512": (7, 512, 512, 3, 1),
-    "mbv2_14x14_1x1_c96_k576": (14, 96, 576, 1, 0),
-    "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0),
+LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
+    "r18_56x56_c64": (56, 64, 64, 3, 1, 1),
+    "r18_28x28_c128": (28, 128, 128, 3, 1, 1),
+    "r18_14x14_c256": (14, 256, 256, 3, 1, 1),
+    "r18_7x7_c512": (7, 512, 512, 3, 1, 1),
+    "r18_stem_7x7_s2": (224, 3, 64, 7, 3, 2),
+    "r18_56_to_28_s2": (56, 64, 128, 3, 1, 2),
+    "r18_28_to_14_s2": (28, 128, 256, 3, 1, 2),
+    "r18_14_to_7_s2": (14, 256, 512, 3, 1, 2),
+    "r18_shortcut_14_to_7_1x1_s2": (14, 256, 512, 1, 0, 2),
+    "mbv2_stem_3x3_s2": (224, 3, 32, 3, 1, 2),
+    "mbv2_56x56_1x1_c24_k144": (56, 24, 144, 1, 0, 1),
+    "mbv2_14x14_1x1_c96_k576": (14, 96, 576, 1, 0, 1),
+    "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0, 1),
 }
-VARIANTS = {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"}}
+VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"}},
+            2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"}}}
 REPEAT = 50
 
 
@@ -53,9 +63,10 @@ def main(argv=None) -> int:
     flags = frozenset(read_flags())
     built, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="xfc-int8-layouts-") as tmp:
-        for name, (size, c, k, r, pad) in LAYERS.items():
-            spec = make_spec("conv2d", dict(n=1, c=c, h=size, w=size, k=k, r=r, s=r), pad=(pad,) * 4, bias=True)
-            for variant, forced in VARIANTS.items():
+        for name, (size, c, k, r, pad, stride) in LAYERS.items():
+            spec = make_spec("conv2d", dict(n=1, c=c, h=size, w=size, k=k, r=r, s=r), pad=(pad,) * 4,
+                             stride=(stride, stride), bias=True)
+            for variant, forced in VARIANTS[stride].items():
                 plan = plan_int8(spec, QuantParams(a_zero_point=128), hw, threads=1, host_flags=flags, **forced)
                 kernel = stages.realize(plan, Path(tmp) / f"{name}_{variant}")
                 operands = make_operands(spec, INT8, seed=0, quant=plan.quant)
@@ -71,7 +82,7 @@ def main(argv=None) -> int:
         rows.append({"layer": name, "variant": variant, "column_layout": plan.column_layout, "dialect": plan.dialect,
                      "tile": [plan.mr, plan.nr], "verified": ok, "gops": round(best[(name, variant)], 1),
                      "spec": plan.spec.describe()})
-        print(f"{name:26s} {variant:8s} {plan.column_layout:5s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
+        print(f"{name:28s} {variant:8s} {plan.column_layout:6s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
               f"{'ok' if ok else 'WRONG'} {best[(name, variant)]:7.1f} GOP/s")
     out = args.results / "int8_conv_layouts.json"
     write_json_result(out, {"benchmark": "int8 conv2d column layouts, kernel with pre-packed weights, C timing loop, "

@@ -129,6 +129,30 @@ def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, g
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+IM2COL = [  # strided conv2d: short rows, odd pads, a dilation, channels not a multiple of 4, a 1x1, a batch
+    ({"c": 13, "h": 14, "w": 13, "k": 21, "r": 3, "s": 3, "n": 2}, {"stride": "2", "pad": "1,1,1,1"}, (2, 2)),
+    ({"c": 5, "h": 11, "w": 9, "k": 17, "r": 3, "s": 2}, {"stride": "2,3", "pad": "2,0,1,1", "dilation": "2,1"},
+     (3, 1)),
+    ({"c": 9, "h": 7, "w": 11, "k": 8, "r": 1, "s": 1}, {"stride": "2"}, (1, 2)),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, tile", IM2COL, ids=["3x3-s2-batch2", "dilated-s2x3-odd-pads", "1x1-s2"])
+def test_im2col_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
+    """The 'im2col' layout (every tap gathered per output pixel when staged, the outputs as one run),
+    forced with the planner's tile and with a ragged one, at 1 and 2 threads."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu6", **geometry)
+    q = QuantParams(act_type="int8", a_zero_point=-100, per_channel=True, out_zero_point=-5)
+    for n, (threads, force) in enumerate([(1, None), (2, tile)]):
+        kw = {"force_layout": "im2col", **({"force_tile": force} if force else {})}
+        plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
+                                    **kw)
+        assert plan.column_layout == "im2col"
+        verdict = verify_int8(kernel, seed=n + 5)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")

@@ -167,11 +167,13 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tupl
                 taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * kd)
         cg = math.ceil(spec.c / kd)
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
-                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd, "flat": False,
+                    "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd, "flat": False, "im2col": False,
                     "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
                               for v in range(plan.nv)]})
         if plan.column_layout == "flat":
             ctx.update(_flat_context(plan))
+        elif plan.column_layout == "im2col":
+            ctx.update(_im2col_context(plan))
     # per weight batch: the weights' int32 sums, then the packed weight panel
     panel = ctx["NB"] * plan.nr * k4 if row_is_act else mb * plan.mr * ctx["row_k4"]
     ctx["packed_bytes"] = ctx["w_batches"] * (ctx["sums_len"] * 4 + panel)
@@ -190,6 +192,23 @@ def _flat_context(plan: Int8Plan) -> dict:
     hp = max(spec.h + spec.pad_top + spec.pad_bottom, math.ceil(reach / wph))
     taps = [(r * spec.dilation_h * wph + s * spec.dilation_w) * kd for r in range(spec.r) for s in range(spec.s)]
     return {"flat": True, "WPH": wph, "HP": hp, "NT": tiles, "tap_offs": taps,
+            "boffs": [v * plan.lanes * kd for v in range(plan.nv)]}
+
+
+def _im2col_context(plan: Int8Plan) -> dict:
+    """The 'im2col' column layout (Int8Plan.column_layout, strided convs): the input staged as
+    [taps][C/KD][NQP][KD], position q = oh OW + ow of tap t holding the KD channels at
+    (oh sh - pt + r dh, ow sw - pl + s dw) (the zero point outside the image); NQP = the tiles' reach.
+    It is read as the flat layout without padding columns (WPH = OW): column tile nt covers outputs
+    [nt NR, nt NR + NR)."""
+    spec, kd = plan.spec, plan.k_depth
+    positions = spec.out_h * spec.out_w
+    tiles = math.ceil(positions / plan.nr)
+    plane = tiles * plan.nr * kd
+    cg = math.ceil(spec.c / kd)
+    return {"flat": True, "im2col": True, "WPH": spec.out_w, "HP": spec.out_h, "NT": tiles, "NQP": tiles * plan.nr,
+            "IM2COL_PLANE": plane, "tap_offs": [t * cg * plane for t in range(spec.r * spec.s)],
+            "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r) for s in range(spec.s)],
             "boffs": [v * plan.lanes * kd for v in range(plan.nv)]}
 
 

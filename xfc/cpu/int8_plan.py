@@ -55,6 +55,8 @@ class Int8Plan:
                                        # a tile spans tile_rows rows) or 'flat' (stride 1: the staged rows, padding
                                        # included, read as one long row, so a vector runs on into the next output
                                        # row; the padding columns are computed and dropped: int8_synth.flat_shape)
+                                       # or 'im2col' (strided: every tap gathered per output pixel when staged,
+                                       # the outputs as one run: int8_synth.im2col_shape)
     depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
                                        # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
                                        # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'
@@ -104,7 +106,8 @@ class Int8Synthesis:
         if plan.lowering == "direct_depthwise":
             return (f"int8 {plan.dialect} depthwise ({plan.depthwise_layout}, {plan.tile_rows} row(s) x {plan.nv} x "
                     f"{plan.lanes} pixels)")
-        return f"int8 {plan.dialect} tile {plan.mr}x{plan.nr}" + (" (flat columns)" if plan.column_layout == "flat" else "")
+        return f"int8 {plan.dialect} tile {plan.mr}x{plan.nr}" + (f" ({plan.column_layout} columns)"
+                                                                   if plan.column_layout != "rows" else "")
 
     def report(self) -> dict:
         plan = self.plan

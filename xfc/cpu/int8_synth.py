@@ -52,6 +52,10 @@ DW_MAX_VECTORS = 4
 DW_EPILOGUE_UOPS = {8: 11, 16: 7}       # requantize + narrow + store one accumulator vector (xfc_store)
 DW_STAGE_UOPS = {"direct": 5, "pairs": 12, "gather": 64}   # per 16 input columns of a staged row
 DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
+# im2col staging (int8_gemm.c.j2 stage_input): 4 bytes (one pixel of 4 channels) gathered and stored
+# per iteration with a bounds check; 1 byte per cycle is what benchmarks/int8_conv_layouts.py's strided layers
+# rank right with on a Zen 4 host (ranking only: a 28x28 stride-2 layer is a near tie)
+STAGE_BYTES_PER_CYCLE = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,22 @@ def flat_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
     if spec.stride_h != 1 or spec.stride_w != 1:
         return None
     return GemmShape(spec.k, spec.out_h * flat_row_width(spec), 1, spec.r * spec.s * math.ceil(spec.c / 4))
+
+
+def im2col_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
+    """The 'im2col' column layout of a strided conv2d (Int8Plan.column_layout): every tap's input
+    gathered per output pixel when the input is staged, so the columns are the OH x OW outputs as
+    one run (no lane wasted at the end of a short output row) at the cost of staging R x S times the
+    bytes (im2col_staging_seconds). None: stride 1 (the flat layout covers it without the copies)."""
+    if spec.stride_h == 1 and spec.stride_w == 1:
+        return None
+    return GemmShape(spec.k, spec.out_h * spec.out_w, 1, spec.r * spec.s * math.ceil(spec.c / 4))
+
+
+def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster) -> float:
+    """Writing the im2col staging: R x S x C (rounded up to 4) x OH x OW bytes at STAGE_BYTES_PER_CYCLE."""
+    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * spec.out_h * spec.out_w
+    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9)
 
 
 def flat_row_width(spec: Conv2dSpec) -> int:
@@ -243,7 +263,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               force_layout: Optional[str] = None) -> Int8Plan:
     """The int8 plan. force_dialect / force_tile / force_rows / force_layout (tests, benchmarks): a
     narrower dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile, the
-    conv2d column layout ('rows', or 'flat' where the stride is 1).
+    conv2d column layout ('rows'; 'flat' where the stride is 1; 'im2col' where it is not).
     AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
         from .int8_arm import plan_arm_int8
@@ -289,9 +309,29 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
     layout = "rows"
-    flat = flat_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout != "rows" else None
+    flat = flat_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout in (None, "flat") else None
     if force_layout == "flat" and flat is None:
         raise OperatorError(f"{spec.describe()}: the flat column layout needs a stride-1 conv2d")
+    gathered = im2col_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout in (None, "im2col") else None
+    if force_layout == "im2col" and gathered is None:
+        raise OperatorError(f"{spec.describe()}: the im2col column layout is for strided conv2d (stride 1: flat)")
+    if gathered is not None and (force_tile is None or force_layout == "im2col"):
+        staging = im2col_staging_seconds(spec, cl)
+        g_tile, _ = (choose_tile(dialect, gathered, cl, threads, split_rows=True) if force_tile is None else
+                     (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
+                               _tile_seconds(gathered, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
+                                             threads, 1, True)), 0))
+        g_seconds = g_tile.seconds + staging
+        if g_seconds < tile.seconds or force_layout == "im2col":
+            reasons.append(f"columns 'im2col': every tap gathered per output pixel when staged, the {spec.out_h} x "
+                           f"{spec.out_w} outputs as one run, register tile {g_tile.mr}x{g_tile.nr}, "
+                           f"{g_seconds * 1e6:.1f} us modelled ({staging * 1e6:.1f} of them staging) against "
+                           f"{tile.seconds * 1e6:.1f} us for vectors within an output row ({spec.out_w} pixels)")
+            tile = Int8Tile(g_tile.mr, g_tile.nv, g_tile.lanes, g_tile.cycles_per_group, g_seconds)
+            shape, layout = gathered, "im2col"
+        else:
+            reasons.append(f"columns within output rows: {tile.seconds * 1e6:.1f} us modelled, 'im2col' "
+                           f"{g_seconds * 1e6:.1f} us ({staging * 1e6:.1f} of them staging)")
     if flat is not None and (force_tile is None or force_layout == "flat"):
         flat_tile, flat_scored = (choose_tile(dialect, flat, cl, threads, split_rows=True) if force_tile is None else
                                   (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
@@ -308,12 +348,13 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             reasons.append(f"columns within output rows: {tile.seconds * 1e6:.1f} us modelled, 'flat' (the padded rows "
                            f"as one run, {valid:.0%} outputs) {flat_tile.seconds * 1e6:.1f} us")
     column_tiles = math.ceil(shape.column_rows / tile.tile_rows) * math.ceil(shape.run / (tile.nr // tile.tile_rows))
-    threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout == "flat" else 1)))
+    threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout != "rows" else 1)))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
                   + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else "")
-                  + (", flat columns (padded rows as one run)" if layout == "flat" else ""))
+                  + (", flat columns (padded rows as one run)" if layout == "flat" else "")
+                  + (", im2col columns (every tap gathered per output pixel)" if layout == "im2col" else ""))
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     row_operand="activations" if isinstance(spec, MatmulSpec) else "weights", column_layout=layout)
