@@ -385,20 +385,22 @@ def test_a_graph_output_that_is_a_view_is_written_to_the_callers_buffer(tmp_path
 @pytest.mark.emulated
 def test_fuzz_networks_verify_on_the_host_and_under_qemu(tmp_path, capsys):
     """`xfc fuzz --networks`: random small networks through --emit lib --verify, cycling host fp32, qemu
-    fp32, qemu fp16; the same seed draws the same networks. Seed 3's second network is the view-output
-    case above."""
+    fp32, qemu fp16, host int8, qemu int8 (quantized by onnxruntime); the same seed draws the same
+    networks. Seed 3's second network is the view-output case above."""
     out = tmp_path / "nets.json"
-    code = main(["fuzz", "--networks", "4", "--seed", "3", "--targets", "host,qemu", "--save-dir",
+    code = main(["fuzz", "--networks", "5", "--seed", "3", "--targets", "host,qemu", "--save-dir",
                  str(tmp_path / "saved"), "--out", str(out), "--quiet"])
     captured = capsys.readouterr()
     doc = json.loads(out.read_text())
     assert code == 0, captured.err[-2000:]
-    assert doc["networks"] == 4 and doc["passed"] == 4 and doc["failures"] == 0
-    assert [(r["hardware"], r["dtype"]) for r in doc["rows"]] == [("host", "fp32"), ("snapdragon-865", "fp32"),
-                                                                  ("snapdragon-865", "fp16"), ("host", "fp32")]
+    assert doc["networks"] == 5 and doc["passed"] == 5 and doc["failures"] == 0
+    assert [(r["hardware"], r["dtype"]) for r in doc["rows"]] == [
+        ("host", "fp32"), ("snapdragon-865", "fp32"), ("snapdragon-865", "fp16"), ("host", "int8"),
+        ("snapdragon-865", "int8")]
     assert doc["rows"][1]["blocks"] == ["grouped 3x3/1 g3 ->12 relu6", "shuffle g2"]
     assert all(r["steps"] >= 1 and r["worst_step_ratio"] <= 1 for r in doc["rows"])
-    assert "4/4 networks verified" in captured.out and not (tmp_path / "saved").exists()
+    assert all(r["worst_step_ratio"] == 0 for r in doc["rows"] if r["dtype"] == "int8")   # byte for byte
+    assert "5/5 networks verified" in captured.out and not (tmp_path / "saved").exists()
 
 
 # Pooling attributes the families do not reach: ceil_mode, asymmetric pads, dilations (MaxPool), both

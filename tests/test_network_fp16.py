@@ -239,7 +239,7 @@ def test_fuzz_networks_refuse_a_dtype_no_target_runs_in_one_line(tmp_path, capsy
 def test_fuzz_networks_cycle_through_the_dtypes_each_target_runs():
     from xfc.cli.fuzz import network_plan
     assert network_plan(["host", "qemu"], ("fp32", "fp16", "int8")) == [
-        ("host", "fp32"), ("host", "int8"), ("qemu", "fp32"), ("qemu", "fp16"), ("qemu", "int8")]
+        ("host", "fp32"), ("qemu", "fp32"), ("qemu", "fp16"), ("host", "int8"), ("qemu", "int8")]
     assert network_plan(["host", "qemu"], ("fp32", "fp16")) == [("host", "fp32"), ("qemu", "fp32"), ("qemu", "fp16")]
     assert network_plan(["qemu"], ("fp16",)) == [("qemu", "fp16")]
 

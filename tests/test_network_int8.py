@@ -206,3 +206,37 @@ def test_compile_model_runs_a_quantized_model_equal_to_the_oracle(tmp_path):
         x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 2
         expected = Q.run(network, {name: x})[loaded.outputs[0]]
         np.testing.assert_array_equal(np.asarray(net(x)).reshape(expected.shape), expected)
+
+
+def _requantizing_model(path):
+    """x -> Q -> DQ -> Conv (int8 weights) -> Q(s2) -> DQ -> Q(s3) -> DQ -> y: a requantization pair
+    (DQ -> Q) inside, as converters write it."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(v), n) for n, v in (("s1", 0.02), ("s2", 0.05), ("s3", 0.07),
+                                                                     ("ws", 0.01))]
+    inits += [numpy_helper.from_array(np.uint8(128), "z"), numpy_helper.from_array(np.int8(0), "wz"),
+              numpy_helper.from_array(rng.integers(-60, 60, (4, 3, 3, 3)).astype(np.int8), "w8")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["w8", "ws", "wz"], ["w"], name="dq_w"),
+             helper.make_node("Conv", ["d1", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s2", "z"], ["q2"], name="q_conv"),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"], name="dq_mid"),
+             helper.make_node("QuantizeLinear", ["d2", "s3", "z"], ["q3"], name="q_mid"),
+             helper.make_node("DequantizeLinear", ["q3", "s3", "z"], ["y"], name="dq_out")]
+    graph = helper.make_graph(nodes, "requant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.unit
+def test_a_requantizing_pair_inside_the_network_is_refused_in_one_line(tmp_path, capsys):
+    path = _requantizing_model(tmp_path / "requant.onnx")
+    code = main(["model", str(path), "--hw", "snapdragon-865", "--emit", "lib", "-o", str(tmp_path / "out")])
+    assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model (QDQ: 1 int8 layers",
+                          "'dq_mid' (DequantizeLinear into 'd2'", "'q_mid' (QuantizeLinear of 'd2'")
+    assert not (tmp_path / "out").exists()

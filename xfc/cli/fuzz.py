@@ -352,8 +352,9 @@ NETWORK_DTYPES = {"host": ("fp32", "int8"), "qemu": ("fp32", "fp16", "int8")}
 
 
 def network_plan(targets, dtypes) -> list[tuple[str, str]]:
-    """The (target, dtype) cycle of --networks: each target with each dtype it runs that was asked for."""
-    plan = [(t, d) for t in targets for d in NETWORK_DTYPES[t] if d in dtypes]
+    """The (target, dtype) cycle of --networks: each target with each dtype it runs that was asked for,
+    the float dtypes first (fp32, fp16, then int8), targets in the order given."""
+    plan = [(t, d) for d in DTYPES for t in targets if d in NETWORK_DTYPES[t] and d in dtypes]
     if not plan:
         raise OperatorError(f"--networks: no target of {', '.join(targets)} runs --dtype {','.join(dtypes)} networks "
                             f"(fp16 runs under qemu, on {NETWORK_HARDWARE['qemu']})")
@@ -377,26 +378,37 @@ def run_network_case(case, work_dir: Path) -> dict:
                                    verify=True, seed=case.index, dtype="fp32" if case.dtype == "int8" else case.dtype)
     except XfcError as exc:
         return {"status": "error", "seconds": time.perf_counter() - started, "steps": 0, "worst_step_ratio": None,
-                "detail": f"{type(exc).__name__}: {exc}"}
+                "detail": f"{type(exc).__name__}: {exc}", "model_path": str(path)}
     v = report["verification"]
     return {"status": "pass" if v["verified"] else "fail", "seconds": time.perf_counter() - started,
+            "model_path": str(path),
             "steps": report["network"]["steps"], "worst_step_ratio": v["worst_layer_ratio"],
             "detail": "" if v["verified"] else f"not verified: steps failed {v['layers_failed'][:5]}"}
 
 
 def quantize_case(case, path: Path) -> Path:
     """An int8 case's model quantized by onnxruntime (xfc.model.quantized_peer): QDQ or QOperator and
-    uint8 or int8 activations by the case's index, per-channel 7-bit weights."""
+    uint8 or int8 activations by the case's index, per-channel 7-bit weights. Without onnxruntime's
+    quantization tools, or when they fail, a one-line ToolchainError."""
     from ..model.quantized_peer import quantize_with_onnxruntime
     fmt = ("qdq", "qoperator")[case.index % 2]
     activation = ("uint8", "int8")[(case.index // 2) % 2]
-    return quantize_with_onnxruntime(path, path.with_name(f"net_{fmt}_{activation}.onnx"), fmt, activation=activation)
+    try:
+        return quantize_with_onnxruntime(path, path.with_name(f"net_{fmt}_{activation}.onnx"), fmt,
+                                         activation=activation)
+    except ImportError as exc:
+        raise ToolchainError(f"int8 networks are quantized with onnxruntime.quantization, which is not installed "
+                             f"({exc}); pip install onnxruntime, or --dtype fp32,fp16") from None
+    except Exception as exc:   # noqa: BLE001 - onnxruntime's quantizer raises errors of every kind
+        raise ToolchainError(f"onnxruntime.quantization failed on the drawn network: "
+                             f"{' '.join(str(exc).split())[:200]}") from None
 
 
 def cmd_fuzz_networks(args) -> int:
     """--networks N: random small networks through the network runtime (xfc.testing.netfuzz), one at a
     time in this process (each runs its benchmark program as a child), cycling through the (target,
-    dtype) pairs of network_plan: host fp32, qemu fp32, qemu fp16 by default."""
+    dtype) pairs of network_plan: host fp32 and int8, qemu fp32, fp16 and int8 by default (int8: the
+    drawn network quantized by onnxruntime; a failure saves the quantized model)."""
     from ..testing.netfuzz import random_network
     if args.networks < 1:
         raise OperatorError(f"--networks must be >= 1, got {args.networks}")
@@ -418,6 +430,7 @@ def cmd_fuzz_networks(args) -> int:
             target, dtype = plan[index % len(plan)]
             case = random_network(args.seed, index, NETWORK_HARDWARE[target], max_threads=cores[target], dtype=dtype)
             result = run_network_case(case, scratch / f"net{index}")
+            built = Path(result.pop("model_path", "") or "")     # the model xfc built (int8: quantized)
             rows.append({"index": index, "target": target, "dtype": dtype, "hardware": case.hardware,
                          "threads": case.threads,
                          "input": list(case.input_shape), "blocks": list(case.blocks), **result,
@@ -427,9 +440,10 @@ def cmd_fuzz_networks(args) -> int:
                       f"{case.describe()}", file=sys.stderr, flush=True)
             if result["status"] != "pass":
                 saved = Path(args.save_dir) / f"net-s{args.seed}-n{index}-{result['status']}.onnx"
-                write_owned_file(saved, case.model.SerializeToString(), lambda existing: False, option="--save-dir")
+                data = built.read_bytes() if dtype == "int8" and built.is_file() else case.model.SerializeToString()
+                write_owned_file(saved, data, lambda existing: False, option="--save-dir")
                 replay = (f"xfc model {saved} --hw {case.hardware} --emit lib --verify --threads {case.threads} "
-                          f"--seed {index}" + (f" --dtype {dtype}" if dtype != "fp32" else ""))
+                          f"--seed {index}" + (f" --dtype {dtype}" if dtype == "fp16" else ""))
                 failures.append({**rows[-1], "saved": str(saved), "replay": replay})
                 print(f"xfc fuzz: FAIL {result['status']}: {case.describe()}\n    {result['detail']}\n"
                       f"    saved {saved}; reproduce with: {replay}", file=sys.stderr, flush=True)

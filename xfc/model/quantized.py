@@ -549,6 +549,24 @@ def _sat(values: np.ndarray, act: str) -> np.ndarray:
     return np.clip(values, lo, hi).astype(np.uint8 if act == "uint8" else np.int8)
 
 
+def layer_quant(x: QTensor, y: QTensor) -> QuantParams:
+    """The QuantParams of an int8 layer from its input and output tensors (per-channel weights: the
+    multipliers are layer_multipliers, passed beside it)."""
+    return QuantParams(act_type=x.act_type, a_scale=x.scale, a_zero_point=x.zero_point, w_scale=1.0,
+                       per_channel=True, out_scale=y.scale, out_zero_point=y.zero_point)
+
+
+def add_ratios(a: QTensor, b: QTensor, y: QTensor) -> tuple[np.float32, np.float32]:
+    """fp32(sa / sy), fp32(sb / sy): what a requantizing add multiplies each input by."""
+    sy = np.float32(y.scale)
+    return np.float32(np.float32(a.scale) / sy), np.float32(np.float32(b.scale) / sy)
+
+
+def gap_multiplier(x: QTensor, y: QTensor, count: int) -> np.float32:
+    """fp32(sx / (sy N)): what an int8 average multiplies its zero-point-corrected sum by."""
+    return np.float32(np.float32(x.scale) / (np.float32(y.scale) * np.float32(count)))
+
+
 def layer_multipliers(x: QTensor, w_scales: np.ndarray, y: QTensor) -> np.ndarray:
     """fp32(x_scale w_scale[o]) / y_scale in fp32 arithmetic (onnxruntime's output scales)."""
     with np.errstate(over="ignore", under="ignore"):
@@ -557,15 +575,13 @@ def layer_multipliers(x: QTensor, w_scales: np.ndarray, y: QTensor) -> np.ndarra
 
 def run_layer(step: QStep, x_q: np.ndarray, x: QTensor, y: QTensor) -> np.ndarray:
     spec = step.spec
-    q = QuantParams(act_type=x.act_type, a_scale=x.scale, a_zero_point=x.zero_point, w_scale=1.0,
-                    per_channel=True, out_scale=y.scale, out_zero_point=y.zero_point)
+    q = layer_quant(x, y)
     acc = accumulators(spec, q, np.asarray(x_q).reshape(spec.operand_shapes[0]), step.weight, step.bias)
     return requantize(acc, spec, q, layer_multipliers(x, step.w_scales, y))
 
 
 def run_add(a_q, b_q, a: QTensor, b: QTensor, y: QTensor) -> np.ndarray:
-    ra = np.float32(np.float32(a.scale) / np.float32(y.scale))
-    rb = np.float32(np.float32(b.scale) / np.float32(y.scale))
+    ra, rb = add_ratios(a, b, y)
     va = (ra * (np.asarray(a_q, np.float32) - np.float32(a.zero_point))).astype(np.float32)
     vb = (rb * (np.asarray(b_q, np.float32) - np.float32(b.zero_point))).astype(np.float32)
     return _rint_sat((va + vb).astype(np.float32), y.zero_point, y.act_type)
@@ -575,7 +591,7 @@ def run_gap(x_q, x: QTensor, y: QTensor) -> np.ndarray:
     arr = np.asarray(x_q).astype(np.int64)
     count = prod(arr.shape[2:])
     total = arr.reshape(*arr.shape[:2], -1).sum(axis=2) - count * x.zero_point
-    mult = np.float32(np.float32(x.scale) / (np.float32(y.scale) * np.float32(count)))
+    mult = gap_multiplier(x, y, count)
     out = _rint_sat((total.astype(np.float32) * mult).astype(np.float32), y.zero_point, y.act_type)
     return out.reshape(*arr.shape[:2], *([1] * (arr.ndim - 2)))
 

@@ -386,7 +386,7 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
     steps = [spelling.step(i, s) for i, s in enumerate(program.steps)]
     element = element_spelling(program.dtype, program.activation_type)
     elem_bytes = program.dtype.element_bytes
-    row = ISA_TABLE.get(isa) if isa else None
+    row = (ISA_TABLE.get(isa) if program.dtype.name == "int8" else ISA_TABLE[isa]) if isa else None   # int8: a dialect
     ops_row = ISA_TABLE[element.ops_isa] if element.ops_isa else row   # the runtime ops' dialect
     layout = (f"NCHW {program.dtype.name} between every two steps (the layout every kernel reads and writes): no "
               f"conversion inserted" + ("" if program.dtype == FP32 else
@@ -483,6 +483,9 @@ def _manifest(program: Program, plan: ArenaPlan, payload: Payload, context: dict
                              else list(s.spec.operand_shapes[1])},
                          bias={"constants_offset_floats": payload.bias_offsets[i],
                                "floats": int(np.asarray(s.layer.bias).size)},
+                         **({"quantization": s.quant.as_dict(),
+                             "multipliers": {"constants_offset_floats": payload.mult_offsets[i],
+                                             "floats": int(s.layer.multipliers.size)}} if s.quant is not None else {}),
                          packed_offset_floats=packed_offsets.get(i), residual=s.residual,
                          residual_in_place=i in plan.residual_inplace if s.residual else None)
         else:
@@ -501,10 +504,16 @@ def _manifest(program: Program, plan: ArenaPlan, payload: Payload, context: dict
         "weights": {"file": context["weights_file"], "bytes": context["file_bytes"], "digest": payload.digest,
                     "embedded": context["embedded"], "header_bytes": HEADER_BYTES,
                     "constants_section_offset_floats": payload.const_section,
-                    "dtype": context["dtype"],
+                    "dtype": context["dtype"], "element_bytes": program.dtype.element_bytes,
                     "layout": f"64-byte header (magic XFCWGT01, payload values u64, constants section offset u64, "
                               f"digest[32]), then raw little-endian {context['dtype']}: every layer's weights (all "
-                              f"groups, in the kernel's layout), then the constants section (biases, the ops' constants)"},
+                              f"groups, in the kernel's layout), then the constants section (biases, the ops' constants)"
+                              if program.dtype.name != "int8" else
+                              "64-byte header (magic XFCWGT01, payload bytes u64, constants section offset u64, "
+                              "digest[32]), then bytes: every layer's int8 weights (in the kernel's layout), then the "
+                              "constants section: per layer its int32 biases and fp32 multipliers, little-endian; every "
+                              "*_offset_floats and floats here counts elements of element_bytes (bytes for int8) for "
+                              "offsets and values of the array's own type for 'floats'"},
         "sizes": {"arena_bytes": plan.arena_bytes, "arena_lower_bound_bytes": plan.lower_bound_bytes,
                   "arena_to_lower_bound": plan.ratio, "arena_buffers": plan.buffers,
                   "packed_weight_bytes": context["packed_bytes"], "constant_bytes": context["const_bytes"],

@@ -106,15 +106,15 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
     from ...ops.dtypes import dtype_named
     say = progress or (lambda msg: None)
     dtype = dtype_named(dtype)
-    if dtype.name == "fp16":
-        from ...cpu.fp16 import check_fp16_target
-        check_fp16_target(hw, cluster)
     what = f"xfc model {Path(path).name} for {hw.name} (network library)"
     with OutputDir(Path(out_dir), what=what, force=force) as staging, \
             tempfile.TemporaryDirectory(prefix="xfc-net-") as scratch:
         scratch = Path(scratch)
         loaded = load_model(path, input_shapes)
         quantized = is_quantized(loaded)
+        if dtype.name == "fp16" and not quantized:     # a quantized model is refused for --dtype as such
+            from ...cpu.fp16 import check_fp16_target
+            check_fp16_target(hw, cluster)
         lowered, syntheses = lower_and_synthesize(loaded, Path(path).stem, hw, cluster=cluster, threads=threads,
                                                   dtype=dtype, report_layers=True)
         program, net = lowered.program, getattr(lowered, "net", None)

@@ -32,7 +32,8 @@ from ...ops.dtypes import INT8
 from ...ops.quant import TYPE_RANGE, QuantParams
 from ..load import LoadedModel
 from ..nodes import run_node
-from ..quantized import QuantizedNetwork, QStep, layer_multipliers, recognise
+from ..quantized import (QuantizedNetwork, QStep, add_ratios, gap_multiplier, layer_multipliers, layer_quant,
+                         recognise)
 from .lower import _Unsupported, pool_params, route_outputs
 from .program import KernelStep, OpStep, Program
 
@@ -60,9 +61,7 @@ class QuantizedLowered:
 
 def kernel_quant(step: QStep, network: QuantizedNetwork) -> QuantParams:
     """The QuantParams an int8 kernel is planned and compiled with (its multipliers are run-time data)."""
-    x, y = network.tensors[step.inputs[0]], network.tensors[step.outputs[0]]
-    return QuantParams(act_type=x.act_type, a_scale=x.scale, a_zero_point=x.zero_point, w_scale=1.0,
-                       per_channel=True, out_scale=y.scale, out_zero_point=y.zero_point)
+    return layer_quant(network.tensors[step.inputs[0]], network.tensors[step.outputs[0]])
 
 
 def _f32(value) -> float:
@@ -77,6 +76,8 @@ class _Lowering:
         self.aliases: dict[str, tuple[str, int]] = {}
         self.steps: list = []
         self.refused: list[str] = []
+        self.graph_inputs = {n for n, _shape, _elem in network.loaded.inputs}
+        self.graph_outputs = set(network.loaded.outputs)
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name not in self.shapes:
@@ -102,10 +103,18 @@ class _Lowering:
             if step.kind == "layer":
                 self.layer(step)
             elif step.kind == "quantize":
+                if x not in self.graph_inputs:      # a dequantize -> quantize pair inside: a requantization
+                    self.refused.append(f"'{step.name}' (QuantizeLinear of '{x}', a value computed in fp32 inside "
+                                        f"the network)")
+                    continue
                 q = t[y]
                 lo, hi = TYPE_RANGE[q.act_type]
                 self.op("quantize", step, [x], [y], dict(scale=_f32(q.scale), zero_point=q.zero_point, lo=lo, hi=hi))
             elif step.kind == "dequantize":
+                if y not in self.graph_outputs:     # fp32 inside the network: the program holds bytes only
+                    self.refused.append(f"'{step.name}' (DequantizeLinear into '{y}', which the network reads in "
+                                        f"fp32)")
+                    continue
                 q = t[x]
                 self.op("dequantize", step, [x], [y], dict(scale=_f32(q.scale), zero_point=q.zero_point))
             elif step.kind == "add":
@@ -115,9 +124,9 @@ class _Lowering:
                                         f"{self.shape(b.name)})")
                     continue
                 lo, hi = TYPE_RANGE[q.act_type]
-                sy = np.float32(q.scale)
+                ra, rb = add_ratios(a, b, q)
                 self.op("qadd", step, [a.name, b.name], [y],
-                        dict(ra=_f32(np.float32(a.scale) / sy), rb=_f32(np.float32(b.scale) / sy), za=a.zero_point,
+                        dict(ra=_f32(ra), rb=_f32(rb), za=a.zero_point,
                              zb=b.zero_point, zy=q.zero_point, lo=lo, hi=hi, n=prod(self.shape(a.name))),
                         inplace=True)
             elif step.kind == "gap":
@@ -125,7 +134,7 @@ class _Lowering:
                 shape = self.shape(x)
                 count = prod(shape[2:])
                 lo, hi = TYPE_RANGE[q.act_type]
-                mult = np.float32(np.float32(xq.scale) / (np.float32(q.scale) * np.float32(count)))
+                mult = gap_multiplier(xq, q, count)
                 self.shapes[y] = (*shape[:2], *([1] * (len(shape) - 2)))
                 self.op("qgap", step, [x], [y], dict(outer=shape[0] * shape[1], inner=count, zx=xq.zero_point,
                                                      mult=_f32(mult), zy=q.zero_point, lo=lo, hi=hi))
@@ -155,7 +164,11 @@ class _Lowering:
             main = next(n for n in step.nodes if n.op_type == step.op)
             feeds = {main.input[0]: np.zeros(self.shape(step.inputs[0]), np.float32)}
             feeds.update({n: np.asarray(self.loaded.constants[n]) for n in main.input[1:] if n})
-            shape = np.shape(run_node(main, feeds, self.loaded.opset)[0])
+            try:
+                shape = np.shape(run_node(main, feeds, self.loaded.opset)[0])
+            except Exception as exc:   # noqa: BLE001 - onnx.reference's errors are of every kind
+                raise OperatorError(f"{self.loaded.path}: node '{step.name}' ({step.op}): cannot infer its output "
+                                    f"shape ({' '.join(str(exc).split())[:160]})") from None
         return tuple(int(d) for d in shape)
 
     def layer(self, step: QStep) -> None:
