@@ -18,6 +18,10 @@ each target:
               (sdot kernels) under qemu, every step byte for byte against xfc's oracle, the output
               against onnxruntime on the same quantized model
     sd8g2_int8  the same for snapdragon-8-gen-2 (smmla kernels: i8mm cores)
+    device_int8 the same as sd865_int8 on an ADB device, --device SERIAL (and --adb-port): e.g. the
+              virtual device (`python -m android_runner.virtual_device --port 5599 --soc
+              snapdragon-865 &`, then `adb connect 127.0.0.1:5599`; it runs the program under
+              qemu-aarch64: emulated, never a phone)
 
 and writes each report to benchmarks/results/model_<arch>_<target>.json (replaced only when xfc
 wrote the file before, see xfc/outputs.py). Timings are only meaningful on a quiet machine; qemu
@@ -48,8 +52,9 @@ TARGETS = {   # name -> xfc model arguments after NET.onnx
     "sd865_fp16": ["--hw", "snapdragon-865", "--emit", "lib", "--dtype", "fp16", "--verify"],
     "sd865_int8": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],
     "sd8g2_int8": ["--hw", "snapdragon-8-gen-2", "--emit", "lib", "--verify"],
+    "device_int8": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],     # + --device (the options)
 }
-QUANTIZED_TARGETS = ("sd865_int8", "sd8g2_int8")     # run on the model quantized by onnxruntime (QDQ)
+QUANTIZED_TARGETS = ("sd865_int8", "sd8g2_int8", "device_int8")   # run on the model quantized by onnxruntime (QDQ)
 RUN_TIMEOUT_S = 4 * 3600
 
 
@@ -57,6 +62,8 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     """One `xfc model` run; its report goes to benchmarks/results/model_<arch>_<target>.json."""
     from xfc.outputs import write_json_result
     extra = ["--threads", str(args.threads), "--repeat", str(args.repeat)] if target == "host" else []
+    if target == "device_int8":
+        extra = ["--device", args.device] + (["--adb-port", str(args.adb_port)] if args.adb_port else [])
     if target in QUANTIZED_TARGETS:
         from xfc.model.quantized_peer import quantize_with_onnxruntime
         quantized = tmp / f"{arch}_qdq.onnx"
@@ -111,12 +118,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(ARCHS), help="comma-separated: " + ", ".join(ARCHS))
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
-    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
+    parser.add_argument("--targets", default=",".join(t for t in TARGETS if t != "device_int8"),
+                        help="comma-separated: " + ", ".join(TARGETS) + " (default: all but device_int8)")
     parser.add_argument("--threads", type=int, default=1, help="threads on the host target (default 1)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per layer on the host (default 20)")
+    parser.add_argument("--device", help="the ADB serial the device_int8 target runs on")
+    parser.add_argument("--adb-port", type=int, help="the adb server's port (device_int8)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if "device_int8" in targets and not args.device:
+        print("model-bench: --targets device_int8 needs --device SERIAL", file=sys.stderr)
+        return 2
     for target in targets:
         if target not in TARGETS:
             print(f"model-bench: unknown target '{target}' (known: {', '.join(TARGETS)})", file=sys.stderr)
