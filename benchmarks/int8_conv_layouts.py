@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""int8 conv2d column layouts on this host: the planner's choice against 'rows', 'flat' and 'im2col' forced.
+"""int8 conv2d column layouts on this host: the planner's choice against each layout forced.
 
 For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
 7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 and its 3x3 stride-2 stem, each
-kernel is planned three ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
-'im2col' for stride 2),
+kernel is planned four ways (the planner's choice; force_layout='rows'; 'flat' for stride 1, 'im2col'
+for stride 2; 'channels': the GEMM turned around, output channels in the lanes),
 built, verified byte for byte against the exact reference and timed with weights pre-packed in
 its C timing loop, 1 thread, best of --rounds medians (rounds interleave the variants). Kernel
 figures, not whole networks (benchmarks/net_bench.py --quantize measures those).
@@ -41,8 +41,10 @@ LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
     "mbv2_14x14_1x1_c96_k576": (14, 96, 576, 1, 0, 1),
     "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0, 1),
 }
-VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"}},
-            2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"}}}
+VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"},
+                "channels": {"force_layout": "channels"}},
+            2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"},
+                "channels": {"force_layout": "channels"}}}
 REPEAT = 50
 
 

@@ -153,6 +153,30 @@ def test_im2col_column_layout_matches_the_reference_exactly(isa, dialect, shape,
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+CHANNELS = [  # the GEMM turned around (pixels as rows): a short stage, a strided dilated one, a 1x1, a batch
+    ({"c": 13, "h": 7, "w": 7, "k": 37, "r": 3, "s": 3, "n": 2}, {"pad": "1,1,1,1"}, (3, 2)),
+    ({"c": 5, "h": 11, "w": 9, "k": 17, "r": 3, "s": 2}, {"stride": "2,3", "pad": "2,0,1,1", "dilation": "2,1"},
+     (5, 1)),
+    ({"c": 9, "h": 5, "w": 3, "k": 70, "r": 1, "s": 1}, {}, (2, 2)),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, tile", CHANNELS, ids=["7x7-batch2", "dilated-s2x3-odd-pads", "1x1"])
+def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
+    """The 'channels' layout (output pixels as im2col'd rows, output channels in the lanes, the outputs
+    stored transposed), forced with the planner's tile and with a ragged one, at 1 and 2 threads."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu6", **geometry)
+    q = QuantParams(act_type="uint8", a_zero_point=77, per_channel=True, out_zero_point=200)
+    for n, (threads, force) in enumerate([(1, None), (2, tile)]):
+        kw = {"force_layout": "channels", **({"force_tile": force} if force else {})}
+        plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
+                                    **kw)
+        assert plan.column_layout == "channels" and plan.row_operand == "activations"
+        verdict = verify_int8(kernel, seed=n + 7)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")

@@ -137,9 +137,13 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tupl
     m, n, k = gemm_view(spec)
     kd = plan.k_depth
     k4 = math.ceil(k / kd) * kd
+    row_is_act = plan.row_operand == "activations"
+    conv_rows = row_is_act and isinstance(spec, Conv2dSpec)
+    if conv_rows:      # column layout 'channels': output pixels as rows, output channels in the lanes
+        m, n = spec.out_h * spec.out_w, spec.k
+        k4 = spec.r * spec.s * math.ceil(spec.c / kd) * kd
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
-    row_is_act = plan.row_operand == "activations"
     if plan.parallel_axis != "columns":
         raise OperatorError(f"{plan.function_name}: the int8 templates split column tiles only, not {plan.parallel_axis}")
     ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
@@ -147,10 +151,15 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tupl
                 "za_u": za_shifted, "act_flip": flip,
                 "sums_len": (nb * plan.nr) if row_is_act else (mb * plan.mr),
                 "channels": n if row_is_act else m,
-                "batch": spec.batch if row_is_act else spec.n, "w_batches": spec.batch if row_is_act else 1,
+                "batch": spec.batch if row_is_act and not conv_rows else spec.n,
+                "w_batches": spec.batch if row_is_act and not conv_rows else 1,
                 "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
-                "boffs": [v * plan.lanes * kd for v in range(plan.nv)]})
-    if isinstance(spec, Conv2dSpec):
+                "boffs": [v * plan.lanes * kd for v in range(plan.nv)], "conv_rows": conv_rows})
+    if conv_rows:
+        ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
+                    "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r)
+                                for s in range(spec.s)]})
+    elif isinstance(spec, Conv2dSpec):
         sw = spec.stride_w
         rv, vpr = plan.tile_rows, plan.nv // plan.tile_rows
         run = vpr * plan.lanes

@@ -56,7 +56,9 @@ class Int8Plan:
                                        # included, read as one long row, so a vector runs on into the next output
                                        # row; the padding columns are computed and dropped: int8_synth.flat_shape)
                                        # or 'im2col' (strided: every tap gathered per output pixel when staged,
-                                       # the outputs as one run: int8_synth.im2col_shape)
+                                       # the outputs as one run: int8_synth.im2col_shape) or 'channels' (the
+                                       # GEMM turned around: output pixels as im2col'd rows, output channels in
+                                       # the lanes, row_operand 'activations': int8_synth.channels_shape)
     depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
                                        # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
                                        # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'

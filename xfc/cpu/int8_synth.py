@@ -115,6 +115,20 @@ def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster) -> float:
     return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9)
 
 
+def channels_shape(spec: Conv2dSpec) -> GemmShape:
+    """The 'channels' column layout of a conv2d (Int8Plan.column_layout): the GEMM turned around, the
+    output pixels as rows (im2col'd per call) and the output channels in the vector lanes, for layers
+    with few output pixels and many channels (a 7x7 stage) whose pixels fill vectors badly. The
+    outputs are stored transposed into the NCHW planes. Threads split column tiles (channel blocks)."""
+    return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
+
+
+def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster) -> float:
+    """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to MR)."""
+    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * math.ceil(spec.out_h * spec.out_w / mr) * mr
+    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9)
+
+
 def flat_row_width(spec: Conv2dSpec) -> int:
     """Pixels of a staged row in the flat layout: the input row with its padding (stride 1)."""
     return spec.w + spec.pad_left + spec.pad_right
@@ -347,17 +361,38 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         else:
             reasons.append(f"columns within output rows: {tile.seconds * 1e6:.1f} us modelled, 'flat' (the padded rows "
                            f"as one run, {valid:.0%} outputs) {flat_tile.seconds * 1e6:.1f} us")
+    if isinstance(spec, Conv2dSpec) and force_layout in (None, "channels") and (force_tile is None or
+                                                                             force_layout == "channels"):
+        turned = channels_shape(spec)
+        if force_tile is None:
+            c_tile, _ = choose_tile(dialect, turned, cl, threads)
+        else:
+            c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
+                              _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
+                                            threads))
+        staging = channels_staging_seconds(spec, c_tile.mr, cl)
+        c_seconds = c_tile.seconds + staging
+        if c_seconds < tile.seconds or force_layout == "channels":
+            reasons.append(f"columns 'channels': output pixels as rows (im2col per call), the {spec.k} output "
+                           f"channels in the lanes, register tile {c_tile.mr}x{c_tile.nr}, {c_seconds * 1e6:.1f} us "
+                           f"modelled ({staging * 1e6:.1f} of them gathering) against {tile.seconds * 1e6:.1f} us")
+            tile = Int8Tile(c_tile.mr, c_tile.nv, c_tile.lanes, c_tile.cycles_per_group, c_seconds)
+            shape, layout = turned, "channels"
+        else:
+            reasons.append(f"'channels' (pixels as rows, channels in the lanes): {c_seconds * 1e6:.1f} us modelled")
     column_tiles = math.ceil(shape.column_rows / tile.tile_rows) * math.ceil(shape.run / (tile.nr // tile.tile_rows))
-    threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout != "rows" else 1)))
+    threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout in ("flat", "im2col") else 1)))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
     lowering = "gemm" if isinstance(spec, MatmulSpec) else "implicit_gemm_staged"
     header.append(f"{lowering}: M={m} N={n} K={k}, register tile MR={tile.mr} NR={tile.nr}"
                   + (f" ({tile.tile_rows} output rows)" if tile.tile_rows > 1 else "")
                   + (", flat columns (padded rows as one run)" if layout == "flat" else "")
-                  + (", im2col columns (every tap gathered per output pixel)" if layout == "im2col" else ""))
+                  + (", im2col columns (every tap gathered per output pixel)" if layout == "im2col" else "")
+                  + (", channels in the lanes (pixels as rows)" if layout == "channels" else ""))
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
-                    row_operand="activations" if isinstance(spec, MatmulSpec) else "weights", column_layout=layout)
+                    row_operand="activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights",
+                    column_layout=layout)
 
 
 def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,
