@@ -163,7 +163,11 @@ def rank_micro_tiles(core: CpuCore, isa: str, evaluator: MicroTileEvaluator,
     Ties go to more FMAs per k step (more register reuse, less L1 traffic), then to a stable key.
     """
     ranked = []
-    for tile in enumerate_micro_tiles(core, isa):
+    tiles = enumerate_micro_tiles(core, isa)
+    prepare = getattr(evaluator, "prepare", None)
+    if prepare is not None:      # an evaluator that runs tools (llvm-mca) scores the candidates concurrently first
+        prepare(tiles, core, isa)
+    for tile in tiles:
         score = evaluator.evaluate(tile, core, isa)
         # Tails have their own kernels: the row tail costs at least ROW_TAIL_MIN_SHARE of a full
         # tile; columns are padded to whole vectors only.
