@@ -240,3 +240,37 @@ def test_a_requantizing_pair_inside_the_network_is_refused_in_one_line(tmp_path,
     assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model (QDQ: 1 int8 layers",
                           "'dq_mid' (DequantizeLinear into 'd2'", "'q_mid' (QuantizeLinear of 'd2'")
     assert not (tmp_path / "out").exists()
+
+
+def _qdq_model(path, nodes, inits, out_shape, out_type=None):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", out_type or TensorProto.FLOAT, out_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.unit
+def test_what_the_int8_runtime_cannot_hold_is_refused_in_one_line(tmp_path, capsys):
+    """A broadcasting quantized Add, and a graph output left quantized (the C API returns fp32)."""
+    from onnx import TensorProto, helper, numpy_helper
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(np.zeros((1, 4, 1, 1), np.float32), "bias")]
+    q = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q_in"),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq_in")]
+    broadcast = q + [helper.make_node("QuantizeLinear", ["bias", "s", "z"], ["qb"], name="q_b"),
+                     helper.make_node("DequantizeLinear", ["qb", "s", "z"], ["db"], name="dq_b"),
+                     helper.make_node("Add", ["d", "db"], ["a"], name="add"),
+                     helper.make_node("QuantizeLinear", ["a", "s", "z"], ["qa"], name="q_a"),
+                     helper.make_node("DequantizeLinear", ["qa", "s", "z"], ["y"], name="dq_out")]
+    left_quantized = q + [helper.make_node("MaxPool", ["d"], ["m"], name="pool", kernel_shape=[2, 2]),
+                          helper.make_node("QuantizeLinear", ["m", "s", "z"], ["y"], name="q_out")]
+    for name, nodes, shape, out_type, needle in (
+            ("broadcast", broadcast, [1, 4, 6, 6], None, "'add' (Add: broadcasting (1, 4, 6, 6) + (1, 4, 1, 1))"),
+            ("left", left_quantized, [1, 4, 5, 5], TensorProto.UINT8, "graph output 'y' (not dequantized")):
+        path = _qdq_model(tmp_path / f"{name}.onnx", nodes, inits, shape, out_type)
+        code = main(["model", str(path), "--hw", "snapdragon-865", "--emit", "lib", "-o", str(tmp_path / name)])
+        assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model", needle)
+        assert not (tmp_path / name).exists()

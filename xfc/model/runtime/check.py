@@ -476,12 +476,12 @@ BOUND_NOTE_INT8 = ("int8 network: every step of the C network is checked on its 
                    "without VNNI, 8-bit weights: quantize with reduce_range)")
 
 
-def _int8_expected(network, qstep, step, values):
+def _int8_expected(network, step, values):
     """The oracle's output of one step of an int8 program on the C network's own inputs."""
     from .. import quantized as Q
     t = network.tensors
     if isinstance(step, KernelStep):
-        return Q.run_layer(qstep, values[step.input], t[step.input], t[step.output])
+        return Q.run_layer(step.layer.qstep, values[step.input], t[step.input], t[step.output])
     x = values[step.inputs[0]]
     if step.op == "quantize":
         return Q.quantize(x, t[step.outputs[0]])
@@ -513,7 +513,6 @@ def verify_int8_program(lowered, feeds: Mapping[str, np.ndarray], dumps: Sequenc
     """BOUND_NOTE_INT8's checks. lowered: quantized_program.QuantizedLowered; dumps[i]: step i's outputs as
     the C network wrote them (bytes widened to fp32, dequantized values as fp32); expected: onnxruntime's."""
     program, network = lowered.program, lowered.network
-    qsteps = {s.name: s for s in network.steps}
     values: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
     act = np.uint8 if program.activation_type == "uint8" else np.int8
 
@@ -527,7 +526,7 @@ def verify_int8_program(lowered, feeds: Mapping[str, np.ndarray], dumps: Sequenc
         wide = np.asarray(dumps[i][0], np.float32).reshape(program.shapes[out])
         got = wide if program.element_type(out) == FP32 else wide.astype(act)
         inputs = {t: value(t) for t in step.inputs}
-        expected_step = _int8_expected(network, qsteps.get(step.name), step, inputs)
+        expected_step = _int8_expected(network, step, inputs)
         expected_step = np.asarray(expected_step).reshape(program.shapes[out])
         diff = np.abs(got.astype(np.float64) - expected_step.astype(np.float64))
         worst = float(diff.max(initial=0.0))

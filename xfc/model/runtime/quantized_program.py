@@ -50,6 +50,7 @@ class Int8Layer:
     multipliers: np.ndarray          # fp32 per output channel
     fused_ops: tuple[str, ...] = ()  # the clamp (Relu / Clip) folded into the requantization
     notes: tuple[str, ...] = ()
+    qstep: Optional[QStep] = None    # the quantized network's step (the oracle's layer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +179,7 @@ class _Lowering:
         layer = Int8Layer(op_type=step.op, weight=np.ascontiguousarray(step.weight, np.int8),
                           bias=np.ascontiguousarray(step.bias, np.int32),
                           multipliers=np.ascontiguousarray(layer_multipliers(x, step.w_scales, y), np.float32),
-                          fused_ops=(act.capitalize(),) if act in ("relu", "relu6") else ())
+                          fused_ops=(act.capitalize(),) if act in ("relu", "relu6") else (), qstep=step)
         x_shape = self.shape(x.name)
         out_shape = self.network.shape(y.name)
         if out_shape is None:
