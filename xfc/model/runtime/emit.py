@@ -51,6 +51,9 @@ PROGRAM_FLAGS = ("-O2", "-std=gnu11", "-fopenmp", "-Wall")
 # A kernel step with fewer FLOPs runs on the calling thread whatever the network's thread count: waking
 # the OpenMP team and its closing barrier cost a few microseconds, about what 1 MFLOP takes on one core.
 SERIAL_FLOPS = 1_000_000
+# A grouped convolution whose per-group calls are this small runs its calls side by side, one kernel per
+# thread, instead of splitting each small call across the team (a wake-up and a barrier per group).
+SPLIT_GROUPS_FLOPS = 4_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +256,9 @@ class _Spelling:
             d.update(batch=step.batch, groups=step.groups, x_batch=prod(x_shape[1:]),
                      x_group=prod(spec.operand_shapes[0][1:]), y_batch=prod(y_shape[1:]),
                      y_group=prod(spec.output_shape[1:]), w_group=_align(self.packed_floats(step.kernel_key)),
-                     b_group=spec.operand_shapes[2][0])
+                     b_group=spec.operand_shapes[2][0], call_flops=spec.flops,
+                     split_groups=spec.flops < SPLIT_GROUPS_FLOPS and step.groups * step.batch > 1
+                     and step.residual is None)
         return d
 
     def packed_floats(self, key) -> int:
