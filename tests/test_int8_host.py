@@ -177,6 +177,18 @@ def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shap
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+@pytest.mark.unit
+def test_an_unknown_or_misplaced_column_layout_is_refused():
+    from xfc.cpu.int8_synth import plan_int8
+    conv = make_spec("conv2d", {"c": 8, "h": 7, "w": 7, "k": 8, "r": 3, "s": 3}, pad="1")
+    mm = make_spec("matmul", {"m": 8, "n": 8, "k": 8})
+    for spec, layout, needle in ((conv, "columns", "int8 column layout 'columns'"),
+                                 (mm, "channels", "for conv2d (not matmul)"),
+                                 (conv, "im2col", "strided conv2d")):
+        with pytest.raises(OperatorError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            plan_int8(spec, QuantParams(), load("host:avx2"), threads=1, force_layout=layout)
+
+
 def test_vnni_is_refused_cleanly_without_the_flag():
     if "avx512" not in available_isas():
         pytest.skip("no AVX-512 here")

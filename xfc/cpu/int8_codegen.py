@@ -138,7 +138,10 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tupl
     kd = plan.k_depth
     k4 = math.ceil(k / kd) * kd
     row_is_act = plan.row_operand == "activations"
-    conv_rows = row_is_act and isinstance(spec, Conv2dSpec)
+    conv_rows = plan.column_layout == "channels"
+    if conv_rows and (not isinstance(spec, Conv2dSpec) or not row_is_act or not x86):
+        raise OperatorError(f"{plan.function_name}: the 'channels' column layout is an x86 conv2d layout with the "
+                            f"activations as rows")
     if conv_rows:      # column layout 'channels': output pixels as rows, output channels in the lanes
         m, n = spec.out_h * spec.out_w, spec.k
         k4 = spec.r * spec.s * math.ceil(spec.c / kd) * kd

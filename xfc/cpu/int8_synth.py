@@ -56,6 +56,7 @@ DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
 # per iteration with a bounds check; 1 byte per cycle is what benchmarks/int8_conv_layouts.py's strided layers
 # rank right with on a Zen 4 host (ranking only: a 28x28 stride-2 layer is a near tie)
 STAGE_BYTES_PER_CYCLE = 1.0
+COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,11 @@ def im2col_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
     return GemmShape(spec.k, spec.out_h * spec.out_w, 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
 
-def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster) -> float:
-    """Writing the im2col staging: R x S x C (rounded up to 4) x OH x OW bytes at STAGE_BYTES_PER_CYCLE."""
+def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster, threads: int = 1) -> float:
+    """Writing the im2col staging: R x S x C (rounded up to 4) x OH x OW bytes at STAGE_BYTES_PER_CYCLE,
+    split across the kernel's threads (per tap and channel group)."""
     staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * spec.out_h * spec.out_w
-    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9)
+    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9) / max(1, threads)
 
 
 def channels_shape(spec: Conv2dSpec) -> GemmShape:
@@ -123,10 +125,12 @@ def channels_shape(spec: Conv2dSpec) -> GemmShape:
     return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
 
-def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster) -> float:
-    """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to MR)."""
-    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * math.ceil(spec.out_h * spec.out_w / mr) * mr
-    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9)
+def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1) -> float:
+    """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to
+    MR), split across the kernel's threads (per row block)."""
+    blocks = math.ceil(spec.out_h * spec.out_w / mr)
+    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * blocks * mr
+    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks))
 
 
 def flat_row_width(spec: Conv2dSpec) -> int:
@@ -323,6 +327,10 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
     layout = "rows"
+    if force_layout not in (None, *COLUMN_LAYOUTS) or (force_layout not in (None, "rows")
+                                                        and not isinstance(spec, Conv2dSpec)):
+        raise OperatorError(f"int8 column layout '{force_layout}': {', '.join(COLUMN_LAYOUTS)} for conv2d "
+                            f"(not {spec.name})")
     flat = flat_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout in (None, "flat") else None
     if force_layout == "flat" and flat is None:
         raise OperatorError(f"{spec.describe()}: the flat column layout needs a stride-1 conv2d")
@@ -330,7 +338,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     if force_layout == "im2col" and gathered is None:
         raise OperatorError(f"{spec.describe()}: the im2col column layout is for strided conv2d (stride 1: flat)")
     if gathered is not None and (force_tile is None or force_layout == "im2col"):
-        staging = im2col_staging_seconds(spec, cl)
+        staging = im2col_staging_seconds(spec, cl, threads)
         g_tile, _ = (choose_tile(dialect, gathered, cl, threads, split_rows=True) if force_tile is None else
                      (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                                _tile_seconds(gathered, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
@@ -370,7 +378,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                               _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
                                             threads))
-        staging = channels_staging_seconds(spec, c_tile.mr, cl)
+        staging = channels_staging_seconds(spec, c_tile.mr, cl, threads)
         c_seconds = c_tile.seconds + staging
         if c_seconds < tile.seconds or force_layout == "channels":
             reasons.append(f"columns 'channels': output pixels as rows (im2col per call), the {spec.k} output "

@@ -270,7 +270,7 @@ class McaMicroKernelEvaluator:
     def analyze(self, tile: MicroTile, core: CpuCore, isa: str):
         """(xfc.analysis.mca.McaResult, k steps per loop iteration) for the tile on the core (cached)."""
         model = self._mca.model_for(core)
-        key = (tile, isa, core.gcc_march, model, self._mca.compiler_version(), self._mca.llvm_mca_version())
+        key = self._key(tile, core, isa)
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
@@ -284,15 +284,27 @@ class McaMicroKernelEvaluator:
             self._cache[key] = (result, k_steps)
         return result, k_steps
 
+    def _key(self, tile: MicroTile, core: CpuCore, isa: str) -> tuple:
+        return (tile, isa, core.gcc_march, self._mca.model_for(core), self._mca.compiler_version(),
+                self._mca.llvm_mca_version())
+
     def prepare(self, tiles, core: CpuCore, isa: str) -> None:
-        """Analyse the tiles not cached yet, one compiler and llvm-mca process per CPU at a time (the
-        synthesizer's ranking then reads the cache): what took one tile after another at ~0.3 s each."""
+        """Analyse the tiles not cached yet, one compiler and llvm-mca process per CPU this process may
+        use at a time (the synthesizer's ranking then reads the cache) instead of one after another. A
+        failure or an interrupt cancels what has not started and is raised."""
         from concurrent.futures import ThreadPoolExecutor
-        todo = list(dict.fromkeys(tiles))
+        with self._lock:
+            todo = [t for t in dict.fromkeys(tiles) if self._key(t, core, isa) not in self._cache]
         if len(todo) < 2:
             return
-        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-            list(pool.map(lambda tile: self.analyze(tile, core, isa), todo))
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(todo), len(os.sched_getaffinity(0)))))
+        try:
+            for future in [pool.submit(self.analyze, tile, core, isa) for tile in todo]:
+                future.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
         result, k_steps = self.analyze(tile, core, isa)
