@@ -211,7 +211,7 @@ def test_compile_model_runs_a_quantized_model_equal_to_the_oracle(tmp_path):
 def _requantizing_model(path):
     """x -> Q -> DQ -> Conv (int8 weights) -> Q(s2) -> DQ -> Q(s3) -> DQ -> y: a requantization pair
     (DQ -> Q) inside, as converters write it."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(np.float32(v), n) for n, v in (("s1", 0.02), ("s2", 0.05), ("s3", 0.07),
                                                                      ("ws", 0.01))]
@@ -225,12 +225,7 @@ def _requantizing_model(path):
              helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"], name="dq_mid"),
              helper.make_node("QuantizeLinear", ["d2", "s3", "z"], ["q3"], name="q_mid"),
              helper.make_node("DequantizeLinear", ["q3", "s3", "z"], ["y"], name="dq_out")]
-    graph = helper.make_graph(nodes, "requant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return _qdq_model(path, nodes, inits, [1, 4, 6, 6], in_shape=[1, 3, 6, 6])
 
 
 @pytest.mark.unit
@@ -242,9 +237,10 @@ def test_a_requantizing_pair_inside_the_network_is_refused_in_one_line(tmp_path,
     assert not (tmp_path / "out").exists()
 
 
-def _qdq_model(path, nodes, inits, out_shape, out_type=None):
+def _qdq_model(path, nodes, inits, out_shape, out_type=None, in_shape=(1, 4, 6, 6)):
+    """A hand-written quantized model: input x (fp32), output y, opset 17, saved at path."""
     from onnx import TensorProto, helper
-    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
                               [helper.make_tensor_value_info("y", out_type or TensorProto.FLOAT, out_shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
