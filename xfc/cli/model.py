@@ -71,7 +71,9 @@ def register(sub) -> None:
                     "kernels, and report per layer the tiles, FLOPs and predicted time, the covered share of the "
                     "model's FLOPs and the nodes not covered. --verify runs the whole network (xfc kernels: on the "
                     "host, under qemu-aarch64 or on an ADB device for ARM descriptions, on PoCL for --target gpu; "
-                    "other nodes: onnx.reference) and compares it with onnxruntime.",
+                    "other nodes: onnx.reference) and compares it with onnxruntime. A quantized model (QDQ or "
+                    "QOperator) builds with --emit lib as an int8 network, every step checked byte for byte "
+                    "against xfc's int8 oracle (docs/int8.md).",
         epilog="Outputs: like 'xfc synth' (a new, empty or xfc-owned directory, replaced atomically; --force writes "
                "beside foreign files, never replacing them). Exit status: 0 ok, 2 bad model or request, 3 missing "
                "toolchain or onnxruntime, 4 the network differs from onnxruntime beyond the stated bound, 130/143 "
@@ -117,7 +119,8 @@ def register(sub) -> None:
                         "a static library lib<xfc_model>-<abi>.a for the description's ABI with its C API header, the "
                         "weights file, the benchmark program's source, CMakeLists.txt and manifest.json, written into "
                         "DIR itself, beside report.json; --verify / --bench then run the network's benchmark program: "
-                        "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device)")
+                        "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device); a quantized "
+                        "model (QDQ / QOperator) runs as an int8 network")
     p.add_argument("--thread-wait", choices=("spin", "passive"), default="spin",
                    help="with --emit lib --bench and more than one thread: how idle threads wait, the same for xfc "
                         "and onnxruntime: spin (default: both runtimes' defaults, what an app gets: they spin a while, "
