@@ -138,7 +138,11 @@ def main(argv=None) -> int:
     print(f"{'dialect':<8} {'GHz':>5} {'GOP/s':>8} {'ops/cycle':>10}")
     for r in rows:
         print(f"{r['dialect']:<8} {r['clock_ghz']:>5.2f} {r['loop_gops']:>8.1f} {r['ops_per_cycle']:>10.1f}")
-    write_json_result(Path(args.out), {"chains": CHAINS, "iters": ITERS, "batches": BATCHES, "rows": rows},
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from machine import machine_facts
+    write_json_result(Path(args.out), {"machine": machine_facts(), "chains": CHAINS, "iters": ITERS,
+                                       "batches": BATCHES, "rows": rows,
+                                       "command": "benchmarks/int8_peak.py" + (" --quick" if args.quick else "")},
                       kind="int8_peak")
     print(f"wrote {args.out}")
     return 0
