@@ -221,8 +221,9 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # slower, was chosen. A U of 38 MB past a 32 MB L3 was streamed at 1.7x the probe's read rate
     # on an Intel host (0.52 ms for r18_l4's F(4,3) GEMMs) and at 1.3-1.6x on the Zen 4 host
     # (1.05-1.16 ms, benchmarks/regret.py): about the part past the share at the probe's rate.
-    # Charging all of it (until issue 34) chose F(2,3) there, 17% slower.
-    dram_bytes = u_bytes + tile_bytes - shared
+    # Charging all of it (until issue 34) chose F(2,3) there, 17% slower. Never more than U: the
+    # tiles' own traffic is the tile-traffic term (and with no shared cache, all of U streams).
+    dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared)
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
 
