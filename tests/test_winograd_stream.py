@@ -111,3 +111,21 @@ def test_a_filter_past_the_cache_share_is_charged_the_part_past_it(shape):
     shared = HW.l3_bytes * L3_FILL
     assert level == "DRAM" and u_bytes > shared
     assert seconds == pytest.approx((u_bytes + tile_bytes - shared) / winograd_stream_bytes_per_second(HW, CLUSTER))
+
+
+def test_never_more_of_the_filter_from_dram_than_the_filter():
+    # tiles larger than the cache share (their traffic is its own term): U alone, not U + tiles - share
+    spec = make_spec("conv2d", dict(c=512, h=14, w=14, k=512, r=3, s=3), pad=1)
+    plan = synthesize_cpu(spec, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4).plan
+    g = plan.gemm
+    u_bytes = FLOAT_BYTES * packed_floats(spec, 4, plan.winograd_vectors, g.mr, g.nr)
+    huge_tiles = 2 * HW.l3_bytes
+    level, seconds = weights_memory(spec, 4, g.mr, HW, CLUSTER, 1, huge_tiles, DEFAULT_CONSTANTS,
+                                    plan.winograd_vectors, g.nr)
+    assert level == "DRAM"
+    assert seconds == pytest.approx(u_bytes / winograd_stream_bytes_per_second(HW, CLUSTER))
+    # and with no shared cache at all, all of U streams
+    bare = replace(HW, l3_bytes=0, slc_bytes=0)
+    level, seconds = weights_memory(spec, 4, g.mr, bare, CLUSTER, 1, 1000, DEFAULT_CONSTANTS,
+                                    plan.winograd_vectors, g.nr)
+    assert level == "DRAM" and seconds == pytest.approx(u_bytes / winograd_stream_bytes_per_second(bare, CLUSTER))

@@ -39,8 +39,10 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # transforms and tile traffic not hidden behind the longer; 7: Winograd plans with vectors over
 # channels, a filter transform larger than the shared cache charged in full from DRAM, its
 # stream at the static DRAM efficiency; 8: that stream at one chip-wide fitted rate, whatever the
-# threads, and added to the FMAs it does not overlap at every thread count).
-COST_MODEL_VERSION = 8
+# threads, and added to the FMAs it does not overlap at every thread count; 9: only the part of a
+# filter transform past the cache share streamed, also past the whole cache, and the share of that
+# stream the FMAs do not hide fitted with its rate).
+COST_MODEL_VERSION = 9
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -56,8 +58,9 @@ DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a stream
 # together (bytes per cycle of the cluster clock; 0: the chip's figure at the static efficiency).
 # Not the probe's read loop: on the AVX-512 host, 1 and 2 threads streamed the 38 MB U of F(4,3) on
 # 512 channels at 7x7 in the same 0.82 ms (46 GB/s with 0.3 ms of FMAs beside it; the probe reads
-# 42.8 GB/s), so the rate is the chip's, not a core's; and part of a U just past the L3 is still
-# there on the next call, which the rate absorbs. Unknown without a measurement; calibration fits it.
+# 42.8 GB/s), so the rate is the chip's, not a core's. (Part of a U just past the L3 is still there
+# on the next call: since form 9 weights_memory charges only the part past the cache share.)
+# Unknown without a measurement; calibration fits it.
 WINOGRAD_STREAM_BYTES_PER_CYCLE = 0.0
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
@@ -133,13 +136,15 @@ class CostConstants:
     winograd_traffic_exposed: float = 0.0
     # share of the shorter of (the GEMMs' compute, streaming U from DRAM) that the longer does not
     # hide: 1, the FMAs wait for the stream; 0, they hide it. The static guess is between the two
-    # hosts measured (chosen on benchmarks/regret.py's fitting layers, where every value up to 0.5
-    # ranked alike and 1 did not; 0.5 is the nearest the Intel host). On an Intel AVX-512 host, F(4,3)
+    # VMs measured (chosen on benchmarks/regret.py's fitting layers, where every value up to 0.5
+    # ranked alike and 1 did not; 0.5 is the nearest the session-28 VM). On the AVX-512 VM of
+    # session 28 (an AMD EPYC at 4.25 GHz, two 512-bit FMAs per cycle), F(4,3)
     # GEMMs on 512 channels at 14x14 (U 38 MB) ran 1.76 ms on 1 thread and 1.13 ms on 2, with about
     # 1.18 and 0.59 ms of FMAs and the 0.52 ms stream of the same U at 7x7 (whose FMAs are 0.3 ms):
-    # the sum, at both thread counts. On the Zen 4 host the same GEMMs ran 2.91 ms at 14x14 with
-    # about 2.6 ms of FMAs beside a 1.09 ms stream at 7x7 (benchmarks/winograd_stages.py): mostly
-    # hidden. `xfc tiledb calibrate` fits it with the stream's rate.
+    # the sum, at both thread counts. On the Zen 4 VM of issue 34 (one 512-bit FMA per cycle) the
+    # same GEMMs ran 2.91 ms at 14x14 with about 2.6 ms of FMAs beside a 1.09 ms stream at 7x7
+    # (benchmarks/results/winograd_stages_issue34.json): mostly hidden. `xfc tiledb calibrate` fits
+    # it with the stream's rate.
     winograd_stream_exposed: float = 0.5
     winograd_stream_bytes_per_cycle: float = WINOGRAD_STREAM_BYTES_PER_CYCLE   # 0: the chip's static rate
 

@@ -9,7 +9,8 @@ xfc/ops/winograd.py), with its vectors over tiles (templates/cpu/winograd.c.j2) 
            into the GEMMs' packed B panels (over tiles) or as rows of V (over channels)
   GEMMs    (m+2)^2 independent GEMMs, an ordinary matmul problem (gemm_problem) whose register
            tile, KC/MC/NC blocking and thread split the synthesizer grows as for any GEMM
-           (synth.ranked_gemm_candidates): M[xi] = U[xi] (K x C) V[xi] (C x tiles) over tiles,
+           (synth.ranked_gemm_candidates), then fits to the stage (rows_within, deeper_slices,
+           streamed_in_one_slice, split_variants): M[xi] = U[xi] (K x C) V[xi] (C x tiles) over tiles,
            U pre-packed as A; M[xi] = V[xi] (tiles x C) U[xi] (C x K) over channels, V read in
            place as A and U pre-packed as B
   output   Y = AT M AT^T + bias, activation, written straight into the output
@@ -37,7 +38,7 @@ from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, Cos
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
-from . import x86_asm
+from . import decide, x86_asm
 from .plans import hand_plan
 from .tiles import FLOAT_BYTES, ROW_TAIL_MIN_SHARE, MicroTile, round_up
 
@@ -218,10 +219,12 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # caches' adaptive replacement keeps part of a stream that does not fit, rather than none of it
     # as LRU would). Charging all of U put the host's r18_l4 F(2,3) (U 17 MB + 1 MB of tiles
     # against a 16 MB share of the 32 MB L3) at DRAM speed, and the direct plan, measured 7-10%
-    # slower, was chosen. A U of 38 MB past a 32 MB L3 was streamed at 1.7x the probe's read rate
-    # on an Intel host (0.52 ms for r18_l4's F(4,3) GEMMs) and at 1.3-1.6x on the Zen 4 host
-    # (1.05-1.16 ms, benchmarks/regret.py): about the part past the share at the probe's rate.
-    # Charging all of it (until issue 34) chose F(2,3) there, 17% slower. Never more than U: the
+    # slower, was chosen. A U of 38 MB past a 32 MB L3 streamed at about 1.3x the probe's read
+    # rate on the issue-34 Zen 4 VM (r18_l4's F(4,3) GEMMs alone, 1 thread: 1.09 ms against 26.8
+    # GB/s; benchmarks/results/winograd_stages_issue34.json), and at 1.7x on the session-28 VM if
+    # its stream added to the FMAs as that session found (0.52 ms against 42.8 GB/s): about the
+    # part past the share at the probe's rate. Charging all of it (until issue 34) chose F(2,3) for
+    # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the
     # tiles' own traffic is the tile-traffic term (and with no shared cache, all of U streams).
     dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared)
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
@@ -420,11 +423,12 @@ def split_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
 def streamed_in_one_slice(sched: GemmSchedule, spec: Conv2dSpec, m: int, hw, isa: str,
                           vectors: str) -> GemmSchedule:
     """sched with the whole reduction in one KC slice when U is larger than the shared cache (so
-    streamed from DRAM on every call; weights_memory), on x86. Measured on the AVX-512 host, 512
-    channels at 14x14, F(4,3), one thread, every tile 10x32, 8x32, 5x64: one slice 2.09-2.17 ms,
-    each further slice about 0.3 ms more (four: 3.09-3.19 ms). The roofline prices the slices alike
-    (the stream bounds them all), and the L1 fit of KC picked 128-176. Not on NEON: not measured
-    there, and its in-order cores' smaller L1 is what KC is sized for."""
+    mostly streamed from DRAM on every call; weights_memory), on x86. Measured on the session-28
+    AVX-512 VM, 512 channels at 14x14, F(4,3), one thread, every tile 10x32, 8x32, 5x64: one slice
+    2.09-2.17 ms, each further slice about 0.3 ms more (four: 3.09-3.19 ms). The L1 fit of KC had
+    picked 128-176, and the model priced the slices alike then (deeper_slices now weighs depths for
+    every plan). Not on NEON: not measured there, and its in-order cores' smaller L1 is what KC is
+    sized for."""
     capacity = hw.l3_bytes or hw.slc_bytes or 0
     if (isa_row(isa).lane_indexed or not capacity or sched.kc >= spec.c
             or FLOAT_BYTES * packed_floats(spec, m, vectors, sched.mr, sched.nr) <= capacity):
@@ -433,24 +437,43 @@ def streamed_in_one_slice(sched: GemmSchedule, spec: Conv2dSpec, m: int, hw, isa
 
 
 def deeper_slices(sched: GemmSchedule, spec: Conv2dSpec, isa: str) -> list[GemmSchedule]:
-    """sched with its reduction slice KC doubled, doubled again, ..., and the whole of C, each a
-    multiple of the K unroll (none when KC is already C), on x86. The matmul growth sizes KC so a
-    KC x NR micro-panel of B stays in L1 (synth.grow_gemm), which suits a GEMM whose B panel many
-    row tiles reuse; a Winograd GEMM over channels has few rows (the tiles: 16 at 7x7, m=2), each
-    slice costs a pass over C and a restart of the streams of U and V, and the model prices a
-    deeper slice (B then streaming from L2, cost_model.l2_stream_factor) as the cheaper. Measured
-    on the Zen 4 host, one thread, 512 channels at 7x7, F(2,3), tile 10x32: KC 64, 128, 256, 512
-    ran 1.92, 1.59, 1.45, 1.32 ms (benchmarks/regret.py). Not on NEON (lane-indexed ISAs), as
-    streamed_in_one_slice: not measured there, and KC is sized for the in-order cores' L1."""
+    """sched with fewer, deeper reduction slices: half as many, a quarter, ..., one (the whole of C),
+    equal slices rounded up to the K unroll as the matmul growth makes them (synth.grow_gemm); none
+    when KC is already C, and none on lane-indexed ISAs (NEON). The growth sizes KC so a KC x NR
+    micro-panel of B stays in L1, which suits a GEMM whose B panel many row tiles reuse; a Winograd
+    GEMM over channels has few rows (the tiles: 16 at 7x7, m=2), each slice costs a pass over C and
+    a restart of the streams of U and V, and the model prices a deeper slice (B then streaming from
+    L2, cost_model.l2_stream_factor) as the cheaper. Measured on the Zen 4 host, one thread, 512
+    channels at 7x7, F(2,3), tile 10x32: KC 64, 128, 256, 512 ran 1.92, 1.59, 1.45, 1.32 ms
+    (benchmarks/regret.py). Not on NEON, as streamed_in_one_slice: not measured there, and KC is
+    sized for the in-order cores' L1."""
     if isa_row(isa).lane_indexed or sched.kc >= spec.c:
         return []
     step = max(sched.k_unroll, 1)
-    depths, kc = [], sched.kc * 2
-    while kc < spec.c:
-        depths.append(round_up(kc, step))
-        kc *= 2
-    depths.append(spec.c)
-    return [replace(sched, kc=d) for d in dict.fromkeys(depths) if sched.kc < d <= spec.c]
+    slices = math.ceil(spec.c / sched.kc)
+    depths = []
+    while slices > 1:
+        slices = math.ceil(slices / 2)
+        depths.append(min(spec.c, round_up(math.ceil(spec.c / slices), step)))
+    return [replace(sched, kc=d) for d in dict.fromkeys(depths) if d > sched.kc]
+
+
+def rows_within(sched: GemmSchedule, rows: int, isa: str, core) -> GemmSchedule:
+    """sched with its register tile cut to the GEMM's rows when it has more (the tiles, over
+    channels: 4 at 7x7 with m=4). A taller tile never runs its full micro-kernel, only the row-tail
+    variant (no assembly K loop where the dialect has one, a dispatch per panel), and holds
+    accumulators no row uses; the cut tile is the same arithmetic as the full kernel. The model
+    prices the two alike; measured on the Zen 4 host, 512 channels at 7x7, F(4,3), KC 512: 4x64
+    ran 0.93-0.97 ms where 5x64 and 6x64 ran 1.04-1.11 ms in every run (benchmarks/regret.py)."""
+    if rows >= sched.mr or rows < 1:
+        return sched
+    row = isa_row(isa)
+    tile = MicroTile(mr=rows, nr_vectors=sched.nr // max(row.synthesis_lanes(core), 1),
+                     lanes=row.synthesis_lanes(core), a_load_bits=sched.a_load_bits)
+    ukernel = sched.ukernel
+    if ukernel != "intrinsics":    # the K loop written for the cut tile (registers are fewer: it still fits)
+        ukernel = decide.gemm_ukernel(row, core if row.asm_ukernels else None, tile.registers(isa))
+    return replace(sched, mr=rows, mc=rows, ukernel=ukernel)
 
 
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
@@ -480,9 +503,13 @@ def hand_winograd_plan(spec: Conv2dSpec, m: int, isa: str = "avx512", threads: i
 
 
 def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: tuple[TileLevel, ...],
-                 lanes: int, vectors: str = "tiles", sched: Optional[GemmSchedule] = None) -> tuple[TileLevel, ...]:
+                 lanes: int, vectors: str = "tiles", sched: Optional[GemmSchedule] = None,
+                 grown: Optional[GemmSchedule] = None, kc_why: str = "") -> tuple[TileLevel, ...]:
     """The explanation's levels: the transforms around the GEMM stage's own levels (its thread
-    split from sched: split_variants may have changed the matmul candidate's)."""
+    split from sched: split_variants may have changed the matmul candidate's; its rows and KC:
+    rows_within, streamed_in_one_slice and deeper_slices may have changed grown's, the matmul
+    candidate's schedule, kc_why saying which set KC)."""
+    grown = grown or sched
     threads = sched.threads if sched is not None else 1
     owned = sched is None or tile_split(vectors, sched.parallel_axis)
     a = m + 2
@@ -495,7 +522,7 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
                   "once per weight tensor (pre-pack entry point)", "not charged: weights are pre-packed"),
         TileLevel("INPUT", f"V = BT d BT^T: {th}x{tw} tiles of {a}x{a}, {per_vector}",
                   f"{stages.input_s * 1e3:.3f} ms", f"fused with zero padding; {written}"),
-        *(_slice_level(lv, sched, spec) for lv in gemm_levels if lv.level != "CORES"),
+        *(_stage_level(lv, sched, grown, spec, problem.m, kc_why) for lv in gemm_levels if lv.level != "CORES"),
         TileLevel("GEMM CORES", f"{threads} thread(s), split over {'tiles' if owned else 'output channels'}",
                   "each thread owns its tiles through all stages, no barriers" if owned
                   else "barriers between the stages; every thread reads all of V",
@@ -509,16 +536,36 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
     )
 
 
-def _slice_level(level: TileLevel, sched: Optional[GemmSchedule], spec: Conv2dSpec) -> TileLevel:
-    """A GEMM level of the explanation as the Winograd stage runs it: the L1 level says so when
-    the stage's KC is not the matmul growth's (streamed_in_one_slice, deeper_slices)."""
-    if level.level != "L1" or sched is None or level.tile.startswith(f"kc={sched.kc}:"):
-        return TileLevel(f"GEMM {level.level}", level.tile, level.usage, level.decided_by)
-    slices = math.ceil(spec.c / sched.kc)
-    return TileLevel("GEMM L1", f"kc={sched.kc}: B micro-panel {sched.kc}x{sched.nr} streamed from L2",
-                     f"{slices} slice(s) of C={spec.c}",
-                     "deeper slices predicted faster for the whole stage (fewer passes over the tiles' C, "
-                     "fewer restarts of the streams of U and V)")
+# Why a Winograd GEMM stage's KC is not the matmul growth's L1 fit (the explanation's GEMM L1 level)
+STREAMED_IN_ONE_SLICE = "U larger than the shared cache: the whole reduction in one slice (streamed_in_one_slice)"
+DEEPER_SLICES = ("deeper slices predicted faster for the whole stage: fewer passes over the tiles' C, fewer "
+                 "restarts of the streams of U and V (deeper_slices)")
+
+
+def _stage_level(level: TileLevel, sched: Optional[GemmSchedule], grown: Optional[GemmSchedule],
+                 spec: Conv2dSpec, rows: int, kc_why: str) -> TileLevel:
+    """A GEMM level of the explanation as the Winograd stage runs it. The levels come from the
+    matmul candidate (grown); where the stage cut its rows (rows_within) or changed its KC
+    (kc_why), the REG, L1, L2 and L3 levels are restated with the stage's schedule."""
+    same = TileLevel(f"GEMM {level.level}", level.tile, level.usage, level.decided_by)
+    if sched is None or grown is None:
+        return same
+    g = sched
+    if level.level == "REG" and g.mr != grown.mr:
+        return TileLevel("GEMM REG", f"mr={g.mr} x nr={g.nr} (cut from {grown.mr} rows)",
+                         f"{g.mr} of the {grown.mr}x{grown.nr} tile's accumulator rows",
+                         f"the GEMM has {rows} rows: a taller tile never runs its full micro-kernel (rows_within)")
+    if g.kc == grown.kc or level.level not in ("L1", "L2", "L3"):
+        return same
+    if level.level == "L1":
+        slices = math.ceil(spec.c / g.kc)
+        return TileLevel("GEMM L1", f"kc={g.kc}: B micro-panel {g.kc}x{g.nr} + A micro-panel {g.mr}x{g.kc}",
+                         f"{slices} slice(s) of C={spec.c} (the growth's L1 fit: kc={grown.kc})", kc_why)
+    if level.level == "L2":
+        return TileLevel("GEMM L2", f"mc={g.mc}: {'packed ' if g.a_pack == 'packed' else ''}A block {g.mc}x{g.kc}",
+                         f"{FLOAT_BYTES * g.mc * g.kc / 1024:.1f} KiB", level.decided_by)
+    return TileLevel("GEMM L3", f"nc={g.nc}: packed B panel {g.kc}x{g.nc}",
+                     f"{FLOAT_BYTES * g.kc * g.nc / 1024:.1f} KiB", level.decided_by)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -699,19 +746,21 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             problem = gemm_problem(spec, m, axis)
             ranked = ranked_gemm_candidates(problem, hw, cluster, threads, isa, evaluator, constants)
             for candidate in ranked[:STAGE_CANDIDATES]:
-                base = streamed_in_one_slice(winograd_schedule(candidate.sched, axis, isa), spec, m, hw, isa, axis)
+                grown = winograd_schedule(candidate.sched, axis, isa)
+                base = rows_within(streamed_in_one_slice(grown, spec, m, hw, isa, axis), problem.m, isa, core)
                 for trial in split_variants(base, spec, m, cluster, axis):
                     trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
                     trial_key = trial_stages.total_s * split_penalty(trial, axis)
                     if stages is None or trial_key < key * (1 - 1e-9):
                         best, sched, stages, vectors, key = candidate, trial, trial_stages, axis, trial_key
+        kc_why = STREAMED_IN_ONE_SLICE
         # Then the winner's reduction slices deepened (deeper_slices), kept where the stage is
         # predicted faster: the matmul growth sizes KC to L1 and never weighs deeper slices.
         for trial in deeper_slices(sched, spec, isa):
             trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, vectors)
             trial_key = trial_stages.total_s * split_penalty(trial, vectors)
             if trial_key < key * (1 - 1e-9):
-                sched, stages, key = trial, trial_stages, trial_key
+                sched, stages, key, kc_why = trial, trial_stages, trial_key, DEEPER_SLICES
         problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
@@ -725,7 +774,8 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
                          gcc_march=core.gcc_march, qemu_cpu=core.qemu_cpu, vectors=vectors)
         estimate = winograd_estimate(spec, stages)
         out.append((m, CpuSynthesis(spec=spec, hardware=hw.name, cluster=cluster, plan=plan,
-                                    levels=stage_levels(spec, m, stages, best.levels, lanes, vectors, sched),
+                                    levels=stage_levels(spec, m, stages, best.levels, lanes, vectors, sched,
+                                                        best.sched, kc_why),
                                     estimate=estimate, gemm_shape=tuple(gemm_view_of(problem)),
                                     micro_tile_source=best.score.source)))
     out.sort(key=lambda entry: (entry[1].estimate.predicted_s, entry[0]))

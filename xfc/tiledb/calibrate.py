@@ -153,8 +153,8 @@ GRIDS: dict[str, tuple] = {
     "winograd_scalar_cycles": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0),
     "winograd_group_cycles": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0),
     "winograd_traffic_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
-    # How much of the stream the FMAs hide is the machine's: on an Intel AVX-512 host the 1-thread
-    # times of layers streaming U added up (1), on the Zen 4 host the stream hid behind the FMAs
+    # How much of the stream the FMAs hide is the machine's: on the session-28 AVX-512 VM the 1-thread
+    # times of layers streaming U added up (1), on the issue-34 Zen 4 VM the stream hid behind the FMAs
     # (544 -> 480 channels at 6x6, F(4,3), U 38 MB: 1.02 ms measured; with the share fixed at 1 the
     # fit ran the rate to the end of its grid and still predicted 1.78 ms). Fitted with the rate
     # (JOINT), each trading off against the other.
