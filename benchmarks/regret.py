@@ -243,12 +243,11 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                 best = [math.inf] * len(built)
                 for r in range(rounds):
                     say(f"{name} {t}T round {r + 1}/{rounds}: {len(built)} plans")
-                    # each round starts one plan later: no plan is always the one timed first
-                    for i in [(r + j) % len(built) for j in range(len(built))]:
+                    for i in round_order(r, len(built)):
                         m = built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True)
                         best[i] = min(best[i], min(m.samples_s))
                 twin = next(i for i, e in enumerate(built) if e["label"] == TWIN)
-                null_regret = max(0.0, best[0] / best[twin] - 1)   # what a regret of the same program reads
+                null_regret = regret_of(best[0], best[twin])   # what a regret of the same program reads
                 fastest = min((i for i in range(len(built)) if i != twin), key=lambda i: best[i])
                 screening = best[0] / best[fastest] - 1
                 chosen_s, fastest_s, rematch = best[0], best[fastest], None
@@ -263,11 +262,11 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                         for j, i in (((0, 0), (1, fastest)) if r % 2 == 0 else ((1, fastest), (0, 0))):
                             m = built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True)
                             rematch[j] = min(rematch[j], min(m.samples_s))
-                    chosen_s, fastest_s = rematch[0], min(rematch)
-                    if rematch[0] <= rematch[1]:
-                        fastest = 0
+                    chosen_s, fastest_s = rematch[0], rematch[1]
+                    if regret_of(chosen_s, fastest_s) == 0.0:
+                        fastest, fastest_s = 0, chosen_s
                 rows.append(dict(
-                    layer=name, set=layer_set, shape=shape, threads=t, regret=chosen_s / fastest_s - 1,
+                    layer=name, set=layer_set, shape=shape, threads=t, regret=regret_of(chosen_s, fastest_s),
                     screening_regret=screening, rematch_ms=[x * 1e3 for x in rematch] if rematch else None,
                     null_regret=null_regret,
                     chosen=describe_plan(built[0]["plan"]), chosen_ms=chosen_s * 1e3,
@@ -276,6 +275,18 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                     plans=[dict(label=e["label"], plan=describe_plan(e["plan"]), predicted_ms=e["predicted_s"] * 1e3,
                                 measured_ms=best[i] * 1e3, verified=e["ok"]) for i, e in enumerate(built)]))
     return rows
+
+
+def round_order(round_index: int, plans: int) -> list[int]:
+    """The order the plans are timed in one round: each round starts one plan later, so no plan is
+    always the one timed first."""
+    return [(round_index + j) % plans for j in range(plans)]
+
+
+def regret_of(chosen_s: float, other_s: float) -> float:
+    """How much slower the chosen plan ran than another: chosen / other - 1, or 0 when the chosen
+    plan was as fast or faster."""
+    return max(0.0, chosen_s / other_s - 1)
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -86,3 +86,25 @@ def test_neighbours_are_distinct_renderable_and_one_step_away(regret, hw_name, t
             assert n.kc in {g.kc, max(g.k_unroll, g.kc // 2), min(spec.c, 2 * g.kc), spec.c}
             assert (n.threads, n.parallel_axis, n.a_pack) == (g.threads, g.parallel_axis, g.a_pack)
         render_cpu_kernel(plan)                        # every neighbour is a kernel the renderer accepts
+
+
+def test_every_plan_is_timed_first_once_in_as_many_rounds(regret):
+    orders = [regret.round_order(r, 5) for r in range(5)]
+    assert all(sorted(order) == list(range(5)) for order in orders)
+    assert sorted(order[0] for order in orders) == list(range(5))
+
+
+def test_regret_is_how_much_slower_the_chosen_plan_ran_and_never_negative(regret):
+    assert regret.regret_of(1.1, 1.0) == pytest.approx(0.1)
+    assert regret.regret_of(1.0, 1.1) == 0.0
+    assert regret.regret_of(1.0, 1.0) == 0.0
+
+
+def test_the_summary_keeps_regret_and_noise_per_set_and_thread_count(regret):
+    rows = [dict(set="fitting", threads=1, regret=0.10, null_regret=0.02),
+            dict(set="fitting", threads=1, regret=0.00, null_regret=0.00),
+            dict(set="held-out", threads=2, regret=0.04, null_regret=0.01)]
+    summary = regret.summarize(rows)
+    assert summary["fitting 1T"] == dict(layers=2, mean=pytest.approx(0.05), max=0.10,
+                                         null_mean=pytest.approx(0.01), null_max=0.02)
+    assert summary["held-out 2T"]["layers"] == 1 and summary["held-out 2T"]["max"] == 0.04
