@@ -224,8 +224,8 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # GB/s; benchmarks/results/winograd_stages_issue34.json), and at 1.7x on the session-28 VM if
     # its stream added to the FMAs as that session found (0.52 ms against 42.8 GB/s): about the
     # part past the share at the probe's rate. Charging all of it (until issue 34) chose F(2,3) for
-    # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the
-    # tiles' own traffic is the tile-traffic term (and with no shared cache, all of U streams).
+    # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the tiles' own traffic is the
+    # tile-traffic term (and with no shared cache, all of U streams).
     dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared)
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
