@@ -142,9 +142,9 @@ class CostConstants:
     # GEMMs on 512 channels at 14x14 (U 38 MB) ran 1.76 ms on 1 thread and 1.13 ms on 2, with about
     # 1.18 and 0.59 ms of FMAs and the 0.52 ms stream of the same U at 7x7 (whose FMAs are 0.3 ms):
     # the sum, at both thread counts. On the Zen 4 VM of issue 34 (one 512-bit FMA per cycle) the
-    # same GEMMs ran 2.91 ms at 14x14 with about 2.6 ms of FMAs beside a 1.09 ms stream at 7x7
-    # (benchmarks/results/winograd_stages_issue34.json): mostly hidden. `xfc tiledb calibrate` fits
-    # it with the stream's rate.
+    # same GEMMs ran 2.92-3.04 ms at 14x14 with about 2.6 ms of FMAs beside a 0.87-0.96 ms stream
+    # at 7x7 (benchmarks/results/winograd_stages_issue34*.json): mostly hidden. `xfc tiledb
+    # calibrate` fits it with the stream's rate.
     winograd_stream_exposed: float = 0.5
     winograd_stream_bytes_per_cycle: float = WINOGRAD_STREAM_BYTES_PER_CYCLE   # 0: the chip's static rate
 

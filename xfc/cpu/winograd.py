@@ -219,9 +219,9 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # caches' adaptive replacement keeps part of a stream that does not fit, rather than none of it
     # as LRU would). Charging all of U put the host's r18_l4 F(2,3) (U 17 MB + 1 MB of tiles
     # against a 16 MB share of the 32 MB L3) at DRAM speed, and the direct plan, measured 7-10%
-    # slower, was chosen. A U of 38 MB past a 32 MB L3 streamed at about 1.3x the probe's read
-    # rate on the issue-34 Zen 4 VM (r18_l4's F(4,3) GEMMs alone, 1 thread: 1.09 ms against 26.8
-    # GB/s; benchmarks/results/winograd_stages_issue34.json), and at 1.7x on the session-28 VM if
+    # slower, was chosen. A U of 38 MB past a 32 MB L3 streamed at 1.4-1.6x the probe's read rate
+    # on the issue-34 Zen 4 VM (r18_l4's F(4,3) GEMMs alone, 1 thread: 0.87-0.96 ms against 26.8
+    # GB/s; benchmarks/results/winograd_stages_issue34*.json), and at 1.7x on the session-28 VM if
     # its stream added to the FMAs as that session found (0.52 ms against 42.8 GB/s): about the
     # part past the share at the probe's rate. Charging all of it (until issue 34) chose F(2,3) for
     # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the tiles' own traffic is the
