@@ -736,7 +736,17 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
                                 f"{', '.join(map(str, sizes)) or 'none'}; xfc/ops/winograd.py RELATIVE_TOLERANCE)")
         sizes = (only_m,)
     out = []
+
+    def stages_for(trial: GemmSchedule, axis: str, memo: dict) -> WinogradStages:
+        # One GEMM estimate per schedule: the candidates' split and slice variants share many, and
+        # on one thread the split axis does not change it (no imbalance, nothing divided).
+        key = (axis, replace(trial, parallel_axis="n") if threads == 1 else trial)
+        if key not in memo:
+            memo[key] = winograd_gemm(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
+        return plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis, gemm=memo[key])
+
     for m in sizes:
+        gemms: dict = {}
         # The GEMM schedule is the candidate whose whole Winograd stage is fastest (the first in
         # the matmul ranking on a tie), over both vector axes, not the matmul ranking's first: the
         # stage charges the column tail on every ISA and U once per call (plan_stages), which the
@@ -749,7 +759,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
                 grown = winograd_schedule(candidate.sched, axis, isa)
                 base = rows_within(streamed_in_one_slice(grown, spec, m, hw, isa, axis), problem.m, isa, core)
                 for trial in split_variants(base, spec, m, cluster, axis):
-                    trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
+                    trial_stages = stages_for(trial, axis, gemms)
                     trial_key = trial_stages.total_s * split_penalty(trial, axis)
                     if stages is None or trial_key < key * (1 - 1e-9):
                         best, sched, stages, vectors, key = candidate, trial, trial_stages, axis, trial_key
@@ -757,7 +767,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         # Then the winner's reduction slices deepened (deeper_slices), kept where the stage is
         # predicted faster: the matmul growth sizes KC to L1 and never weighs deeper slices.
         for trial in deeper_slices(sched, spec, isa):
-            trial_stages = plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, vectors)
+            trial_stages = stages_for(trial, vectors, gemms)
             trial_key = trial_stages.total_s * split_penalty(trial, vectors)
             if trial_key < key * (1 - 1e-9):
                 sched, stages, key, kc_why = trial, trial_stages, trial_key, DEEPER_SLICES
