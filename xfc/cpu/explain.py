@@ -43,6 +43,7 @@ class GemmReasons:
     imbalance: float
     shared_bytes: int      # the shared cache NC is sized for
     shared_name: str       # 'L3', 'SLC' or 'L2 (no shared L3 described)'
+    loop_order: str = "BLIS order"   # why jr (B micro-panels) is outside ir (row tiles), or not
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,9 @@ def gemm_levels(tile: MicroTile, score: MicroTileScore, sched: GemmSchedule, rea
                    "(streamed through L1)" if kc_from_l2 else
                    f"{(mr + nr) * kc * eb / 1024:.1f} KiB of {core.l1d.size_bytes // 1024} KiB L1d"), reasons.kc),
         TileLevel("L2", f"mc={mc}: {'packed ' if sched.a_pack == 'packed' else ''}A block {mc}x{kc}",
-                  f"{mc * kc * eb / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2", reasons.mc),
+                  f"{mc * kc * eb / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2",
+                  reasons.mc + ("" if sched.loop_order == "jr_ir" else f"; row tiles outside B micro-panels: "
+                                                                       f"{reasons.loop_order}")),
         TileLevel("L3", f"nc={nc}: packed B panel {kc}x{nc}",
                   f"{kc * nc * eb / 1024:.1f} KiB of {reasons.shared_bytes // 1024} KiB "
                   f"{reasons.shared_name.split()[0]}", reasons.nc),

@@ -154,14 +154,18 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
         crowded = a_rows_per_l1_set(mr, k, core.l1d, elem_bytes)
         if crowded > core.l1d.ways // 2:
             a_pack, a_reason = "packed", f"{crowded} of {mr} rows in place would share one L1 set"
+    order, order_reason = decide.loop_order(row, transposed, k, kc, mr, min(mc, m), nc,
+                                            (spec.batch if isinstance(spec, MatmulSpec) else spec.n)
+                                            * m * n * elem_bytes / threads,
+                                            l2_per_core * L2_FILL, elem_bytes)
     sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                          parallel_axis=axis, a_load_bits=tile.a_load_bits if row.lane_indexed else 128,
                          a_pack=a_pack, **decide.gemm_code_shape(
                              row, spec, transposed, mr,
                              ukernel=decide.gemm_ukernel(row, core if row.asm_ukernels else None,
-                                                         tile.registers(row.name))))
+                                                         tile.registers(row.name)), order=order))
     reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
-                          imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
+                          loop_order=order_reason, imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
     return sched, reasons
 
 
