@@ -441,3 +441,39 @@ def test_pooling_matches_onnxruntime_on_every_attribute(tmp_path):
         else:
             assert np.max(np.abs(g - w)) <= 1e-6 * max(1.0, np.abs(w).max()), (op, attrs, np.max(np.abs(g - w)))
     net.close()
+
+
+def _brute_max_pool(x, kernel, strides, dilations, pads, ceil_mode):
+    """MaxPool by its definition, one window at a time (explicit pads [top, left, bottom, right])."""
+    n, c, h, w = x.shape
+    out = []
+    for size, k, s, d, p0, p1 in zip((h, w), kernel, strides, dilations, pads[:2], pads[2:]):
+        span = size + p0 + p1 - (k - 1) * d - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        out.append(o - 1 if ceil_mode and (o - 1) * s >= size + p0 else o)
+    y = np.empty((n, c, *out), x.dtype)
+    for i in range(out[0]):
+        for j in range(out[1]):
+            rows = [i * strides[0] - pads[0] + a * dilations[0] for a in range(kernel[0])]
+            cols = [j * strides[1] - pads[1] + b * dilations[1] for b in range(kernel[1])]
+            rows, cols = [r for r in rows if 0 <= r < h], [q for q in cols if 0 <= q < w]
+            y[:, :, i, j] = x[:, :, rows][:, :, :, cols].max(axis=(2, 3))
+    return y
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kernel,strides,dilations,pads,ceil_mode", [
+    ((5, 4), (1, 1), (1, 1), (2, 1, 2, 2), 0),     # onnx.reference 1.23: 12 x 12 instead of 13 x 11
+    ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    ((3, 2), (1, 3), (2, 1), (0, 1, 2, 1), 0),
+    ((2, 3), (3, 2), (1, 2), (1, 0, 0, 2), 1),
+])
+def test_the_max_pool_oracle_follows_the_operator(kernel, strides, dilations, pads, ceil_mode):
+    """run_node's MaxPool (xfc/model/nodes.py, the oracle of --verify's per-step checks and of the int8
+    network) against the operator's definition written out window by window, on a ragged plane."""
+    from xfc.model.nodes import run_node
+    x = np.random.default_rng(1).standard_normal((2, 3, 13, 11)).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(kernel), strides=list(strides),
+                            dilations=list(dilations), pads=list(pads), ceil_mode=ceil_mode)
+    np.testing.assert_array_equal(run_node(node, {"x": x}, 13)[0], _brute_max_pool(x, kernel, strides, dilations,
+                                                                                   pads, ceil_mode))
