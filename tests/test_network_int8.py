@@ -270,3 +270,39 @@ def test_what_the_int8_runtime_cannot_hold_is_refused_in_one_line(tmp_path, caps
         code = main(["model", str(path), "--hw", "snapdragon-865", "--emit", "lib", "-o", str(tmp_path / name)])
         assert_one_line_error(code, capsys.readouterr().err, 2, "an int8 model", needle)
         assert not (tmp_path / name).exists()
+
+
+# MaxPool attributes for the byte pooling op (templates/runtime/ops_int8.c.j2): padding, ceil_mode,
+# dilations, windows past the image, a stride of 1 and 3, a kernel wider than the stride.
+QPOOLS = (
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 2], strides=[1, 3], pads=[0, 1, 2, 1], dilations=[2, 1]),
+    dict(kernel_shape=[5, 4], strides=[1, 1], pads=[2, 1, 2, 2]),
+)
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+@pytest.mark.parametrize("shape", [(2, 5, 13, 11), (1, 3, 9, 70)], ids=["13x11", "9x70"])
+def test_byte_max_pooling_equals_the_oracle_on_every_attribute(tmp_path, shape):
+    """The int8 network's MaxPool on ragged planes (narrower than one 64-byte chunk, and wider than
+    one), two threads: every output equal to xfc's QLinear oracle, byte for byte (max pooling of
+    bytes is exact)."""
+    import xfc
+    b = nets.Builder(29)
+    c = shape[1]
+    y = b.node("Conv", ["x", b.const(np.eye(c, dtype=np.float32).reshape(c, c, 1, 1))])
+    model = b.model({"x": list(shape)}, [b.node("MaxPool", [y], **attrs) for attrs in QPOOLS], opset=13)
+    path = quantized_model(tmp_path, model, "qdq", "pools")
+    loaded = load_model(path)
+    network = Q.recognise(loaded)
+    net = xfc.compile_model(path, threads=2, out_dir=tmp_path / "net")
+    x = np.random.default_rng(3).uniform(-3, 1, size=shape).astype(np.float32)
+    expected = Q.run(network, {loaded.inputs[0][0]: x})
+    got = dict(zip((name for name, _ in net.outputs), net(x)))
+    assert set(got) == set(loaded.outputs) and len(got) == len(QPOOLS)
+    for name in loaded.outputs:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    net.close()
