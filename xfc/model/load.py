@@ -121,6 +121,14 @@ def _dims(value_info) -> Optional[list]:
     return out
 
 
+def _inferred_shape(model, name: str) -> Optional[tuple[int, ...]]:
+    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        if vi.name == name:
+            dims = _dims(vi)
+            return tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
+    return None
+
+
 def _fix_inputs(path: Path, model, requested: dict) -> list:
     """Apply --input-shape to the real (non-initializer) inputs; every input must end up static."""
     initializers = {t.name for t in model.graph.initializer}
@@ -263,6 +271,84 @@ def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
     return consts
 
 
+POOLS_WITH_CEIL_MODE = ("MaxPool", "AveragePool", "LpPool")
+
+
+def _drop_padding_windows(path: Path, model, shape_of) -> bool:
+    """ONNX shape inference (onnx 1.23) sizes a ceil_mode pooling output without the operator's rule
+    that a window starting in the end padding is dropped (a 4 x 16 plane pooled 2 x 3, strides 2,
+    pads [0, 0, 0, 2]: 9 columns, where the operator, onnx.reference and onnxruntime give 8). On such
+    an axis the end padding is cut to what the last kept window reaches: the same windows over the
+    same cells (padding included, for count_include_pad), and inference sizes it right. True when a
+    node changed."""
+    from onnx import helper
+    changed = False
+    for node in model.graph.node:
+        if node.op_type not in POOLS_WITH_CEIL_MODE or node.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        auto = attrs.get("auto_pad", b"NOTSET")
+        if int(attrs.get("ceil_mode", 0)) != 1 or (auto.decode() if isinstance(auto, bytes) else str(auto)) \
+                not in ("NOTSET", ""):
+            continue
+        shape = shape_of(node.input[0])
+        if shape is None or len(shape) < 3:
+            continue
+        spatial, rank = list(shape[2:]), len(shape) - 2
+        kernel = list(attrs["kernel_shape"])
+        strides = list(attrs.get("strides", [1] * rank))
+        dilations = list(attrs.get("dilations", [1] * rank))
+        pads = list(attrs.get("pads", [0] * 2 * rank))
+        cut = list(pads)
+        for i, size in enumerate(spatial):
+            reach = (kernel[i] - 1) * dilations[i] + 1
+            span = size + pads[i] + pads[i + rank] - reach
+            out = -(-span // strides[i]) + 1
+            if (out - 1) * strides[i] >= size + pads[i]:   # the last window starts in the end padding
+                out -= 1
+                cut[i + rank] = max(0, (out - 1) * strides[i] - pads[i] + reach - size)
+        if cut == pads:
+            continue
+        kept = [a for a in node.attribute if a.name != "pads"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        node.attribute.append(helper.make_attribute("pads", cut))
+        changed = True
+    return changed
+
+
+def infer_shapes(model, path="model"):
+    """ONNX shape inference (strict), with pooling nodes whose ceil-mode windows would start in the
+    end padding rewritten first (_drop_padding_windows): a copy, inferred again after each rewrite
+    (which changes the shapes after it); after a rewrite the model's declared shapes past its inputs
+    give way to the operators' (onnxruntime, too, runs such a model to the operators' shapes and
+    warns). `model` itself is not changed."""
+    import onnx
+    from onnx import shape_inference
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    rewritten = False
+    while True:
+        # the shapes as ONNX infers them, without the model's own declarations of the tensors after
+        # the input (a declaration made right for the operator would conflict with the inference)
+        probe = onnx.ModelProto()
+        probe.CopyFrom(work)
+        del probe.graph.value_info[:]
+        for out in probe.graph.output:
+            if out.type.WhichOneof("value") == "tensor_type":
+                out.type.tensor_type.ClearField("shape")
+        probed = shape_inference.infer_shapes(probe, check_type=True, strict_mode=True, data_prop=True)
+        if not _drop_padding_windows(Path(path), work, lambda name: _inferred_shape(probed, name)):
+            break
+        rewritten = True
+    if rewritten:   # declarations after the input were likely made by the same inference: the operators decide
+        del work.graph.value_info[:]
+        for out in work.graph.output:
+            if out.type.WhichOneof("value") == "tensor_type":
+                out.type.tensor_type.ClearField("shape")
+    return shape_inference.infer_shapes(work, check_type=True, strict_mode=True, data_prop=True)
+
+
 def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
     """Read, check and shape-infer `path`; input_shapes from parse_input_shapes."""
     import onnx
@@ -276,7 +362,9 @@ def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
         raise OperatorError(f"{path}: the ONNX checker rejects the model: {_one_line(exc)}") from None
     inputs = _fix_inputs(path, model, input_shapes or {})
     try:
-        model = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        model = infer_shapes(model, path)
+    except OperatorError:
+        raise
     except Exception as exc:
         raise OperatorError(f"{path}: shape inference fails: {_one_line(exc)}") from None
     shapes, types = {}, {}
