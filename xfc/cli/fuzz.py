@@ -597,8 +597,9 @@ def register(sub) -> None:
     size.add_argument("--time", type=float, default=None, metavar="S", help="run new cases for S seconds instead")
     size.add_argument("--networks", type=int, default=None, metavar="N",
                       help="instead of operators: N random small fp32 networks (convolutions, depthwise and grouped, "
-                           "fused activations, residual Add, squeeze-excitation, pooling, Concat, Resize, channel "
-                           "shuffle, BatchNormalization, a classifier head) through `xfc model --emit lib --verify`, "
+                           "fused activations, residual Add, squeeze-excitation, pooling, Concat, Split, Slice, Pad, "
+                           "Resize, Transpose, channel shuffle, broadcasting Add/Sub/Mul/Div, BatchNormalization, a "
+                           "classifier head) through `xfc model --emit lib --verify`, "
                            "alternating --targets host and qemu (snapdragon-865)")
     p.add_argument("--seed", type=int, default=1, help="generation seed: same seed, same cases (default 1)")
     p.add_argument("--targets", default=None, metavar="T,...",

@@ -2,8 +2,11 @@
 
 Each network is drawn from (seed, index) alone: an input of 1-12 channels at 4-19 pixels, then 2-6
 blocks of the node kinds the runtime runs (xfc/model/runtime: convolutions, depthwise and grouped,
-with bias and the fused activations; a residual Add; squeeze-excitation; max and average pooling;
-Concat; nearest Resize; a channel shuffle; BatchNormalization), and sometimes a classifier head
+with bias and the fused activations; a residual Add; squeeze-excitation; max and average pooling with
+non-square windows, either side's padding, ceil_mode and dilation; Concat; an uneven channel Split;
+Slice of rows or columns with steps 2 and -1; constant Pad; nearest Resize by integer scales or to
+sizes under every coordinate mapping and rounding rule; rows and columns transposed; a channel
+shuffle; Add / Sub / Mul / Div against a broadcast constant; BatchNormalization), and sometimes a classifier head
 (GlobalAveragePool, Flatten, Gemm, Softmax). `xfc fuzz --networks` (xfc/cli/fuzz.py) builds each as
 `xfc model NET --emit lib --verify [--dtype fp16]` does (the whole network in C, every step checked on
 its own inputs and the outputs against onnxruntime under the derived bound) on the host or, for an
@@ -22,7 +25,8 @@ import numpy as np
 
 OPSET = 17
 ACTIVATIONS = ("none", "relu", "relu6", "hardswish", "sigmoid", "silu", "leakyrelu")
-BLOCKS = ("conv", "depthwise", "grouped", "residual", "se", "pool", "concat", "upsample", "shuffle", "batchnorm")
+BLOCKS = ("conv", "depthwise", "grouped", "residual", "se", "pool", "concat", "upsample", "shuffle", "batchnorm",
+          "slice", "pad", "split", "broadcast", "swap")
 INT8_ACTIVATIONS = ("none", "relu", "relu6")     # what a quantized layer clamps in its requantization
 INT8_BLOCKS = ("conv", "depthwise", "residual", "pool")
 
@@ -187,16 +191,75 @@ def random_network(seed: int, index: int, hardware: str, max_threads: int = 2, d
             c += extra
             drawn.append(f"concat +{extra}")
         elif kind == "upsample" and max(h, w) <= 10:
-            scales = g.const(np.array([1.0, 1.0, 2.0, 2.0], np.float32), "scales")
-            x = g.node("Resize", [x, "", scales], mode="nearest")
-            h, w = 2 * h, 2 * w
-            drawn.append("resize x2")
+            if rng.random() < 0.5:   # integer scales per axis
+                fh, fw = rng.choice([1, 2, 3]), rng.choice([2, 3])
+                scales = g.const(np.array([1.0, 1.0, fh, fw], np.float32), "scales")
+                x = g.node("Resize", [x, "", scales], mode="nearest")
+                h, w = fh * h, fw * w
+                drawn.append(f"resize x{fh}x{fw}")
+            else:   # sizes (ratios not integers) under a coordinate mapping and a rounding rule
+                oh, ow = rng.randint(h, 2 * h + 3), rng.randint(w, 2 * w + 3)
+                ctm = rng.choice(["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"])
+                nearest = rng.choice(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+                sizes = g.const(np.array([1, c, oh, ow], np.int64), "sizes")
+                x = g.node("Resize", [x, "", "", sizes], mode="nearest", coordinate_transformation_mode=ctm,
+                           nearest_mode=nearest)
+                h, w = oh, ow
+                drawn.append(f"resize to {oh}x{ow} {ctm} {nearest}")
         elif kind == "shuffle" and any(c % d == 0 for d in (2, 3, 4)):
             d = next(d for d in (2, 3, 4) if c % d == 0)
             x = g.node("Reshape", [x, g.const(np.array([1, d, c // d, h, w], np.int64), "shape")])
             x = g.node("Transpose", [x], perm=[0, 2, 1, 3, 4])
             x = g.node("Reshape", [x, g.const(np.array([1, c, h, w], np.int64), "shape")])
             drawn.append(f"shuffle g{d}")
+        elif kind == "slice" and min(h, w) >= 3:
+            # a window of rows or columns, every first or second one, forwards or backwards
+            axis = rng.choice([2, 3])
+            extent = h if axis == 2 else w
+            step = rng.choice([1, 2, -1])
+            lo, hi = sorted(rng.sample(range(extent + 1), 2))
+            if hi - lo < 2:
+                lo, hi = 0, extent
+            starts, ends = (lo, hi) if step > 0 else (hi - 1, lo - 1 if lo > 0 else -extent - 1)
+            x = g.node("Slice", [x, g.const(np.array([starts], np.int64), "starts"),
+                                 g.const(np.array([ends], np.int64), "ends"),
+                                 g.const(np.array([axis], np.int64), "axes"), g.const(np.array([step], np.int64), "steps")])
+            kept = len(range(lo, hi, abs(step)))
+            h, w = (kept, w) if axis == 2 else (h, kept)
+            drawn.append(f"slice {'rows' if axis == 2 else 'cols'} {lo}:{hi}:{step}")
+        elif kind == "pad":
+            pads = [rng.randint(0, 2) for _ in range(4)]
+            value = rng.choice([0.0, -1.5, 0.25])
+            x = g.node("Pad", [x, g.const(np.array([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]], np.int64), "pads"),
+                               g.const(np.float32(value), "value")], mode="constant")
+            h, w = h + pads[0] + pads[2], w + pads[1] + pads[3]
+            drawn.append(f"pad {','.join(map(str, pads))} value {value}")
+        elif kind == "split" and c >= 2:
+            # two uneven channel groups, each through its own 1x1 convolution, joined again
+            first = rng.randint(1, c - 1)
+            a, b_ = g.name("t"), g.name("t")
+            g.nodes.append(helper.make_node("Split", [x, g.const(np.array([first, c - first], np.int64), "split")],
+                                            [a, b_], name=g.name("split"), axis=1))
+            ca, cb = rng.randint(1, 8), rng.randint(1, 8)
+            ya, yb = g.activation(g.conv(a, first, ca, 1, 1, 0), act), g.conv(b_, c - first, cb, 1, 1, 0)
+            x = g.node("Concat", [yb, ya], axis=1)
+            drawn.append(f"split {first}+{c - first} -> {ca}+{cb}")
+            c = ca + cb
+        elif kind == "broadcast":
+            # an elementwise op against a constant broadcast over some axes (as normalisations write it)
+            op = rng.choice(["Add", "Sub", "Mul", "Div"])
+            shape = rng.choice([(1, c, 1, 1), (1, 1, h, w), (1, 1, 1, w), (1, 1, h, 1), ()])
+            value = g.rand(*shape, scale=0.5) if shape else np.float32(rng.uniform(-0.5, 0.5))
+            if op == "Div":
+                value = np.sign(value) * (0.5 + np.abs(value)) + (value == 0)   # away from zero
+            other = g.const(np.asarray(value, np.float32), "k")
+            x = g.node(op, [other, x] if op in ("Add", "Mul") and rng.random() < 0.5 else [x, other])
+            drawn.append(f"{op.lower()} {'x'.join(map(str, shape)) or 'scalar'}")
+        elif kind == "swap":
+            # rows and columns exchanged (a strided copy), as a transposed image
+            x = g.node("Transpose", [x], perm=[0, 1, 3, 2])
+            h, w = w, h
+            drawn.append("transpose hw")
         elif kind == "batchnorm":
             scale = g.const(1.0 + 0.5 * g.rand(c))
             shift, mean = g.const(g.rand(c, scale=0.2)), g.const(g.rand(c, scale=0.3))
