@@ -146,9 +146,9 @@ def test_batchnorm_folds_into_the_conv(tmp_path):
     np.testing.assert_allclose(reference(layer.spec, x, layer.weight, layer.bias), unfused, rtol=0, atol=1e-5)
 
 
-def _pool_model(path, shape, declared, **attrs):
-    """input -> MaxPool -> output, the output declared `declared` (as an exporter would)."""
-    graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], name="pool", **attrs)], "p",
+def _pool_model(path, shape, declared, op="MaxPool", **attrs):
+    """input -> pool -> output, the output declared `declared` (as an exporter would)."""
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], "p",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(declared))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -159,22 +159,34 @@ def _pool_model(path, shape, declared, **attrs):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("declared", [(1, 2, 5, 4), (1, 2, 5, 5)], ids=["operator", "onnx-inference"])
-@pytest.mark.parametrize("pads,cut", [([0, 0, 1, 1], [0, 0, 1, 0]), ([0, 0, 0, 1], [0, 0, 0, 0])],
-                         ids=["rows-exact", "rows-need-ceil"])
-def test_a_ceil_mode_window_starting_in_the_padding_is_dropped(tmp_path, declared, pads, cut):
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1], [0, 0, 0, 1]], ids=["rows-exact", "rows-need-ceil"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_ceil_mode_window_starting_in_the_padding_is_dropped(tmp_path, declared, pads, op):
     """13 x 11, 2 x 2 windows, strides 3, ceil_mode: the last column window would start in the right
-    padding and the operator drops it (4 columns); ONNX's shape inference keeps it (5). The loader
-    sizes it as the operator does, whichever the model declares (torch declares the operator's; a
-    model whose outputs came from ONNX's inference declares 5 columns, which onnxruntime too
-    overrides), by cutting the right padding to what the last kept window reaches: the same windows.
-    The rows keep ceil mode (with a bottom pad of 0 they need it: 5 rows, 4 in floor mode)."""
-    path = _pool_model(tmp_path / "pool.onnx", (1, 2, 13, 11), declared, kernel_shape=[2, 2], strides=[3, 3],
+    padding and the operator drops it (4 columns); ONNX's shape inference before opset 22 keeps it
+    (5). The loader sizes it as the operator does, whichever the model declares (torch declares the
+    operator's; a model whose outputs came from ONNX's inference declares 5 columns, which onnxruntime
+    too overrides), as the same windows in floor mode: each end padding what its last window reaches
+    (the rows' grown from 0 to 1 where they need ceil mode, the columns' cut to 0)."""
+    path = _pool_model(tmp_path / "pool.onnx", (1, 2, 13, 11), declared, op=op, kernel_shape=[2, 2], strides=[3, 3],
                        pads=pads, ceil_mode=1)
     loaded = load_model(path)
     assert loaded.shape("y") == (1, 2, 5, 4)
-    pool = next(n for n in loaded.model.graph.node if n.op_type == "MaxPool")
+    pool = next(n for n in loaded.model.graph.node if n.op_type == op)
     attrs = {a.name: helper.get_attribute_value(a) for a in pool.attribute}
-    assert list(attrs["pads"]) == cut and attrs["ceil_mode"] == 1
+    assert list(attrs["pads"]) == [0, 0, 1, 0] and attrs["ceil_mode"] == 0
+
+
+@pytest.mark.unit
+def test_a_ceil_mode_average_that_counts_padding_is_refused_where_no_floor_node_keeps_it(tmp_path):
+    """count_include_pad=1: growing the rows' end padding (they need ceil mode) would change the last
+    row's divisor, so the node is refused in one line naming it."""
+    path = _pool_model(tmp_path / "avg.onnx", (1, 2, 13, 11), (1, 2, 5, 4), op="AveragePool", kernel_shape=[2, 2],
+                       strides=[3, 3], pads=[0, 0, 0, 1], ceil_mode=1, count_include_pad=1)
+    with pytest.raises(OperatorError, match=r"node 'pool' \(AveragePool, ceil_mode=1, count_include_pad=1\).*"
+                                            r"not supported") as info:
+        load_model(path)
+    assert "\n" not in str(info.value)
 
 
 def test_weights_behind_identity_nodes_are_constants(tmp_path):

@@ -414,7 +414,7 @@ POOLS = (
     # keeps it: 5 columns, where the operator and onnxruntime give 4); the last with rows in ceil mode
     ("MaxPool", dict(kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 1, 1], ceil_mode=1)),
     ("AveragePool", dict(kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 1, 1], ceil_mode=1, count_include_pad=1)),
-    ("AveragePool", dict(kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 0, 1], ceil_mode=1, count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 0, 1], ceil_mode=1, count_include_pad=0)),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0)),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)),
     ("AveragePool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 2], count_include_pad=1)),

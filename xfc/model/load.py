@@ -275,14 +275,16 @@ POOLS_WITH_CEIL_MODE = ("MaxPool", "AveragePool", "LpPool")
 
 
 def _drop_padding_windows(path: Path, model, shape_of) -> bool:
-    """ONNX shape inference (onnx 1.23) sizes a ceil_mode pooling output without the operator's rule
-    that a window starting in the end padding is dropped (a 4 x 16 plane pooled 2 x 3, strides 2,
-    pads [0, 0, 0, 2]: 9 columns, where the operator, onnx.reference and onnxruntime give 8). On such
-    an axis the end padding is cut to what the last kept window reaches: the same windows over the
-    same cells (padding included, for count_include_pad), and inference sizes it right. True when a
+    """ONNX's shape inference for the pooling schemas before opset 22 (onnx 1.23) sizes a ceil_mode
+    output without the operator's rule that a window starting in the end padding is dropped (a 4 x 16
+    plane pooled 2 x 3, strides 2, pads [0, 0, 0, 2]: 9 columns, where the operator, onnx.reference and
+    onnxruntime give 8). The first such node (graph order; the shapes after it change) is rewritten
+    to the same windows in floor mode: ceil_mode 0 and each axis's end padding set to what its last
+    window reaches (cut, or grown where a ceil window reaches past it). Padding never wins a max, adds
+    nothing to an Lp norm and is not counted by an average without count_include_pad; an average that
+    counts it keeps its divisors only if no end padding grows, else the node is refused. True when a
     node changed."""
     from onnx import helper
-    changed = False
     for node in model.graph.node:
         if node.op_type not in POOLS_WITH_CEIL_MODE or node.domain not in ("", "ai.onnx"):
             continue
@@ -299,22 +301,27 @@ def _drop_padding_windows(path: Path, model, shape_of) -> bool:
         strides = list(attrs.get("strides", [1] * rank))
         dilations = list(attrs.get("dilations", [1] * rank))
         pads = list(attrs.get("pads", [0] * 2 * rank))
-        cut = list(pads)
+        ends, dropped = list(pads), False
         for i, size in enumerate(spatial):
             reach = (kernel[i] - 1) * dilations[i] + 1
-            span = size + pads[i] + pads[i + rank] - reach
-            out = -(-span // strides[i]) + 1
+            out = -(-(size + pads[i] + pads[i + rank] - reach) // strides[i]) + 1
             if (out - 1) * strides[i] >= size + pads[i]:   # the last window starts in the end padding
-                out -= 1
-                cut[i + rank] = max(0, (out - 1) * strides[i] - pads[i] + reach - size)
-        if cut == pads:
+                out, dropped = out - 1, True
+            ends[i + rank] = max(0, (out - 1) * strides[i] - pads[i] + reach - size)
+        if not dropped:
             continue
-        kept = [a for a in node.attribute if a.name != "pads"]
+        counts_pads = node.op_type == "AveragePool" and int(attrs.get("count_include_pad", 0))
+        if counts_pads and any(ends[i + rank] > pads[i + rank] for i in range(rank)):
+            raise OperatorError(f"{path}: node '{node.name or node.output[0]}' (AveragePool, ceil_mode=1, "
+                                f"count_include_pad=1): a window would start in the end padding on one axis while "
+                                f"another needs ceil mode; ONNX's shape inference sizes it wrong and no floor-mode "
+                                f"node keeps its divisors: not supported")
+        kept = [a for a in node.attribute if a.name not in ("pads", "ceil_mode")]
         del node.attribute[:]
         node.attribute.extend(kept)
-        node.attribute.append(helper.make_attribute("pads", cut))
-        changed = True
-    return changed
+        node.attribute.extend([helper.make_attribute("pads", ends), helper.make_attribute("ceil_mode", 0)])
+        return True
+    return False
 
 
 def infer_shapes(model, path="model"):
