@@ -51,18 +51,21 @@ def xfc_model(path: Path, threads: int, repeat: int, out: Path, extra: list[str]
 def join(layers_report: dict, network_report: dict) -> tuple[list[dict], float]:
     """One row per covered layer (alone, in network, onnxruntime), and the in-network time of the
     steps that are not layers (runtime ops)."""
-    steps = {s["name"]: s for s in network_report["network_bench"]["profile"]["steps"]}
-    rows, names = [], set()
-    for layer in layers_report["layers"]:
-        step = steps.get(layer["node"])
-        if step is None or layer.get("measured_seconds") is None:
+    steps = network_report["network_bench"]["profile"]["steps"]
+    layers = {layer["node"]: layer for layer in layers_report["layers"]
+              if layer["node"] and layer.get("measured_seconds") is not None}
+    rows, joined = [], set()
+    for step in steps:   # a step per layer (by its ONNX node); every other step (runtime ops) apart
+        layer = layers.get(step["name"])
+        if layer is None or step["name"] in joined:
             continue
-        names.add(layer["node"])
+        joined.add(step["name"])
         ort = layer.get("onnxruntime_seconds")
         rows.append(dict(step=step["step"], node=layer["node"], what=step["what"],
                          alone_ms=layer["measured_seconds"] * 1e3, in_network_ms=step["ms"],
                          onnxruntime_ms=None if ort is None else ort * 1e3))
-    others = sum(s["ms"] for name, s in steps.items() if name not in names)
+    matched = {r["step"] for r in rows}
+    others = sum(s["ms"] for s in steps if s["step"] not in matched)
     return rows, others
 
 
