@@ -3,6 +3,8 @@ where C is written once past L2, on the dialects whose cores were timed both way
 order (row tiles outside) computes the same numbers, on ragged shapes and blockings, 1 and 2 threads."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import support
@@ -63,10 +65,12 @@ RAGGED = [(13, 101, 37, 1), (16, 97, 70, 2), (5, 131, 23, 1), (24, 83, 61, 2)]
 @pytest.mark.parametrize("isa", ROW_STREAM_ISAS)
 @pytest.mark.parametrize("c,side,k,threads", RAGGED, ids=[f"c{c}-{s}x{s}-k{k}-t{t}" for c, s, k, t in RAGGED])
 def test_synthesized_row_tile_order_is_exact(isa, c, side, k, threads, tmp_path):
+    """The synthesizer's plan for this host in the row-tile order (forced: whether the rule picks it
+    depends on this host's L2), against the oracle."""
     spec = _conv(c, side, k, bias=True, activation="relu6")
     plan = synthesize_cpu(spec, host_description(isa), threads=threads).plan
-    assert plan.gemm.loop_order == "ir_jr", plan.gemm
-    run_host_plan(plan, tmp_path, seed=3, what=f"{isa} threads={threads} {plan.header_lines}")
+    plan = dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, loop_order="ir_jr"))
+    run_host_plan(plan, tmp_path, seed=3, what=f"{isa} threads={threads} ir_jr {plan.header_lines}")
 
 
 KC, K_UNROLL = 24, 4

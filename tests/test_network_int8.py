@@ -193,16 +193,19 @@ def test_int8_network_time_is_predicted_for_every_cluster_and_thread_count(tmp_p
 
 @support.needs_onnxruntime
 @pytest.mark.host
-def test_compile_model_runs_a_quantized_model_equal_to_the_oracle(tmp_path):
+@pytest.mark.parametrize("family", ["resnet", "mobilenet"])
+def test_compile_model_runs_a_quantized_model_equal_to_the_oracle(tmp_path, family):
     """xfc.compile_model on a quantized model: the int8 network in this process, its output equal to the
-    oracle's (every step exact) for inputs it has not seen."""
+    oracle's (every step exact) for inputs it has not seen, call after call (the kernels keep their
+    staging buffers between calls: MobileNet's depthwise ones too)."""
     import xfc
-    path = quantized_model(tmp_path, nets.resnet_net(), "qoperator", "r")
+    model = nets.resnet_net() if family == "resnet" else nets.mobilenet_net()
+    path = quantized_model(tmp_path, model, "qoperator", family[0])
     net = xfc.compile_model(path, threads=2)
     loaded = load_model(path)
     network = Q.recognise(loaded)
     name, shape, _ = loaded.inputs[0]
-    for seed in (4, 5):
+    for seed in (4, 5, 6):
         x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 2
         expected = Q.run(network, {name: x})[loaded.outputs[0]]
         np.testing.assert_array_equal(np.asarray(net(x)).reshape(expected.shape), expected)
@@ -285,17 +288,18 @@ QPOOLS = (
 
 @support.needs_onnxruntime
 @pytest.mark.host
-@pytest.mark.parametrize("shape", [(2, 5, 13, 11), (1, 3, 9, 70)], ids=["13x11", "9x70"])
-def test_byte_max_pooling_equals_the_oracle_on_every_attribute(tmp_path, shape):
+@pytest.mark.parametrize("shape,activation", [((2, 5, 13, 11), "uint8"), ((1, 3, 9, 70), "uint8"),
+                                              ((2, 5, 13, 11), "int8")], ids=["13x11", "9x70", "13x11-int8"])
+def test_byte_max_pooling_equals_the_oracle_on_every_attribute(tmp_path, shape, activation):
     """The int8 network's MaxPool on ragged planes (narrower than one 64-byte chunk, and wider than
-    one), two threads: every output equal to xfc's QLinear oracle, byte for byte (max pooling of
-    bytes is exact)."""
+    one), uint8 and int8 activations (the padding's minimum 0 or -128), two threads: every output
+    equal to xfc's QLinear oracle, byte for byte (max pooling of bytes is exact)."""
     import xfc
     b = nets.Builder(29)
     c = shape[1]
     y = b.node("Conv", ["x", b.const(np.eye(c, dtype=np.float32).reshape(c, c, 1, 1))])
     model = b.model({"x": list(shape)}, [b.node("MaxPool", [y], **attrs) for attrs in QPOOLS], opset=13)
-    path = quantized_model(tmp_path, model, "qdq", "pools")
+    path = quantized_model(tmp_path, model, "qdq", "pools", activation)
     loaded = load_model(path)
     network = Q.recognise(loaded)
     net = xfc.compile_model(path, threads=2, out_dir=tmp_path / "net")
