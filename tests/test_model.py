@@ -560,3 +560,60 @@ def test_output_location_rules_apply(tmp_path, capsys):
     code, _, err = run_cli(["model", str(path), "--hw", "host", "-o", str(foreign)], capsys)
     assert_one_line_error(code, err, "xfc did not write")
     assert (foreign / "notes.txt").read_text() == "keep me" and sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+@needs_onnxruntime
+@pytest.mark.host
+@pytest.mark.parametrize("seed", [5, 6])
+def test_ceil_mode_pools_load_to_onnxruntimes_shapes_and_values(tmp_path, seed):
+    """400 random ceil-mode MaxPool / AveragePool nodes (kernels 1-3, strides 1-4, either side's
+    padding, count_include_pad both ways; a second ceil pool after half of them), their outputs
+    declared as ONNX's inference sizes them: loaded, every shape is onnxruntime's, and the rewritten
+    model computes onnxruntime's values on the original; an average the rewrite cannot hold is refused
+    (count_include_pad=1 only)."""
+    import random
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    rng = random.Random(seed)
+    checked = 0
+    for trial in range(400):
+        op = rng.choice(["MaxPool", "AveragePool"])
+        h, w = rng.randint(2, 14), rng.randint(2, 14)
+        kh, kw, sh, sw = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 4)
+        attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], ceil_mode=1,
+                     pads=[rng.randint(0, kh - 1), rng.randint(0, kw - 1), rng.randint(0, kh - 1), rng.randint(0, kw - 1)])
+        if op == "AveragePool":
+            attrs["count_include_pad"] = rng.randint(0, 1)
+        nodes = [helper.make_node("Relu", ["x0"], ["x"]), helper.make_node(op, ["x"], ["y"], name="p", **attrs)]
+        out = "y"
+        if rng.random() < 0.5:
+            nodes.append(helper.make_node("MaxPool", ["y"], ["z"], name="q", kernel_shape=[2, 2], strides=[3, 2],
+                                          pads=[0, 0, 1, 1], ceil_mode=1))
+            out = "z"
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 2, h, w])],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        inferred = onnx.shape_inference.infer_shapes(model)
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+        x = np.random.default_rng(trial).standard_normal((1, 2, h, w)).astype(np.float32)
+        try:
+            want = ort.InferenceSession(model.SerializeToString(), options).run(None, {"x0": x})[0]
+        except Exception:   # onnxruntime refuses it too (a window past the image in the second pool)
+            continue
+        if 0 in want.shape:
+            continue
+        path = tmp_path / f"m{trial}.onnx"
+        onnx.save(model, str(path))
+        try:
+            loaded = load_model(path)
+        except OperatorError as exc:
+            assert op == "AveragePool" and attrs["count_include_pad"] == 1, (attrs, h, w, str(exc))
+            continue
+        assert loaded.shape(out) == want.shape, (op, attrs, h, w)
+        got = ort.InferenceSession(loaded.model.SerializeToString(), options).run(None, {"x0": x})[0]
+        np.testing.assert_allclose(got, want, atol=1e-6, err_msg=f"{op} {attrs} {h}x{w}")
+        checked += 1
+    assert checked > 300
