@@ -390,6 +390,16 @@ def test_error_rules_of_reference_nodes():
         spec = make_spec("conv2d", dict(c=2, h=5, w=5, k=3, r=3, s=3), pad=1)
         moved = reference(spec, e[:, 2 * g:2 * g + 2], np.abs(w[3 * g:3 * g + 3]), np.zeros(3))
         assert np.all(bound[:, 3 * g:3 * g + 3] >= moved)
+    # a divisor off by its own rounding (an fp16 constant): the bound holds at the corners of both
+    # errors; a divisor error as large as the divisor has no rule
+    div = helper.make_node("Div", ["a", "b"], ["q"])
+    b = np.sign(rng.uniform(-1, 1, x.shape)) * rng.uniform(0.3, 2.0, x.shape)
+    eb = np.abs(b) * 2.0 ** -11
+    (out,) = bounds.propagate(div, 17, [x, b], [e, eb], [(x / b).astype(np.float32)])
+    worst = max(np.max(np.abs((x + sa * e) / (b + sb * eb) - x.astype(np.float64) / b) / out)
+                for sa in (-1, 1) for sb in (-1, 1))
+    assert 0.3 < worst <= 1.0
+    assert bounds.propagate(div, 17, [x, b], [e, np.abs(b)], [x / b]) == [None]
 
 
 # ---------------------------------------------------------------------------------------------

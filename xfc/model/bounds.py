@@ -238,10 +238,14 @@ def propagate(node, opset: int, ins: Sequence[Optional[np.ndarray]], bounds: Seq
         e1, e2 = np.asarray(e1), np.asarray(e2)
         return [np.abs(x1.astype(np.float64)) * e2 + np.abs(x2.astype(np.float64)) * e1 + e1 * e2 + ROUND * ay, *rest]
     if op == "Div":
+        # (a + da) / (b + db) - a / b = (da b - a db) / (b (b + db)): with |da| <= e1, |db| <= e2 < |b|,
+        # at most (e1 |b| + |a| e2) / (|b| (|b| - e2)) (e2 > 0: a divisor rounded, e.g. an fp16 constant)
         (x1, e1), (x2, e2) = present
-        if not is_zero(e2):
+        a, b = np.abs(x1.astype(np.float64)), np.abs(x2.astype(np.float64))
+        e1, e2 = np.asarray(e1, np.float64), np.asarray(e2, np.float64)
+        if np.any(e2 >= b):
             return [None] * n_out
-        return [np.asarray(e1) / np.abs(x2.astype(np.float64)) + ROUND * ay, *rest]
+        return [(e1 * b + a * e2) / (b * (b - e2)) + ROUND * ay, *rest]
     if op in AVERAGES:
         x, e = present[0]
         count = prod(_attr(node, "kernel_shape")) if op == "AveragePool" else x.size // max(y.size, 1)
