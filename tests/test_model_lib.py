@@ -39,7 +39,8 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
     assert lib["abi"] == abi and (lib_dir / lib["library"]).is_file()
     v = report["verification"]
     assert v["verified"] and v["emulated"] == cross and all(c["bound_kind"] == "derived" for c in v["outputs"])
-    # The library holds the C API, the kernels' four entry points and the thread-count variable: no main.
+    # The library holds the C API, the kernels' four entry points, the thread-count variable and the
+    # kernels' shared scratch: no main.
     nm = "aarch64-linux-gnu-nm" if cross else "nm"
     listing = subprocess.run([nm, "-g", "-P", "--defined-only", str(lib_dir / lib["library"])], capture_output=True,
                              text=True, timeout=60, check=True).stdout
@@ -48,7 +49,7 @@ def check_library(tmp_path, capsys, hw: str, cross: bool):
         "create", "create_from_buffer", "run", "destroy", "last_error", "threads", "input_count", "output_count",
         "input_name", "output_name", "input_rank", "output_rank", "input_shape", "output_shape", "input_floats",
         "output_floats", "arena_bytes", "packed_weight_bytes", "set_step_callback", "set_step_timer", "step_count",
-        "threads_now")}
+        "threads_now", "scratch_ptr", "scratch_cap")}
     kernels = {f["function"] + suffix for f in manifest["functions"] for suffix in ("", "_prepack", "_packed",
                                                                                    "_packed_floats")}
     assert symbols == api | kernels

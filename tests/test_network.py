@@ -482,3 +482,33 @@ def test_the_max_pool_oracle_follows_the_operator(kernel, strides, dilations, pa
                             dilations=list(dilations), pads=list(pads), ceil_mode=ceil_mode)
     np.testing.assert_array_equal(run_node(node, {"x": x}, 13)[0], _brute_max_pool(x, kernel, strides, dilations,
                                                                                    pads, ceil_mode))
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_kernels_share_one_scratch_and_leave_nothing_another_relies_on(tmp_path):
+    """Every kernel of a network packs and stages into the runtime's per-thread scratch (one set of
+    buffers, still in cache from the layer before). A 3x3 stride-2 convolution (staged image), a
+    depthwise one (staged rows whose padding it zeroes), pointwise ones (packed panels) and a 3x3
+    stride-1 one, called with one input, another and the first again, two threads: each output
+    equal to onnxruntime's (a kernel that relied on what it left in its own buffers last call would
+    find another kernel's data there)."""
+    import xfc
+    import onnxruntime as ort
+    b = nets.Builder(31)
+    y = b.relu6(b.conv("x", 3, 24, k=3, stride=2, pad=1))
+    y = nets.mobilenet_block(b, y, 24, 4, 32, stride=1, prefix="b1")
+    y = b.relu6(b.conv(y, 32, 32, k=3, stride=1, pad=1))
+    y = nets.mobilenet_block(b, y, 32, 3, 40, stride=2, prefix="b2")
+    model = b.model({"x": [1, 3, 38, 30]}, [y])
+    net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
+    sources = [p.read_text() for p in (tmp_path / "net").rglob("*.c") if "_k" in p.name]
+    assert sources and all(f"extern __thread void *{net.prefix}_scratch_ptr" in s for s in sources)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    first, second = (rng.uniform(-1, 1, size=(1, 3, 38, 30)).astype(np.float32) for _ in range(2))
+    for x in (first, second, first):
+        want, = session.run(None, {"x": x})
+        got = net(x)
+        assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
+    net.close()

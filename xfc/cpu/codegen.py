@@ -38,6 +38,7 @@ from .tiles import a_load_groups   # the planner's A-load groups (tiles.py budge
 TEMPLATE_DIR = TEMPLATES_DIR
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SCRATCH_SLOTS = 3   # a kernel's scratch buffers: 0 packed A (or Winograd's U), 1 packed B, 2 staged input / work
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ def _common_context(plan: CpuKernelPlan, template_name: str) -> dict:
         "network_activation": spec.epilogue.activation in NETWORK_ACTIVATIONS,
         "residual": spec.epilogue.residual,
         "threads_symbol": None,   # render_cpu_kernel(threads_symbol=...): the thread count is a variable
+        "scratch_symbol": None,   # render_cpu_kernel(scratch_symbol=...): the network's shared scratch
+        "scratch_slots": SCRATCH_SLOTS,
         "epilogue_text": spec.epilogue.describe(),
         "problem_text": spec.describe(),
         "arg_doc": {"matmul": "in0=A[batch,M,K], in1=B[batch,K,N], bias[N], out=C[batch,M,N]",
@@ -442,16 +445,20 @@ def render_context(plan: CpuKernelPlan) -> tuple[str, dict]:
     return "cpu/gemm.c.j2", gemm_context(plan)
 
 
-def render_cpu_kernel(plan: CpuKernelPlan, threads_symbol: Optional[str] = None) -> RenderedKernel:
+def render_cpu_kernel(plan: CpuKernelPlan, threads_symbol: Optional[str] = None,
+                      scratch_symbol: Optional[str] = None) -> RenderedKernel:
     """Render the kernel and harness C sources for a plan (deterministic: same plan, same text).
     threads_symbol: the name of a thread-local `int` (defined elsewhere, e.g. by the network runtime,
     which sets it to the thread count chosen at create) that replaces the plan's constant thread count
-    in the OpenMP regions; None: the plan's count."""
+    in the OpenMP regions; None: the plan's count. scratch_symbol: the prefix of the thread-local
+    scratch arrays `<symbol>_ptr[SCRATCH_SLOTS]` (void *) and `<symbol>_cap[SCRATCH_SLOTS]` (size_t)
+    the network runtime defines, shared by all its kernels; None: the kernel's own."""
     template_name, ctx = render_context(plan)
-    if threads_symbol is not None:
-        if not _C_IDENT.match(threads_symbol):
-            raise OperatorError(f"threads_symbol '{threads_symbol}' is not a C identifier")
-        ctx["threads_symbol"] = threads_symbol
+    for what, symbol in (("threads_symbol", threads_symbol), ("scratch_symbol", scratch_symbol)):
+        if symbol is not None:
+            if not _C_IDENT.match(symbol):
+                raise OperatorError(f"{what} '{symbol}' is not a C identifier")
+            ctx[what] = symbol
     env = _env()
     try:
         source = env.get_template(template_name).render(**ctx)

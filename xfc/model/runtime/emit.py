@@ -353,7 +353,9 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
     syntheses and names are keyed by KernelStep.kernel_key (the spec; for int8, with the quantization)."""
     name = c_identifier(model_name)
     prefix = f"xfc_{name}"
+    from ...cpu.codegen import SCRATCH_SLOTS
     threads_symbol = f"{prefix}_threads_now"
+    scratch_symbol = f"{prefix}_scratch"   # the kernels' per-thread packing and staging buffers, shared
     plan = plan_arena(program)
     functions, kernel_sources, kernel_info, packed_per_spec = {}, {}, [], {}
     isa, march = None, ""
@@ -361,7 +363,7 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
         function = f"{prefix}_{names[key]}"
         functions[key] = function
         kplan = dataclasses.replace(syntheses[key].result.plan, function_name=function)
-        source, packed_per_spec[key], kernel_isa = _render_kernel(kplan, threads_symbol)
+        source, packed_per_spec[key], kernel_isa = _render_kernel(kplan, threads_symbol, scratch_symbol)
         kernel_sources[f"{function}.c"] = source
         isa = isa or kernel_isa
         march = march or kplan.gcc_march
@@ -419,6 +421,7 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
         "version": __version__, "hardware": hw.name, "abi": abi_for(hw), "isa": isa or "-",
         "lanes": ops_row.lanes[0] if ops_row and ops_row.lanes else 4,
         "dialect_template": ops_row.prelude if ops_row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
+        "scratch_symbol": scratch_symbol, "scratch_slots": SCRATCH_SLOTS,
         "dtype": program.dtype.name, "elem_c": element.c_type, "tload": element.tload, "tstore": element.tstore,
         "ops_template": element.ops_template,
         "layout": layout,
@@ -448,7 +451,7 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
                     manifest=manifest)
 
 
-def _render_kernel(kplan, threads_symbol: str) -> tuple[str, int, str]:
+def _render_kernel(kplan, threads_symbol: str, scratch_symbol: str) -> tuple[str, int, str]:
     """(C source, packed weight elements, isa label) of one kernel plan: fp32 / fp16 (CpuKernelPlan)
     or int8 (Int8Plan: packed bytes, the int8 dialect)."""
     from ...cpu.int8_plan import Int8Plan
@@ -456,7 +459,7 @@ def _render_kernel(kplan, threads_symbol: str) -> tuple[str, int, str]:
         from ...cpu.int8_codegen import packed_bytes, render_int8_kernel
         return render_int8_kernel(kplan, threads_symbol).source, packed_bytes(kplan), kplan.dialect
     from ...cpu.codegen import render_cpu_kernel
-    rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol)
+    rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol, scratch_symbol=scratch_symbol)
     return rendered.source, packed_floats(rendered), kplan.isa
 
 
