@@ -139,6 +139,10 @@ def test_int8_network_runs_in_c_on_the_host_equal_to_the_oracle(tmp_path, capsys
     b = report["network_bench"]
     assert b["xfc"]["median_ms"] > 0 and b["onnxruntime"]["median_ms"] > 0 and b["speedup"] > 0
     assert (tmp_path / "out" / f"libxfc_{family}_{fmt}-x86_64.a").exists()
+    # the kernels stage into the runtime's shared per-thread scratch: a run allocates nothing
+    kernels = [p.read_text() for p in (tmp_path / "out").glob(f"xfc_{family}_{fmt}_k*.c")]
+    assert kernels and all(f"extern __thread void *xfc_{family}_{fmt}_scratch_ptr" in k for k in kernels)
+    assert not any("aligned_alloc(64, ((size_t)" in k for k in kernels)
 
 
 @pytest.mark.emulated

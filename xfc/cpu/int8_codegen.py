@@ -26,7 +26,7 @@ from ..errors import OperatorError
 from ..ops.quant import channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
-from .codegen import RenderedKernel
+from .codegen import SCRATCH_SLOTS, RenderedKernel
 from .int8_synth import Int8Plan, flat_row_width
 
 
@@ -107,16 +107,20 @@ def _tap_pairs_context(plan: Int8Plan) -> dict:
             "vp": "_mm512" if lanes == 16 else "_mm256", "vnni_madd": plan.dialect == "vnni"}
 
 
-def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None) -> tuple[str, dict]:
+def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
+                   scratch_symbol: Optional[str] = None) -> tuple[str, dict]:
     """(template, context). threads_symbol: a thread-local `int` defined by the network runtime (the
-    count chosen at create) that the OpenMP regions read instead of the plan's thread count."""
+    count chosen at create) that the OpenMP regions read instead of the plan's thread count.
+    scratch_symbol: the prefix of the network runtime's per-thread scratch arrays (codegen.SCRATCH_SLOTS
+    of them), shared by every kernel of the network; None: each call allocates its own."""
     spec, q = plan.spec, plan.quant
     qlo, qhi = clamp_bounds(spec, q)
     x86 = plan.target_arch != "aarch64"
     parallel = plan.threads > 1 or threads_symbol is not None
     ctx = {"fn": plan.function_name, "header_lines": list(plan.header_lines), "isa": plan.dialect, "op": spec.name,
            "arg_doc": ARG_DOC[spec.name], "threads": threads_symbol or plan.threads, "parallel": parallel,
-           "threads_symbol": threads_symbol, "x86": x86, "march": plan.gcc_march,
+           "threads_symbol": threads_symbol, "scratch_symbol": scratch_symbol, "scratch_slots": SCRATCH_SLOTS,
+           "x86": x86, "march": plan.gcc_march,
            "out_zp": q.out_zero_point, "qlo": qlo, "qhi": qhi, "out_signed": q.out_type == "int8",
            "act_signed": q.act_type == "int8", "za": q.a_zero_point, "k_unroll": plan.k_unroll,
            "target_pragma": plan.target_pragma}
@@ -229,11 +233,13 @@ def packed_bytes(plan: Int8Plan) -> int:
     return int(render_context(plan)[1]["packed_bytes"])
 
 
-def render_int8_kernel(plan: Int8Plan, threads_symbol: Optional[str] = None) -> RenderedKernel:
+def render_int8_kernel(plan: Int8Plan, threads_symbol: Optional[str] = None,
+                       scratch_symbol: Optional[str] = None) -> RenderedKernel:
     """Kernel and harness sources for a plan (deterministic: same plan, same text). The harness
     (templates/cpu/harness_int8.c.j2) holds the timing loops and, for a program (the static aarch64
-    build run under qemu, or a host harness program), a main speaking every CPU harness's protocol."""
-    template, ctx = render_context(plan, threads_symbol)
+    build run under qemu, or a host harness program), a main speaking every CPU harness's protocol.
+    threads_symbol, scratch_symbol: as render_context."""
+    template, ctx = render_context(plan, threads_symbol, scratch_symbol)
     spec = plan.spec
     try:
         source = _env().get_template(template).render(**ctx)

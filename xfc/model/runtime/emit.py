@@ -457,7 +457,7 @@ def _render_kernel(kplan, threads_symbol: str, scratch_symbol: str) -> tuple[str
     from ...cpu.int8_plan import Int8Plan
     if isinstance(kplan, Int8Plan):
         from ...cpu.int8_codegen import packed_bytes, render_int8_kernel
-        return render_int8_kernel(kplan, threads_symbol).source, packed_bytes(kplan), kplan.dialect
+        return render_int8_kernel(kplan, threads_symbol, scratch_symbol).source, packed_bytes(kplan), kplan.dialect
     from ...cpu.codegen import render_cpu_kernel
     rendered = render_cpu_kernel(kplan, threads_symbol=threads_symbol, scratch_symbol=scratch_symbol)
     return rendered.source, packed_floats(rendered), kplan.isa
