@@ -121,14 +121,6 @@ def _dims(value_info) -> Optional[list]:
     return out
 
 
-def _inferred_shape(model, name: str) -> Optional[tuple[int, ...]]:
-    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
-        if vi.name == name:
-            dims = _dims(vi)
-            return tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
-    return None
-
-
 def _fix_inputs(path: Path, model, requested: dict) -> list:
     """Apply --input-shape to the real (non-initializer) inputs; every input must end up static."""
     initializers = {t.name for t in model.graph.initializer}
@@ -324,36 +316,54 @@ def _drop_padding_windows(path: Path, model, shape_of) -> bool:
     return False
 
 
+def _forget_declared_shapes(model) -> None:
+    """Drop the model's declarations of the shapes past its inputs (value_info, graph outputs)."""
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        if out.type.WhichOneof("value") == "tensor_type":
+            out.type.tensor_type.ClearField("shape")
+
+
+def _static_shapes(model) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        dims = _dims(vi)
+        if dims is not None and all(isinstance(d, int) for d in dims):
+            shapes[vi.name] = tuple(dims)
+    return shapes
+
+
 def infer_shapes(model, path="model"):
     """ONNX shape inference (strict), with pooling nodes whose ceil-mode windows would start in the
     end padding rewritten first (_drop_padding_windows): a copy, inferred again after each rewrite
     (which changes the shapes after it); after a rewrite the model's declared shapes past its inputs
     give way to the operators' (onnxruntime, too, runs such a model to the operators' shapes and
-    warns). `model` itself is not changed."""
+    warns). `model` itself is not changed; a model without a ceil-mode pool is inferred once."""
     import onnx
     from onnx import shape_inference
+
+    def infer(m):
+        return shape_inference.infer_shapes(m, check_type=True, strict_mode=True, data_prop=True)
+
+    if not any(n.op_type in POOLS_WITH_CEIL_MODE and any(a.name == "ceil_mode" and a.i == 1 for a in n.attribute)
+               for n in model.graph.node):
+        return infer(model)
     work = onnx.ModelProto()
     work.CopyFrom(model)
     rewritten = False
     while True:
-        # the shapes as ONNX infers them, without the model's own declarations of the tensors after
-        # the input (a declaration made right for the operator would conflict with the inference)
+        # the shapes as ONNX infers them, without the model's own declarations past its inputs (a
+        # declaration made right for the operator would conflict with the inference)
         probe = onnx.ModelProto()
         probe.CopyFrom(work)
-        del probe.graph.value_info[:]
-        for out in probe.graph.output:
-            if out.type.WhichOneof("value") == "tensor_type":
-                out.type.tensor_type.ClearField("shape")
-        probed = shape_inference.infer_shapes(probe, check_type=True, strict_mode=True, data_prop=True)
-        if not _drop_padding_windows(Path(path), work, lambda name: _inferred_shape(probed, name)):
+        _forget_declared_shapes(probe)
+        shapes = _static_shapes(infer(probe))
+        if not _drop_padding_windows(Path(path), work, shapes.get):
             break
         rewritten = True
-    if rewritten:   # declarations after the input were likely made by the same inference: the operators decide
-        del work.graph.value_info[:]
-        for out in work.graph.output:
-            if out.type.WhichOneof("value") == "tensor_type":
-                out.type.tensor_type.ClearField("shape")
-    return shape_inference.infer_shapes(work, check_type=True, strict_mode=True, data_prop=True)
+    if rewritten:   # declarations past the inputs were likely made by the same inference: the operators decide
+        _forget_declared_shapes(work)
+    return infer(work)
 
 
 def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
