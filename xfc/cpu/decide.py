@@ -89,9 +89,10 @@ def loop_order(row: IsaRow, transposed: bool, k: int, kc: int, mr: int, mc: int,
     each. Where C is written once (one KC slice) into memory past the L2 share (a large output of a
     layer with a short reduction, the first write in a network finds its lines in no cache), those
     MC concurrent row streams each wait on their own line fills: the output of MobileNetV3's
-    112x112 pointwise layer (K=16, 64 rows) took 0.55-0.67 ms in the network, 0.31 ms with ir
-    outside jr (MR streams, each row tile sweeping the NC columns). That order re-reads the KC x NC
-    block of B once per row tile, so only while it stays in the L2 share."""
+    112x112 pointwise layer (K=16, 64 rows) took 0.52 ms as a step of the network, 0.30 ms with ir
+    outside jr (MR streams, each row tile sweeping the NC columns; `xfc model --emit lib --bench
+    --profile`, docs/host-kernel-notes.md). That order re-reads the KC x NC block of B once per row
+    tile, so only while it stays in the L2 share."""
     if row.name not in ROW_STREAM_ORDER_DIALECTS or transposed:
         return LOOP_ORDER, "BLIS order"
     if kc < k or mc <= mr:
