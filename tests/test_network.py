@@ -484,6 +484,18 @@ def test_the_max_pool_oracle_follows_the_operator(kernel, strides, dilations, pa
                                                                                    pads, ceil_mode))
 
 
+@pytest.mark.unit
+def test_the_max_pool_oracle_lets_a_valid_ceil_window_reach_past_the_image():
+    """auto_pad VALID with ceil_mode: 10 columns, 3-wide windows, stride 2 give 5 (onnxruntime and ONNX's
+    inference), the last window reaching one column past the image (which never wins): the same as
+    explicit end pads of 1 in floor mode. The oracle said 4 (review)."""
+    from xfc.model.nodes import run_node
+    x = np.random.default_rng(2).standard_normal((1, 2, 10, 10)).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="VALID", ceil_mode=1)
+    np.testing.assert_array_equal(run_node(node, {"x": x}, 13)[0],
+                                  _brute_max_pool(x, (3, 3), (2, 2), (1, 1), (0, 0, 1, 1), 0))
+
+
 @support.needs_onnxruntime
 @pytest.mark.host
 def test_kernels_share_one_scratch_and_leave_nothing_another_relies_on(tmp_path):

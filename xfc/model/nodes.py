@@ -57,8 +57,8 @@ def max_pool_2d(node, x: np.ndarray) -> Optional[np.ndarray]:
             out = -(-size // s)
             total = max(0, (out - 1) * s + extent - size)
             begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        elif auto == "VALID":
-            out = (size - extent) // s + 1
+        elif auto == "VALID":   # ceil_mode lets the last window reach past the image (onnxruntime does)
+            out = (-(-(size - extent) // s) if ceil_mode else (size - extent) // s) + 1
             begin.append(0)
         else:
             pads = [int(v) for v in _attr(node, "pads", (0, 0, 0, 0))]
