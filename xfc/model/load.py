@@ -277,6 +277,7 @@ def _drop_padding_windows(path: Path, model, shape_of) -> bool:
     counts it keeps its divisors only if no end padding grows, else the node is refused. True when a
     node changed."""
     from onnx import helper
+    from .onnx_nodes import pool_extent
     for node in model.graph.node:
         if node.op_type not in POOLS_WITH_CEIL_MODE or node.domain not in ("", "ai.onnx"):
             continue
@@ -296,9 +297,8 @@ def _drop_padding_windows(path: Path, model, shape_of) -> bool:
         ends, dropped = list(pads), False
         for i, size in enumerate(spatial):
             reach = (kernel[i] - 1) * dilations[i] + 1
-            out = -(-(size + pads[i] + pads[i + rank] - reach) // strides[i]) + 1
-            if (out - 1) * strides[i] >= size + pads[i]:   # the last window starts in the end padding
-                out, dropped = out - 1, True
+            out = pool_extent(size, kernel[i], strides[i], dilations[i], pads[i], pads[i + rank], 1)
+            dropped = dropped or out < -(-(size + pads[i] + pads[i + rank] - reach) // strides[i]) + 1
             ends[i + rank] = max(0, (out - 1) * strides[i] - pads[i] + reach - size)
         if not dropped:
             continue

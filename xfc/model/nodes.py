@@ -29,52 +29,26 @@ def _evaluator(node_bytes: bytes, opset: int):
     return ReferenceEvaluator(model)
 
 
-def _attr(node, name: str, default):
-    from onnx import helper
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def max_pool_2d(node, x: np.ndarray) -> Optional[np.ndarray]:
     """MaxPool of an N x C x H x W float tensor as the operator defines it: kernel_shape, strides,
     dilations, pads [top, left, bottom, right] or auto_pad, ceil_mode (a window that would start in
-    the bottom or right padding is dropped); padding never wins. Written out here because
-    onnx.reference 1.23 gets some asymmetric pads wrong: a 13 x 11 plane, kernel 5 x 4, pads
-    [2, 1, 2, 2] came out 12 x 12, where the operator (and onnxruntime) give 13 x 11."""
-    kernel = [int(k) for k in _attr(node, "kernel_shape", ())]
-    strides = [int(v) for v in _attr(node, "strides", (1, 1))]
-    dilations = [int(v) for v in _attr(node, "dilations", (1, 1))]
-    auto = _attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
-    ceil_mode = int(_attr(node, "ceil_mode", 0))
-    sizes, begin, outs = x.shape[2:], [], []
-    for axis in range(2):
-        size, k, s, d = sizes[axis], kernel[axis], strides[axis], dilations[axis]
-        extent = (k - 1) * d + 1
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + extent - size)
-            begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        elif auto == "VALID":   # ceil_mode lets the last window reach past the image (onnxruntime does)
-            out = (-(-(size - extent) // s) if ceil_mode else (size - extent) // s) + 1
-            begin.append(0)
-        else:
-            pads = [int(v) for v in _attr(node, "pads", (0, 0, 0, 0))]
-            span = size + pads[axis] + pads[axis + 2] - extent
-            out = (-(-span // s) if ceil_mode else span // s) + 1
-            if ceil_mode and (out - 1) * s >= size + pads[axis]:
-                out -= 1
-            begin.append(pads[axis])
-        outs.append(out)
+    the bottom or right padding is dropped; with VALID the last one may reach past the image, as
+    onnxruntime has it); padding never wins. Written out here because onnx.reference 1.23 gets some
+    asymmetric pads wrong: a 13 x 11 plane, kernel 5 x 4, pads [2, 1, 2, 2] came out 12 x 12, where
+    the operator (and onnxruntime) give 13 x 11."""
+    from .onnx_nodes import attr, conv_geometry, pool_extent
+    kernel = tuple(int(k) for k in attr(node, "kernel_shape", ()))
+    sizes = x.shape[2:]
+    strides, pads, dilations = conv_geometry(node, sizes, kernel)
+    ceil_mode = int(attr(node, "ceil_mode", 0))
+    outs = [pool_extent(sizes[a], kernel[a], strides[a], dilations[a], pads[a], pads[a + 2], ceil_mode) for a in range(2)]
     if min(outs) < 1:
         return None   # no window fits: left to onnx.reference (and its error)
     y = np.full(x.shape[:2] + tuple(outs), -np.inf, dtype=np.float64)
     for i in range(kernel[0]):
-        rows = np.arange(outs[0]) * strides[0] - begin[0] + i * dilations[0]
+        rows = np.arange(outs[0]) * strides[0] - pads[0] + i * dilations[0]
         for j in range(kernel[1]):
-            cols = np.arange(outs[1]) * strides[1] - begin[1] + j * dilations[1]
+            cols = np.arange(outs[1]) * strides[1] - pads[1] + j * dilations[1]
             r_ok, c_ok = (rows >= 0) & (rows < sizes[0]), (cols >= 0) & (cols < sizes[1])
             taps = np.full(y.shape, -np.inf)
             taps[:, :, r_ok[:, None] & c_ok[None, :]] = x[:, :, rows[r_ok]][:, :, :, cols[c_ok]].reshape(
@@ -87,7 +61,8 @@ def run_node(node, feeds: Mapping[str, np.ndarray], opset: int) -> list[np.ndarr
     """Outputs of `node` (one per non-empty output name) for the given input values."""
     if node.op_type == "MaxPool" and len([o for o in node.output if o]) == 1:
         x = np.asarray(feeds[node.input[0]])
-        if x.ndim == 4 and np.issubdtype(x.dtype, np.floating) and int(_attr(node, "storage_order", 0)) == 0:
+        from .onnx_nodes import attr
+        if x.ndim == 4 and np.issubdtype(x.dtype, np.floating) and int(attr(node, "storage_order", 0)) == 0:
             y = max_pool_2d(node, x)
             if y is not None:
                 return [y]

@@ -14,6 +14,16 @@ def attr(node, name, default=None):
     return default
 
 
+def pool_extent(size: int, kernel: int, stride: int, dilation: int, pad_begin: int, pad_end: int,
+                ceil_mode: int) -> int:
+    """Output extent of a pooling window along one axis as the operator defines it: floor, or with
+    ceil_mode ceil, where a window that would start in the end padding is dropped (ONNX's shape
+    inference before opset 22 keeps it: xfc/model/load.py)."""
+    span = size + pad_begin + pad_end - (kernel - 1) * dilation - 1
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    return out - 1 if ceil_mode and (out - 1) * stride >= size + pad_begin else out
+
+
 def readers_of(nodes) -> dict[str, list[int]]:
     """Tensor name -> indexes of the nodes reading it (each node once per tensor)."""
     readers: dict[str, list[int]] = {}
