@@ -102,8 +102,10 @@ CASES = {
              {"cc1", "as", "ld", "collect2"}),
     "qemu": (["synth", "matmul", "--hw", "cortex-a76", "--shape", "m=256,n=256,k=256", "--verify", "-o", "out"],
              "out", {"qemu-aarch64"}),
+    # --repeat 12: the signal, sent once a qemu child runs, must find work left; with 3 runs a loaded
+    # fresh-clone run sent it as the last one ended and xfc, done, exited 0
     "bench-qemu": (["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=256,n=256,k=256", "--device", "qemu",
-                    "--repeat", "3"], None, {"qemu-aarch64"}),
+                    "--repeat", "12"], None, {"qemu-aarch64"}),
     "gpu-build": (["synth", "conv2d", "--hw", "mali-g78", "--target", "gpu", "--shape", "c=3,h=9,w=9,k=5,r=3,s=3",
                    "--verify", "-o", "out"], "out", {"cc1", "as", "ld", "collect2"}),
     "gpu-run": (["synth", "matmul", "--hw", "adreno-650", "--target", "gpu", "--shape", "m=37,n=41,k=19",
