@@ -524,3 +524,33 @@ def test_kernels_share_one_scratch_and_leave_nothing_another_relies_on(tmp_path)
         got = net(x)
         assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
     net.close()
+
+
+@pytest.mark.host
+@pytest.mark.parametrize("wait_policy", [None, "passive", " PASSIVE "])
+def test_small_steps_run_on_one_thread_only_when_the_team_sleeps(tmp_path, monkeypatch, wait_policy):
+    """Steps under 1 MFLOP (a 7x7 depthwise, squeeze-excitation's fully connected layers) are split
+    across the team like every other step while its threads spin (a region costs under a
+    microsecond), and run on the calling thread when OMP_WAIT_POLICY=passive, read at create (every
+    region would wake sleeping threads). Both paths, two threads, equal onnxruntime; the serial
+    switch is in the emitted source, guarded by what create read."""
+    import xfc
+    import onnxruntime as ort
+    if wait_policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", wait_policy)
+    b = nets.Builder(7)
+    y = b.relu6(b.conv("x", 3, 16, k=3, stride=2, pad=1))
+    y = nets.mobilenet_block(b, y, 16, 3, 24, stride=1, prefix="b1")
+    y = nets.mobilenet_block(b, y, 24, 2, 24, stride=2, prefix="b2")
+    model = b.model({"x": [1, 3, 17, 15]}, [y])
+    net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
+    network_c = (tmp_path / "net" / f"{net.prefix}.c").read_text()
+    assert network_c.count("if (net->sleeping_team)") >= 3
+    x = np.random.default_rng(5).uniform(-1, 1, size=(1, 3, 17, 15)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        got = net(x)
+        assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
+    net.close()

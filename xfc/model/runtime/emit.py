@@ -48,8 +48,10 @@ HEADER_BYTES = 64
 DEFAULT_WARMUP = 3
 DEFAULT_RUNS = 20
 PROGRAM_FLAGS = ("-O2", "-std=gnu11", "-fopenmp", "-Wall")
-# A kernel step with fewer FLOPs runs on the calling thread whatever the network's thread count: waking
-# the OpenMP team and its closing barrier cost a few microseconds, about what 1 MFLOP takes on one core.
+# With OMP_WAIT_POLICY=passive (read at create), a kernel step with fewer FLOPs runs on the calling
+# thread: waking the sleeping team costs tens of microseconds (benchmarks/thread_wake.py), more than
+# splitting such a step saves. With spinning threads (the default) a region costs under a microsecond
+# and every step is split: a 0.85 MFLOP depthwise step takes 26 us on one core.
 SERIAL_FLOPS = 1_000_000
 # A grouped convolution whose per-group calls are this small runs its calls side by side, one kernel per
 # thread, instead of splitting each small call across the team (a wake-up and a barrier per group).
