@@ -22,10 +22,11 @@ from typing import Mapping
 import numpy as np
 
 from ..cpu.winograd import packed_floats as winograd_packed_floats
+from ..toolchain.cpu import CODE_ALIGN_FLAGS
 from ..toolchain.tools import ARM_CC, HOST_CC
 from ..errors import ToolchainError
 
-LIB_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-fPIC", "-Wall", "-Wno-unused-function")
+LIB_FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-fPIC", "-Wall", "-Wno-unused-function", *CODE_ALIGN_FLAGS)
 NDK_API_DEFAULT = 24        # the lowest Android API level the NDK's -fopenmp static runtime is used with here
 
 
