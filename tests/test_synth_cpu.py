@@ -25,7 +25,7 @@ from xfc.ops.spec import make_spec
 from xfc.cpu.tiles import MicroTileScore
 from xfc.cpu.cost_model import StaticEvaluator, l2_per_core_bytes
 from xfc.cpu.isa import isa_for
-from xfc.cpu.synth import PACKED_B_L2_FILL, synthesize_cpu
+from xfc.cpu.synth import PACKED_B_L2_FILL, candidate_syntheses, synthesize_cpu
 from xfc.ops.workloads import SUITE, suite_spec
 
 HOST_HWS = [f"host:{isa}" for isa in ALL_HOST_ISAS]
@@ -88,14 +88,15 @@ def test_cache_constraints_hold(hw_name):
 @pytest.mark.unit
 @pytest.mark.parametrize("hw_name", [*HOST_HWS, "cortex-a55", "cortex-a76"])
 def test_a_conv_packs_its_b_panel_into_l2_a_matmul_keeps_the_shared_cache_width(hw_name):
-    """MobileNetV2's first 1x1 projection (12,544 output pixels): the KC x NC panel of B it packs on
-    every call is a share of L2 (benchmarks/packed_panel.py times why), not one 1.6 MB panel; the
+    """MobileNetV2's first 1x1 projection (12,544 output pixels), lowered with the image as B (the
+    other lowering reads the image in place as A and packs nothing): the KC x NC panel of B it packs
+    on every call is a share of L2 (benchmarks/packed_panel.py times why), not one 1.6 MB panel; the
     matmul of the same GEMM, whose B is packed once, keeps NC from the shared cache."""
     hw = hardware(hw_name)
     l2_share = PACKED_B_L2_FILL * l2_per_core_bytes(hw.cluster())
-    conv = synthesize_cpu(make_spec("conv2d", dict(n=1, c=32, h=112, w=112, k=16, r=1, s=1)), hw, threads=1)
+    spec = make_spec("conv2d", dict(n=1, c=32, h=112, w=112, k=16, r=1, s=1))
+    conv = next(c for c in candidate_syntheses(spec, hw, threads=1, top=60) if c.plan.lowering == "implicit_gemm")
     g = conv.plan.gemm
-    assert conv.plan.lowering == "implicit_gemm"
     assert g.nc < 112 * 112 and g.kc * g.nc * 4 <= l2_share, (g.kc, g.nc)
     assert "B packed on every call" in conv.explain()
     mm = synthesize_cpu(make_spec("matmul", dict(m=16, n=112 * 112, k=32)), hw, threads=1).plan.gemm

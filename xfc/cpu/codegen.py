@@ -164,7 +164,7 @@ def validate_plan(plan: CpuKernelPlan) -> None:
     if g.c_store == "vector_transpose" and not (row.transpose16 and g.mr <= 16 and lanes == 16):
         raise OperatorError(f"gemm schedule c_store 'vector_transpose' needs a 16x16 register transpose "
                             f"(isa {plan.isa}, 16 lanes) and MR <= 16 (MR={g.mr})")
-    staged = transposed or (isinstance(spec, Conv2dSpec) and not spec.pointwise)
+    staged = isinstance(spec, Conv2dSpec) and not spec.pointwise   # pointwise: the input is read in place
     _check_stage_copy(g.stage_copy, getattr(spec, "stride_w", 1), staged)
     if plan.lowering == "implicit_gemm_t":
         if g.a_pack == "direct":
@@ -348,7 +348,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
             "a_batch_stride": spec.m * spec.k,
             "b_batch_stride": spec.k * spec.n, "c_batch_stride": spec.m * spec.n,
             "a_source": "matrix", "b_pack": "rows", "ldb": spec.n, "bias_axis": "n",
-            "bias_axis_text": "one value per output column n", "staged_input": False,
+            "bias_axis_text": "one value per output column n", "staged_input": False, "stage_geometry": False,
         })
     elif transposed:
         geo = _conv_geometry(spec)
@@ -357,7 +357,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
             "a_batch_stride": spec.c * spec.h * spec.w, "b_batch_stride": 0,
             "c_batch_stride": spec.k * spec.out_h * spec.out_w,
             "a_source": "im2col", "b_pack": "weights_t", "ldb": lda, "conv": geo,
-            "stage": conv_stage_geometry(spec), "staged_input": True,
+            "stage": conv_stage_geometry(spec), "staged_input": not spec.pointwise, "stage_geometry": True,
             "bias_axis": "n", "bias_axis_text": "one value per output channel (GEMM column n)",
         })
     else:
@@ -369,7 +369,7 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
             "a_batch_stride": 0,
             "b_batch_stride": spec.c * spec.h * spec.w, "c_batch_stride": spec.k * spec.out_h * spec.out_w,
             "a_source": "matrix", "b_pack": "rows" if pointwise else "im2col", "ldb": spec.h * spec.w, "conv": geo,
-            "stage": conv_stage_geometry(spec), "staged_input": not pointwise,
+            "stage": conv_stage_geometry(spec), "staged_input": not pointwise, "stage_geometry": not pointwise,
             "bias_axis": "m", "bias_axis_text": "one value per output channel (GEMM row m)",
         })
     return ctx

@@ -330,7 +330,7 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
                                                              else TRANSPOSE_PACK_RATE * k_.pack_rate_scale)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
         b_pack_cycles = batch * k * n / (rows_rate if spec.pointwise else im2col_rate)
-    if conv and (transposed or not spec.pointwise):  # staging the zero-padded image once per call
+    if conv and not spec.pointwise:  # staging the zero-padded image once per call (pointwise: read in place)
         staged = batch * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)
         stage_cycles = staged / rows_rate
     # Each thread packs the A rows and B columns of its own share: the operand along the split

@@ -50,11 +50,12 @@ def default_a_pack(row: IsaRow, transposed: bool, mr: int, out_w: Optional[int])
 
 
 def stage_copy(spec: OperatorSpec, transposed: bool) -> str:
-    """How the zero-padded input is staged: 'none' (matmul, pointwise conv: the input is the GEMM
-    operand), 'run' (one contiguous copy per row: stride 1) or 'strided' (column phases)."""
+    """How the zero-padded input is staged: 'none' (matmul; a pointwise conv, either lowering: the
+    input is the GEMM operand, or its own staged image, read in place), 'run' (one contiguous copy
+    per row: stride 1) or 'strided' (column phases)."""
     if isinstance(spec, MatmulSpec):
         return "none"
-    if isinstance(spec, Conv2dSpec) and not transposed and spec.pointwise:
+    if isinstance(spec, Conv2dSpec) and spec.pointwise:
         return "none"
     return "run" if spec.stride_w == 1 else "strided"
 
