@@ -554,3 +554,24 @@ def test_small_steps_run_on_one_thread_only_when_the_team_sleeps(tmp_path, monke
         got = net(x)
         assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
     net.close()
+
+
+@pytest.mark.unit
+def test_a_step_whose_shape_the_reference_disagrees_with_is_one_verification_error(tmp_path):
+    """When the loader's shape for a step's output and what the operator computes differ (the ceil-mode
+    pooling shapes of issue 32 were such a case), verification says which step and both shapes in one
+    VerificationError, not a numpy reshape error."""
+    from xfc.errors import VerificationError
+    from xfc.model.runtime.check import _Walk
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 3])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="pool")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    low = lowered(tmp_path, "pool", model)
+    program = low.program
+    step = next(s for s in program.steps if getattr(s, "op", None) == "maxpool")
+    program.shapes[step.outputs[0]] = (1, 2, 3, 2)      # what a wrong shape inference would have said
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)}
+    walk = _Walk(program, low.folded_loaded.opset, feeds, low.folded_loaded.constants, {})
+    with pytest.raises(VerificationError, match=r"pool.*\[1, 2, 3, 3\].*\[1, 2, 3, 2\]"):
+        walk.op(step, [np.zeros((1, 2, 3, 2), np.float32)])

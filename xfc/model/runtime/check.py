@@ -30,11 +30,13 @@ An fp16 program (`--dtype fp16`) is checked the same way, with what differs spel
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ...errors import VerificationError
 from ...ops import fp16 as F16
 from ...ops.dtypes import FP32
 from ...ops.reference import activate, activation_bound, reference
@@ -382,7 +384,12 @@ class _Walk:
         checks, carried = [], []
         for t, got, shape in zip(step.outputs, gots, shapes):
             name = self.onnx_name.get(t, t)
-            expected = np.asarray(feeds[name], np.float64).reshape(shape)
+            expected = np.asarray(feeds[name], np.float64)
+            if expected.size != math.prod(shape):   # the loader's shapes and the operator disagree
+                raise VerificationError(
+                    f"step {step.name} ({', '.join(n.name or n.op_type for n in step.onnx_nodes)}): the reference "
+                    f"computes '{name}' with shape {list(expected.shape)}, the lowered network has {list(shape)}")
+            expected = expected.reshape(shape)
             bound = local_e.get(name)
             if kind == "heuristic" or bound is None:
                 bound = np.full(shape, HEURISTIC_RTOL * float(np.max(np.abs(expected), initial=0.0)) + B.TINY)
