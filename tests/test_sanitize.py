@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.host,
               pytest.mark.skipif(shutil.which(HOST_CC) is None, reason="no host gcc")]
 
 CASES = {c.name: c for c in EDGE_CASES}
-SUBSET = ["mm_ragged_tiles", "conv_stride2_asym_pad", "conv_transposed_packed", "dw_ragged"]
+SUBSET = ["mm_ragged_tiles", "conv_stride2_asym_pad", "conv_transposed_packed", "dw_ragged", "dw_stride2_long_rows",
+          "conv_stride2_long_rows"]
 ISA = host_isas()[0]
 
 

@@ -97,6 +97,10 @@ EDGE_CASES: tuple[EdgeCase, ...] = (
           bias=True, activation="relu6"),
     _case("dw_dilated_wide", "depthwise", dict(c=3, h=10, w=37, r=3, s=5), dilation=(2, 1), pad=(2, 2, 1, 3)),
     _case("dw_7x7_stride2", "depthwise", dict(c=4, h=15, w=19, r=7, s=7), stride=2, pad=3, bias=True),
+    # stride-2 rows long enough for whole deinterleaved vectors and a masked last one of 1 and of 16
+    # lanes (phases of 33 and 32 columns), the last row ending where the input buffer does
+    _case("dw_stride2_long_rows", "depthwise", dict(c=3, h=5, w=65, r=3, s=3), stride=2, bias=True),
+    _case("conv_stride2_long_rows", "conv2d", dict(c=2, h=5, w=64, k=5, r=1, s=1), stride=2),
 )
 THREADS = (1, 2, 3)
 
