@@ -527,42 +527,59 @@ def test_kernels_share_one_scratch_and_leave_nothing_another_relies_on(tmp_path)
 
 
 @pytest.mark.host
-@pytest.mark.parametrize("wait_policy", [None, "passive", " PASSIVE "])
-def test_small_steps_run_on_one_thread_only_when_the_team_sleeps(tmp_path, monkeypatch, wait_policy):
+def test_small_steps_run_on_one_thread_only_when_the_team_sleeps(tmp_path, monkeypatch):
     """Steps under 1 MFLOP (a 7x7 depthwise, squeeze-excitation's fully connected layers) are split
     across the team like every other step while its threads spin (a region costs under a
-    microsecond), and run on the calling thread when OMP_WAIT_POLICY=passive, read at create (every
-    region would wake sleeping threads). Both paths, two threads, equal onnxruntime; the serial
-    switch is in the emitted source, guarded by what create read."""
+    microsecond), and run on the calling thread when OMP_WAIT_POLICY says passive, read at create
+    (every region would wake sleeping threads). The network's own parser of the variable, compiled
+    from the emitted source, against what libgomp accepts; each serial switch guarded by what create
+    read; both paths, two threads, equal onnxruntime."""
+    import subprocess
     import xfc
     import onnxruntime as ort
-    if wait_policy is None:
-        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    else:
-        monkeypatch.setenv("OMP_WAIT_POLICY", wait_policy)
     b = nets.Builder(7)
     y = b.relu6(b.conv("x", 3, 16, k=3, stride=2, pad=1))
     y = nets.mobilenet_block(b, y, 16, 3, 24, stride=1, prefix="b1")
     y = nets.mobilenet_block(b, y, 24, 2, 24, stride=2, prefix="b2")
     model = b.model({"x": [1, 3, 17, 15]}, [y])
-    net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
-    network_c = (tmp_path / "net" / f"{net.prefix}.c").read_text()
-    assert network_c.count("if (net->sleeping_team)") >= 3
     x = np.random.default_rng(5).uniform(-1, 1, size=(1, 3, 17, 15)).astype(np.float32)
     want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for _ in range(2):
-        got = net(x)
-        assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
-    net.close()
+    for policy in (None, "passive"):
+        if policy is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        net = xfc.compile_model(model, threads=2, out_dir=tmp_path / f"net_{policy}")
+        for _ in range(2):
+            got = net(x)
+            assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
+        network_c = (tmp_path / f"net_{policy}" / f"{net.prefix}.c").read_text()
+        net.close()
+    serial = network_c.count("FLOPs: waking a sleeping team would cost more")
+    assert serial >= 3 and network_c.count("if (net->sleeping_team)") == serial
+    assert "net->sleeping_team = xfc_wait_policy_passive(getenv(\"OMP_WAIT_POLICY\"));" in network_c
+    start = network_c.index("static int xfc_wait_policy_passive")
+    parser = network_c[start:network_c.index("\n}\n", start) + 3]
+    cases = {"passive": 1, "PASSIVE": 1, " Passive\n": 1, "\tpassive\r\n": 1, "active": 0, "": 0,
+             "passivex": 0, "pass": 0, "passive x": 0}
+    driver = tmp_path / "policy.c"
+    driver.write_text("#include <ctype.h>\n#include <stdio.h>\n" + parser + "\nint main(int argc, char **argv)\n{\n"
+                      "    for (int i = 1; i < argc; i++) printf(\"%d\", xfc_wait_policy_passive(argv[i]));\n"
+                      "    printf(\"%d\\n\", xfc_wait_policy_passive(NULL));\n    return 0;\n}\n")
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(driver), "-o", str(tmp_path / "policy")], check=True)
+    out = subprocess.run([str(tmp_path / "policy"), *cases], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "".join(str(v) for v in cases.values()) + "0"
 
 
 @pytest.mark.unit
-def test_a_step_whose_shape_the_reference_disagrees_with_is_one_verification_error(tmp_path):
+def test_a_step_whose_shape_the_reference_disagrees_with_fails_in_one_line(tmp_path):
     """When the loader's shape for a step's output and what the operator computes differ (the ceil-mode
-    pooling shapes of issue 32 were such a case), verification says which step and both shapes in one
-    VerificationError, not a numpy reshape error."""
+    pooling shapes of issue 32 were such a case), the step fails verification with both shapes (the
+    outputs and report are kept; --verify exits 4 naming the step), instead of numpy's reshape error;
+    a shape that differs only in size-1 axes is the same tensor."""
     from xfc.errors import VerificationError
-    from xfc.model.runtime.check import _Walk
+    from xfc.model.pipeline import raise_if_unverified
+    from xfc.model.runtime.check import ShapeMismatch, StepCheck, _as_step_shape, _Walk
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 3])
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="pool")
@@ -573,5 +590,14 @@ def test_a_step_whose_shape_the_reference_disagrees_with_is_one_verification_err
     program.shapes[step.outputs[0]] = (1, 2, 3, 2)      # what a wrong shape inference would have said
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)}
     walk = _Walk(program, low.folded_loaded.opset, feeds, low.folded_loaded.constants, {})
-    with pytest.raises(VerificationError, match=r"pool.*\[1, 2, 3, 3\].*\[1, 2, 3, 2\]"):
+    with pytest.raises(ShapeMismatch, match=r"\[1, 2, 3, 3\].*\[1, 2, 3, 2\]"):
         walk.op(step, [np.zeros((1, 2, 3, 2), np.float32)])
+    with pytest.raises(ShapeMismatch):
+        _as_step_shape(np.zeros((1, 2, 2, 3)), (1, 2, 3, 2), "'y'")     # same size, other tensor
+    assert _as_step_shape(np.zeros((2, 3)), (1, 2, 1, 3), "'y'").shape == (1, 2, 1, 3)
+    bad = StepCheck(3, "pool", "MaxPool", float("inf"), float("inf"), "shape mismatch ('y': ...)")
+    report = {"model": "m", "hardware": "host", "output_dir": "out",
+              "verification": {"verified": False, "outputs": [], "layers_failed": ["3:pool"],
+                               "steps": [{**bad.__dict__, "ok": False}]}}
+    with pytest.raises(VerificationError, match=r"step 3 \(pool\): shape mismatch.*outputs kept in out"):
+        raise_if_unverified(report)

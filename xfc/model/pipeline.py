@@ -184,7 +184,10 @@ def raise_if_unverified(report: dict) -> None:
     bad = [c for c in v["outputs"] if not c["ok"]]
     parts = [f"output '{c['name']}' differs from onnxruntime by {c['max_abs_error']:.3g} "
              f"({format_ratio(c['error_to_bound_ratio'])}x the {c['bound_kind']} bound)" for c in bad[:2]]
-    if v["layers_failed"]:
+    mismatched = [s for s in v.get("steps", ()) if s["bound_kind"].startswith("shape mismatch")]
+    if mismatched:
+        parts.append(f"step {mismatched[0]['index']} ({mismatched[0]['name']}): {mismatched[0]['bound_kind']}")
+    elif v["layers_failed"]:
         parts.append(f"layer{'s' if len(v['layers_failed']) > 1 else ''} {', '.join(v['layers_failed'][:3])} "
                      f"outside the K-derived bound")
     raise VerificationError(f"{report['model']} on {report['hardware']}: " + "; ".join(parts)
