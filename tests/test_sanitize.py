@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.host,
 
 CASES = {c.name: c for c in EDGE_CASES}
 SUBSET = ["mm_ragged_tiles", "conv_stride2_asym_pad", "conv_transposed_packed", "dw_ragged", "dw_stride2_long_rows",
-          "conv_stride2_long_rows"]
+          "conv_stride2_long_rows", "conv_pointwise_transposed_spanning"]
 ISA = host_isas()[0]
 
 

@@ -170,9 +170,9 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         if g.a_pack == "direct":
             raise OperatorError("lowering 'implicit_gemm_t' reads A (im2col rows) packed or from the staged image: "
                                 "a_pack must be 'packed' or 'im2col_direct'")
-        if g.a_pack == "im2col_direct" and spec.out_w % g.mr:
+        if g.a_pack == "im2col_direct" and spec.out_w % g.mr and not spec.pointwise:
             raise OperatorError(f"a_pack 'im2col_direct' needs MR={g.mr} to divide the output width {spec.out_w} "
-                                "(a tile's pixels must lie in one output row)")
+                                "(a tile's pixels must lie in one output row of the staged image)")
     elif g.a_pack == "im2col_direct":
         raise OperatorError("a_pack 'im2col_direct' is only for lowering 'implicit_gemm_t'")
     if g.parallel_axis not in ("n", "m"):
@@ -317,8 +317,10 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         "a_pack": g.a_pack, "a_kstep": a_kstep(g),
         "a_pack_text": {"packed": "packed into MR-row panels [kc][MR], zero-padded",
                         "direct": "read in place (row-major, one broadcast per row and k step)",
-                        "im2col_direct": "read from the staged image: MR consecutive pixels of one output row "
-                                         "at the k row's offset koff[k]"}[g.a_pack],
+                        "im2col_direct": ("read in place from the image: MR consecutive pixels at the k row's "
+                                          "offset koff[k]" if isinstance(spec, Conv2dSpec) and spec.pointwise else
+                                          "read from the staged image: MR consecutive pixels of one output row "
+                                          "at the k row's offset koff[k]")}[g.a_pack],
         "variants": micro_kernel_variants(plan, m, n, lda),
         "loop_order": g.loop_order,
         "prefetch_c": g.prefetch_c,

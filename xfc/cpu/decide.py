@@ -31,16 +31,20 @@ def c_store(row: IsaRow, transposed: bool, mr: int) -> str:
     return "vector_transpose" if row.transpose16 and mr <= VECTOR_TRANSPOSE_MAX_MR else "tile"
 
 
-def default_a_pack(row: IsaRow, transposed: bool, mr: int, out_w: Optional[int]) -> tuple[str, str]:
+def default_a_pack(row: IsaRow, transposed: bool, mr: int, out_w: Optional[int],
+                   pointwise: bool = False) -> tuple[str, str]:
     """(a_pack, reason) before the cache check of the synthesizer (synth.py may still pack a direct
     A whose rows would crowd one L1 set).
 
     Transposed conv: MR pixels of one output row are consecutive floats of the staged image, read
-    in place when MR divides OW, else packed im2col rows. Otherwise: lane-indexed FMAs read MR rows
-    per vector load, which needs A packed as [k][MR]; with broadcasts every row is its own load
-    anyway, so A is read in place and the packing pass disappears.
+    in place when MR divides OW, else packed im2col rows; a pointwise conv reads the image itself,
+    where any MR consecutive pixels are consecutive floats, so A is always read in place. Otherwise:
+    lane-indexed FMAs read MR rows per vector load, which needs A packed as [k][MR]; with broadcasts
+    every row is its own load anyway, so A is read in place and the packing pass disappears.
     """
     if transposed:
+        if pointwise:
+            return "im2col_direct", f"MR={mr} consecutive pixels read in place from the image"
         if out_w % mr == 0:  # a tile's pixels lie in one output row: consecutive staged floats
             return "im2col_direct", f"MR={mr} pixels of one output row read from the staged image"
         return "packed", f"im2col rows of output pixels (MR={mr} does not divide OW={out_w})"

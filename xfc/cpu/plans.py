@@ -52,7 +52,9 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
         m_size, n_size, _ = gemm_view(spec, transposed)
         parallel_axis = "n" if n_size >= m_size else "m"
     if a_pack is None:
-        a_pack, _ = decide.default_a_pack(row, transposed, mr, spec.out_w if isinstance(spec, Conv2dSpec) else None)
+        conv = isinstance(spec, Conv2dSpec)
+        a_pack, _ = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None,
+                                          pointwise=conv and spec.pointwise)
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits, a_pack=a_pack,
                      **{**decide.gemm_code_shape(row, spec, transposed, mr), "loop_order": loop_order,

@@ -149,7 +149,8 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
     # A operand (decide.py), then the L1 check: rows of A read in place are lda floats apart; when
     # that stride is a multiple of the L1 set span, many rows fall into one set and evict each other
     # (lda = 1024 floats on an 8-way, 64-set L1 puts all MR rows in one set). Then packing pays for itself.
-    a_pack, a_reason = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None)
+    a_pack, a_reason = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None,
+                                             pointwise=conv and spec.pointwise)
     if a_pack == "direct":
         crowded = a_rows_per_l1_set(mr, k, core.l1d, elem_bytes)
         if crowded > core.l1d.ways // 2:

@@ -91,6 +91,8 @@ EDGE_CASES: tuple[EdgeCase, ...] = (
           activation="relu6", bias=True),
     _case("conv_transposed_packed", "conv2d", dict(n=2, c=6, h=9, w=7, k=19, r=3, s=3),
           (("transposed", True), ("a_pack", "packed")), stride=(2, 1), pad=(1, 1, 0, 2), bias=True),
+    _case("conv_pointwise_transposed_spanning", "conv2d", dict(n=2, c=5, h=5, w=9, k=19, r=1, s=1),
+          (("transposed", True), ("mr", 4)), bias=True, activation="relu6"),
     _case("conv_transposed_im2col_direct", "conv2d", dict(c=5, h=8, w=12, k=21, r=3, s=3),
           (("transposed", True), ("mr", 4)), pad=(1, 1, 1, 1), activation="relu"),
     _case("dw_ragged", "depthwise", dict(n=2, c=5, h=9, w=11, r=3, s=3), stride=2, pad=(1, 0, 2, 1),
