@@ -14,6 +14,10 @@ onnxruntime's whole session.run (same inputs, intra_op_num_threads = T, default 
 three rounds each; the medians of the round medians are compared (speedup = onnxruntime / xfc).
 With more than one thread both runtimes keep their defaults (--thread-wait spin: idle threads spin a
 while, then sleep; --thread-wait passive for a shared, loaded machine: xfc/model/runtime/bench.py).
+Before and after each run with more than one thread, benchmarks/cpu_share.py's probes record whether
+the machine's CPUs ran side by side (`cpu_share_before`/`cpu_share_after` in the JSON): on the
+project's VMs the two vCPUs sometimes take turns, and a 2-thread figure from that state says
+nothing about 2-thread speed.
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
 
@@ -163,16 +167,31 @@ def main(argv=None) -> int:
     return status
 
 
+def measure_share(tmp: Path) -> dict:
+    import cpu_share
+    exe = tmp / "cpu_share_probe"
+    if not exe.exists():
+        cpu_share.build_probe(tmp)
+    return cpu_share.measure(exe)
+
+
 def run_format(arch: str, fmt: str, model: Path, thread_counts, args, tmp: Path, rows: list) -> int:
     """Every thread count of one network in one format; rows appended; the first failing status."""
     status = 0
     for i, threads in enumerate(thread_counts):
+        # Several threads: whether the CPUs ran side by side just before and after (benchmarks/cpu_share.py).
+        share_before = measure_share(tmp) if threads > 1 else None
         code, report = run_one(arch, model, threads, verify=i == 0 and not args.no_verify, args=args, tmp=tmp)
         if code:
             status = status or code
             continue
         rows.append(row(arch, threads, report, fmt, args.hw))
         r = rows[-1]
+        if share_before is not None:
+            r["cpu_share_before"], r["cpu_share_after"] = share_before, measure_share(tmp)
+            print(f"  cpus before: {share_before['verdict']} (fma x2 {share_before['fma_ratio']:.2f}, pingpong "
+                  f"{share_before['pingpong_roundtrip_us']:.2f} us); after: {r['cpu_share_after']['verdict']} "
+                  f"(fma x2 {r['cpu_share_after']['fma_ratio']:.2f})", flush=True)
         print(f"{arch:14s} {fmt:9s} t{threads}: xfc {r['xfc_median_ms']:8.2f} ms  onnxruntime "
               f"{r['onnxruntime_median_ms']:8.2f} ms  x{r['speedup']:.2f}  arena {r['arena_bytes'] / 2**20:6.2f} "
               f"MiB (x{r['arena_to_lower_bound']:.3f} of the lower bound)"

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Do this machine's CPUs run side by side right now? (not run in CI)
+
+    .venv/bin/python benchmarks/cpu_share.py [--rounds 5] [--pause-s 2]
+
+Multi-thread timings on the project's VMs swing between two states: in one, two threads run twice
+as fast as one; in the other, both xfc and onnxruntime run at 2 threads no faster than at 1. This
+tool says which state the machine is in and what kind of sharing it is, from three probes compiled
+here (one C program, pinned with sched_setaffinity):
+
+- `fma`: a throughput-bound loop (12 independent 4-lane FMA chains). Two copies at once, one per CPU,
+  each keep their speed if the CPUs are separate cores; each halve if they share a core's FMA units
+  (SMT siblings) or take turns on one core (time-slicing).
+- `chain`: a latency-bound loop (one dependent chain of adds). SMT siblings leave each other's
+  latency-bound work at full speed; time-slicing halves it. With `fma`, this tells the two apart.
+- `pingpong`: two threads of one process, one per CPU, hand a flag back and forth by spinning, as
+  a runtime's barrier does. On two running cores a round trip is ~0.1-0.3 us; when the two vCPUs
+  take turns, each hand-off waits for the other to be scheduled (tens of us to ms).
+
+Each round runs: fma alone, fma x2 at once, chain alone, chain x2 at once, pingpong. The ratios
+"x2 / alone" are per-copy speed (1.0: independent cores). Writes benchmarks/results/cpu_share.json
+(machine named) and a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import machine_facts, warn_if_loaded
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from xfc.outputs import write_json_result  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { FMA_CHAINS = 12, FMA_ITERS = 100000000, CHAIN_ITERS = 200000000, PINGPONG_TRIPS = 200000 };
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+
+static void pin(int cpu) { cpu_set_t set; CPU_ZERO(&set); CPU_SET(cpu, &set); sched_setaffinity(0, sizeof set, &set); }
+
+/* Independent vector chains: the FMA pipes are the limit. Returns GFLOP/s. */
+typedef double vec4 __attribute__((vector_size(32)));
+static double fma_loop(void)
+{
+    vec4 a0 = {0}, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7,
+         a8 = a0 + 8, a9 = a0 + 9, a10 = a0 + 10, a11 = a0 + 11;
+    const vec4 mul = a0 + 0.999999, add = a0 + 1e-7;
+    double start = now_s();
+    for (long i = 0; i < FMA_ITERS; i++) {
+#define STEP(a) a = a * mul + add
+        STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9); STEP(a10); STEP(a11);
+        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
+                              "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+    }
+    double seconds = now_s() - start;
+    vec4 sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    if (sum[0] == 12345.0) puts("");
+    return 2.0 * FMA_CHAINS * 4 * FMA_ITERS / seconds * 1e-9;
+}
+
+/* One dependent chain: latency is the limit. Prints giga-adds/s. */
+static double chain_loop(void)
+{
+    long x = 1;
+    double start = now_s();
+    for (long i = 0; i < CHAIN_ITERS; i++) { x += i ^ x; __asm__ volatile("" : "+r"(x)); }
+    double seconds = now_s() - start;
+    if (x == 42) puts("");
+    return CHAIN_ITERS / seconds * 1e-9;
+}
+
+static _Atomic int flag;
+static void *ponger(void *arg)
+{
+    pin(1);
+    for (int i = 0; i < PINGPONG_TRIPS; i++) {
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 1) { }
+        atomic_store_explicit(&flag, 0, memory_order_release);
+    }
+    return arg;
+}
+
+/* Median round trip in microseconds over batches of 1000 trips. */
+static double pingpong(void)
+{
+    pthread_t thread;
+    pin(0);
+    pthread_create(&thread, NULL, ponger, NULL);
+    enum { BATCH = 1000 };
+    double batches[PINGPONG_TRIPS / BATCH];
+    for (int b = 0; b < PINGPONG_TRIPS / BATCH; b++) {
+        double start = now_s();
+        for (int i = 0; i < BATCH; i++) {
+            atomic_store_explicit(&flag, 1, memory_order_release);
+            while (atomic_load_explicit(&flag, memory_order_acquire) != 0) { }
+        }
+        batches[b] = (now_s() - start) / BATCH * 1e6;
+    }
+    pthread_join(thread, NULL);
+    int n = PINGPONG_TRIPS / BATCH;
+    for (int i = 1; i < n; i++)   /* insertion sort: small n */
+        for (int j = i; j > 0 && batches[j - 1] > batches[j]; j--) { double t = batches[j]; batches[j] = batches[j - 1]; batches[j - 1] = t; }
+    return batches[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return 2;
+    if (!strcmp(argv[1], "pingpong")) { printf("%.4f\n", pingpong()); return 0; }
+    pin(argc > 2 ? atoi(argv[2]) : 0);
+    printf("%.4f\n", !strcmp(argv[1], "fma") ? fma_loop() : chain_loop());
+    return 0;
+}
+"""
+
+
+def run_copies(exe: Path, probe: str, cpus: list[int]) -> list[float]:
+    """Start one copy of `probe` per CPU at once; their rates, in CPU order."""
+    procs = [subprocess.Popen([str(exe), probe, str(cpu)], stdout=subprocess.PIPE, text=True) for cpu in cpus]
+    rates = []
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"error: probe {probe} exited {proc.returncode}")
+        rates.append(float(out))
+    return rates
+
+
+def verdict(fma_ratio: float, chain_ratio: float, pingpong_us: float) -> str:
+    if fma_ratio > 0.85 and chain_ratio > 0.85 and pingpong_us < 5:
+        return "separate cores"
+    if chain_ratio > 0.85 and fma_ratio < 0.7:
+        return "SMT siblings (share FMA units, not latency)"
+    if chain_ratio < 0.7 and fma_ratio < 0.7:
+        return "time-sliced (the two vCPUs take turns on one core)"
+    return "mixed"
+
+
+def build_probe(directory: Path) -> Path:
+    """Compile the probes into `directory`; the executable's path."""
+    exe = Path(directory) / "cpu_share_probe"
+    source = Path(directory) / "cpu_share_probe.c"
+    source.write_text(SOURCE)
+    subprocess.run(["gcc", "-O2", "-march=native", "-pthread", str(source), "-o", str(exe)], check=True)
+    return exe
+
+
+def measure(exe: Path) -> dict:
+    """One round of the three probes (about a second): rates, ratios and the verdict."""
+    fma_alone = run_copies(exe, "fma", [0])[0]
+    fma_both = run_copies(exe, "fma", [0, 1])
+    chain_alone = run_copies(exe, "chain", [0])[0]
+    chain_both = run_copies(exe, "chain", [0, 1])
+    out = subprocess.run([str(exe), "pingpong"], capture_output=True, text=True, check=True, timeout=600)
+    pingpong_us = float(out.stdout)
+    fma_ratio = min(fma_both) / fma_alone
+    chain_ratio = min(chain_both) / chain_alone
+    return {"time_utc": time.strftime("%H:%M:%S", time.gmtime()),
+            "fma_alone_gflops": fma_alone, "fma_both_gflops": fma_both, "fma_ratio": round(fma_ratio, 3),
+            "chain_alone_gops": chain_alone, "chain_both_gops": chain_both,
+            "chain_ratio": round(chain_ratio, 3), "pingpong_roundtrip_us": pingpong_us,
+            "verdict": verdict(fma_ratio, chain_ratio, pingpong_us)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pause-s", type=float, default=2.0, help="seconds between rounds (the state can change)")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    if (os.cpu_count() or 1) < 2:
+        print("error: this probe needs two CPUs", file=sys.stderr)
+        return 2
+    warn_if_loaded()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="xfc-cpu-share-") as tmp:
+        exe = build_probe(Path(tmp))
+        print(f"{'round':>5} {'fma alone':>10} {'fma x2':>14} {'chain alone':>12} {'chain x2':>14} "
+              f"{'pingpong us':>12}  verdict")
+        for round_index in range(args.rounds):
+            if round_index:
+                time.sleep(args.pause_s)
+            row = {"round": round_index, **measure(exe)}
+            rows.append(row)
+            print(f"{round_index:>5} {row['fma_alone_gflops']:>10.1f} {row['fma_both_gflops'][0]:>6.1f} "
+                  f"{row['fma_both_gflops'][1]:>6.1f}  {row['chain_alone_gops']:>12.2f} "
+                  f"{row['chain_both_gops'][0]:>6.2f} {row['chain_both_gops'][1]:>6.2f}  "
+                  f"{row['pingpong_roundtrip_us']:>12.3f}  {row['verdict']}", flush=True)
+    ratios = {"fma_ratio_median": statistics.median(r["fma_ratio"] for r in rows),
+              "chain_ratio_median": statistics.median(r["chain_ratio"] for r in rows),
+              "pingpong_us_median": statistics.median(r["pingpong_roundtrip_us"] for r in rows)}
+    print(json.dumps(ratios))
+    write_json_result(args.results / "cpu_share.json", {
+        "command": "benchmarks/cpu_share.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine_facts(), "rounds": rows, "summary": ratios}, kind="cpu-share")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
