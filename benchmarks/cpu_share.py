@@ -18,7 +18,14 @@ here (one C program, pinned with sched_setaffinity):
   take turns, each hand-off waits for the other to be scheduled (tens of us to ms).
 
 Each round runs: fma alone, fma x2 at once, chain alone, chain x2 at once, pingpong. The ratios
-"x2 / alone" are per-copy speed (1.0: independent cores). Writes benchmarks/results/cpu_share.json
+"x2 / alone" are per-copy speed (1.0: independent cores). The rounds are short (about a second);
+then a sustained probe (--sustain-s, default 5 s) runs the FMA loop alone and two at once and
+reports its 100 ms windows against the best: on a VM whose host runs other tenants on the same
+physical cores, windows drop to about half while the neighbour computes, alone or not, which the
+short rounds can miss. On the project's Zen 4 VMs both happen: rounds where two FMA copies run at
+half speed while two latency-bound copies keep theirs (the host put the two vCPUs on one physical
+core's two hyperthreads), and windows where one copy alone drops to about half
+(benchmarks/results/cpu_share.json). Writes benchmarks/results/cpu_share.json
 (machine named) and a table.
 """
 from __future__ import annotations
@@ -120,11 +127,39 @@ static double pingpong(void)
     return batches[n / 2];
 }
 
+/* The FMA loop for `seconds`, one GFLOP/s figure per 100 ms window: how steady the core is. */
+static void fma_windows(double seconds)
+{
+    vec4 a0 = {0}, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7,
+         a8 = a0 + 8, a9 = a0 + 9, a10 = a0 + 10, a11 = a0 + 11;
+    const vec4 mul = a0 + 0.999999, add = a0 + 1e-7;
+    double start = now_s(), window_start = start;
+    long iters = 0;
+    for (;;) {
+        for (int i = 0; i < 10000; i++) {
+            STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9); STEP(a10); STEP(a11);
+            __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
+                                  "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+        }
+        iters += 10000;
+        double t = now_s();
+        if (t - window_start >= 0.1) {
+            printf("%.4f\n", 2.0 * FMA_CHAINS * 4 * iters / (t - window_start) * 1e-9);
+            iters = 0;
+            window_start = t;
+        }
+        if (t - start >= seconds) break;
+    }
+    vec4 sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    if (sum[0] == 12345.0) puts("");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return 2;
     if (!strcmp(argv[1], "pingpong")) { printf("%.4f\n", pingpong()); return 0; }
     pin(argc > 2 ? atoi(argv[2]) : 0);
+    if (!strcmp(argv[1], "fma_windows")) { fma_windows(argc > 3 ? atof(argv[3]) : 5.0); return 0; }
     printf("%.4f\n", !strcmp(argv[1], "fma") ? fma_loop() : chain_loop());
     return 0;
 }
@@ -141,6 +176,26 @@ def run_copies(exe: Path, probe: str, cpus: list[int]) -> list[float]:
             raise SystemExit(f"error: probe {probe} exited {proc.returncode}")
         rates.append(float(out))
     return rates
+
+
+def sustained(exe: Path, seconds: float) -> dict:
+    """The FMA probe for `seconds`, alone on CPU 0 and then one copy per CPU: the spread of its
+    100 ms windows. A steady core keeps every window near the best; a core whose time a
+    neighbour takes (the host's other hyperthread, another tenant) drops in some windows."""
+    def windows(cpus):
+        procs = [subprocess.Popen([str(exe), "fma_windows", str(cpu), str(seconds)], stdout=subprocess.PIPE, text=True)
+                 for cpu in cpus]
+        rates = []
+        for proc in procs:
+            rates += [float(x) for x in proc.communicate()[0].split()]
+        return sorted(rates)
+
+    def spread(rates):
+        best = rates[-1]
+        return {"best_gflops": best, "p10_of_best": round(rates[len(rates) // 10] / best, 3),
+                "median_of_best": round(statistics.median(rates) / best, 3), "min_of_best": round(rates[0] / best, 3),
+                "windows": len(rates)}
+    return {"seconds": seconds, "alone": spread(windows([0])), "both": spread(windows([0, 1]))}
 
 
 def verdict(fma_ratio: float, chain_ratio: float, pingpong_us: float) -> str:
@@ -183,6 +238,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pause-s", type=float, default=2.0, help="seconds between rounds (the state can change)")
+    parser.add_argument("--sustain-s", type=float, default=5.0,
+                        help="seconds of the sustained FMA probe, alone and two at once (0: skip)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     if (os.cpu_count() or 1) < 2:
@@ -203,13 +260,20 @@ def main(argv=None) -> int:
                   f"{row['fma_both_gflops'][1]:>6.1f}  {row['chain_alone_gops']:>12.2f} "
                   f"{row['chain_both_gops'][0]:>6.2f} {row['chain_both_gops'][1]:>6.2f}  "
                   f"{row['pingpong_roundtrip_us']:>12.3f}  {row['verdict']}", flush=True)
+        steady = sustained(exe, args.sustain_s) if args.sustain_s > 0 else None
+        if steady:
+            for label in ("alone", "both"):
+                w = steady[label]
+                print(f"sustained {args.sustain_s:g} s, {label:5s}: best {w['best_gflops']:.1f} GFLOP/s per copy; of the "
+                      f"best, 100 ms windows at p10 {w['p10_of_best']:.2f}, median {w['median_of_best']:.2f}, "
+                      f"min {w['min_of_best']:.2f}")
     ratios = {"fma_ratio_median": statistics.median(r["fma_ratio"] for r in rows),
               "chain_ratio_median": statistics.median(r["chain_ratio"] for r in rows),
               "pingpong_us_median": statistics.median(r["pingpong_roundtrip_us"] for r in rows)}
     print(json.dumps(ratios))
     write_json_result(args.results / "cpu_share.json", {
         "command": "benchmarks/cpu_share.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine_facts(), "rounds": rows, "summary": ratios}, kind="cpu-share")
+        "machine": machine_facts(), "rounds": rows, "summary": ratios, "sustained": steady}, kind="cpu-share")
     return 0
 
 
