@@ -18,10 +18,12 @@ from support.cli import assert_one_line_error
 
 from xfc.cli import main
 from xfc.model.load import load_model
+from xfc.model.runtime import arena
 from xfc.model.runtime.arena import plan_arena
 from xfc.model.runtime.emit import HEADER_BYTES, build_payload
 from xfc.model.runtime.lower import lower_network
 from xfc.model.runtime.program import KernelStep
+from xfc.ops.spec import DepthwiseSpec
 
 FAMILIES = {"mobilenet_v3": nets.mobilenet_v3_net, "bottleneck": nets.bottleneck_net,
             "shufflenet": nets.shufflenet_net, "unet": nets.unet_net}
@@ -94,6 +96,38 @@ def test_grouped_convolution_shuffle_split_and_resize_tables(tmp_path):
     for step in resizes:   # scale 2 in either coordinate mode: every input row and column twice
         assert step.params["rows"] == [i // 2 for i in range(step.params["oh"])]
         assert step.params["cols"] == [i // 2 for i in range(step.params["ow"])]
+
+
+def _after_contraction(program, plan, step_index: int) -> bool:
+    """Whether the tensor that last lay where step `step_index` writes was last read by a
+    convolution or matmul kernel (not a depthwise one)."""
+    out = program.steps[step_index].output
+    lo, hi = plan.places[out].offset, plan.places[out].offset + program.floats(out)
+    before = [end for t, (begin, end) in plan.lifetimes.items() if end < step_index
+              and plan.places[t].offset < hi and lo < plan.places[t].offset + program.floats(t)]
+    if not before:
+        return False
+    reader = program.steps[max(before)]
+    return isinstance(reader, KernelStep) and not isinstance(reader.spec, DepthwiseSpec)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("blocks,c,hw", [(2, 8, 10), (4, 16, 16), (6, 8, 14)])
+def test_arena_keeps_depthwise_outputs_off_what_a_contraction_read(tmp_path, monkeypatch, blocks, c, hw):
+    """MobileNetV2 blocks: plain best fit puts every block's depthwise output where the block
+    before's projection read (the lines are then in every core's cache at 2 threads); the
+    cache-aware placement puts none there, in the same arena."""
+    program = lowered(tmp_path, "mb", nets.mobilenet_net(blocks=blocks, c=c, hw=hw)).program
+    plan = plan_arena(program)
+    depthwise = [i for i, s in enumerate(program.steps) if isinstance(s, KernelStep) and isinstance(s.spec, DepthwiseSpec)]
+    assert len(depthwise) == blocks + 1
+    assert not [i for i in depthwise if _after_contraction(program, plan, i)]
+    # best fit alone (the preference switched off): the same arena, depthwise outputs where a projection read
+    best_fit = arena._place
+    monkeypatch.setattr(arena, "_place", lambda order, program, prefer_clean: best_fit(order, program, False))
+    plain = plan_arena(program)
+    assert plain.arena_floats == plan.arena_floats
+    assert len([i for i in depthwise if _after_contraction(program, plain, i)]) >= blocks
 
 
 @pytest.mark.unit
