@@ -16,7 +16,7 @@ With more than one thread both runtimes keep their defaults (--thread-wait spin:
 while, then sleep; --thread-wait passive for a shared, loaded machine: xfc/model/runtime/bench.py).
 Before and after each run with more than one thread, benchmarks/cpu_share.py's probes record whether
 the machine's CPUs ran side by side (`cpu_share_before`/`cpu_share_after` in the JSON): on the
-project's VMs the two vCPUs sometimes take turns, and a 2-thread figure from that state says
+project's VMs the host sometimes puts the two vCPUs on one physical core, and a 2-thread figure from that state says
 nothing about 2-thread speed.
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
