@@ -42,8 +42,7 @@ from pathlib import Path
 
 from machine import machine_facts, warn_if_loaded
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from xfc.outputs import write_json_result  # noqa: E402
+from xfc.outputs import write_json_result
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = r"""
@@ -62,23 +61,31 @@ static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t
 
 static void pin(int cpu) { cpu_set_t set; CPU_ZERO(&set); CPU_SET(cpu, &set); sched_setaffinity(0, sizeof set, &set); }
 
-/* Independent vector chains: the FMA pipes are the limit. Returns GFLOP/s. */
+/* Independent vector chains: the FMA pipes are the limit. FMA_SETUP declares them, FMA_STEPS
+ * advances each once (the asm keeps them in registers and the loop from being folded). */
 typedef double vec4 __attribute__((vector_size(32)));
+#define FMA_SETUP                                                                                      \
+    vec4 a0 = {0}, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7, \
+         a8 = a0 + 8, a9 = a0 + 9, a10 = a0 + 10, a11 = a0 + 11;                                      \
+    const vec4 mul = a0 + 0.999999, add = a0 + 1e-7
+#define STEP(a) a = a * mul + add
+#define FMA_STEPS                                                                                      \
+    STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9);  \
+    STEP(a10); STEP(a11);                                                                              \
+    __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7), \
+                          "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11))
+#define FMA_SINK                                                                                       \
+    do { vec4 sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;                        \
+         if (sum[0] == 12345.0) puts(""); } while (0)
+
+/* GFLOP/s of FMA_ITERS steps. */
 static double fma_loop(void)
 {
-    vec4 a0 = {0}, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7,
-         a8 = a0 + 8, a9 = a0 + 9, a10 = a0 + 10, a11 = a0 + 11;
-    const vec4 mul = a0 + 0.999999, add = a0 + 1e-7;
+    FMA_SETUP;
     double start = now_s();
-    for (long i = 0; i < FMA_ITERS; i++) {
-#define STEP(a) a = a * mul + add
-        STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9); STEP(a10); STEP(a11);
-        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
-                              "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-    }
+    for (long i = 0; i < FMA_ITERS; i++) { FMA_STEPS; }
     double seconds = now_s() - start;
-    vec4 sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-    if (sum[0] == 12345.0) puts("");
+    FMA_SINK;
     return 2.0 * FMA_CHAINS * 4 * FMA_ITERS / seconds * 1e-9;
 }
 
@@ -130,17 +137,11 @@ static double pingpong(void)
 /* The FMA loop for `seconds`, one GFLOP/s figure per 100 ms window: how steady the core is. */
 static void fma_windows(double seconds)
 {
-    vec4 a0 = {0}, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3, a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7,
-         a8 = a0 + 8, a9 = a0 + 9, a10 = a0 + 10, a11 = a0 + 11;
-    const vec4 mul = a0 + 0.999999, add = a0 + 1e-7;
+    FMA_SETUP;
     double start = now_s(), window_start = start;
     long iters = 0;
     for (;;) {
-        for (int i = 0; i < 10000; i++) {
-            STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7); STEP(a8); STEP(a9); STEP(a10); STEP(a11);
-            __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
-                                  "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-        }
+        for (int i = 0; i < 10000; i++) { FMA_STEPS; }
         iters += 10000;
         double t = now_s();
         if (t - window_start >= 0.1) {
@@ -150,8 +151,7 @@ static void fma_windows(double seconds)
         }
         if (t - start >= seconds) break;
     }
-    vec4 sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-    if (sum[0] == 12345.0) puts("");
+    FMA_SINK;
 }
 
 int main(int argc, char **argv)

@@ -117,6 +117,7 @@ def _place(order, program: Program, prefer_clean: bool) -> tuple[dict[str, int],
     cache-aware placement."""
     placed: list[tuple[int, int, int, int]] = []   # (offset, size, begin, end)
     offsets: dict[str, int] = {}
+    extent = 0                                      # the arena so far
 
     def after_contraction(offset: int, size: int, begin: int) -> bool:
         """Whether the last buffer placed in [offset, offset + size) before step `begin` was last
@@ -137,7 +138,7 @@ def _place(order, program: Program, prefer_clean: bool) -> tuple[dict[str, int],
             # tensor lay), inside the arena so far: a streaming step's output takes one no
             # contraction read last; a contraction's output takes one a contraction read last
             # (it hides the transfer and leaves the others to the streaming steps)
-            limit = max(max((o + s for o, s, _, _ in placed), default=0), offset + size)
+            limit = max(extent, offset + size)
             edges = sorted({0, cursor} | {e for o, s, _, _ in placed for e in (o, o + s)})
             want_dirty = not _is_streaming(program.steps[begin])
             good = [c for c in edges if c + size <= limit and all(c + size <= lo or hi <= c for lo, hi in busy)
@@ -146,7 +147,8 @@ def _place(order, program: Program, prefer_clean: bool) -> tuple[dict[str, int],
                 offset = good[0]
         offsets[g] = offset
         placed.append((offset, size, begin, end))
-    return offsets, max((o + s for o, s, _, _ in placed), default=0)
+        extent = max(extent, offset + size)
+    return offsets, extent
 
 
 def plan_arena(program: Program) -> ArenaPlan:
