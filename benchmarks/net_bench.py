@@ -14,10 +14,12 @@ onnxruntime's whole session.run (same inputs, intra_op_num_threads = T, default 
 three rounds each; the medians of the round medians are compared (speedup = onnxruntime / xfc).
 With more than one thread both runtimes keep their defaults (--thread-wait spin: idle threads spin a
 while, then sleep; --thread-wait passive for a shared, loaded machine: xfc/model/runtime/bench.py).
-Before and after each run with more than one thread, benchmarks/cpu_share.py's probes record whether
-the machine's CPUs ran side by side (`cpu_share_before`/`cpu_share_after` in the JSON): on the
-project's VMs the host sometimes puts the two vCPUs on one physical core, and a 2-thread figure from that state says
-nothing about 2-thread speed.
+Before and after each run with more than one thread, benchmarks/cpu_share.py's probes record where
+the machine's CPUs were (`cpu_share_before`/`cpu_share_after` in the JSON): on the project's VMs the
+host sometimes runs the two vCPUs on core complexes that share no cache (the probes' handoff ratio
+~13x instead of ~3.5x), where both runtimes at 2 threads run about as fast as at 1; the state changes
+within tens of seconds, so the probes around a run catch some of it, not all
+(benchmarks/net_states.py files every round under the state it ran in).
 --verify (the first thread count) checks the C network's outputs against onnxruntime under the
 derived bound and every step on its own inputs.
 
@@ -189,9 +191,9 @@ def run_format(arch: str, fmt: str, model: Path, thread_counts, args, tmp: Path,
         r = rows[-1]
         if share_before is not None:
             r["cpu_share_before"], r["cpu_share_after"] = share_before, measure_share(tmp)
-            print(f"  cpus before: {share_before['verdict']} (fma x2 {share_before['fma_ratio']:.2f}, pingpong "
+            print(f"  cpus before: {share_before['verdict']} (fma x2 {share_before['fma_ratio']:.2f}, handoff x{share_before['handoff_ratio']:.1f}, pingpong "
                   f"{share_before['pingpong_roundtrip_us']:.2f} us); after: {r['cpu_share_after']['verdict']} "
-                  f"(fma x2 {r['cpu_share_after']['fma_ratio']:.2f})", flush=True)
+                  f"(fma x2 {r['cpu_share_after']['fma_ratio']:.2f}, handoff x{r['cpu_share_after']['handoff_ratio']:.1f})", flush=True)
         print(f"{arch:14s} {fmt:9s} t{threads}: xfc {r['xfc_median_ms']:8.2f} ms  onnxruntime "
               f"{r['onnxruntime_median_ms']:8.2f} ms  x{r['speedup']:.2f}  arena {r['arena_bytes'] / 2**20:6.2f} "
               f"MiB (x{r['arena_to_lower_bound']:.3f} of the lower bound)"

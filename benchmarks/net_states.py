@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A whole network against onnxruntime, round by round, with the machine's state beside every round
+(issue 32's thread-count targets on a VM whose CPUs change under it; not run in CI):
+
+    .venv/bin/python benchmarks/net_states.py --net mobilenet_v2 --threads 1,2 --rounds 24
+
+Emits the network once (`xfc model NET.onnx --hw host --threads T --emit lib`, one library per
+thread count), builds its benchmark program with the emitted CMakeLists.txt and then, per round and
+thread count: benchmarks/cpu_share.py's pingpong and handoff probes, the benchmark program (its own
+C loop, --runs runs after 3 warm-ups, the same input file every round), onnxruntime's session.run on
+the same input (one session per thread count, made once, same warm-up and runs) and the probes
+again. A round is filed under the state both its probes saw (cpu_share.cache_state: "one core" when
+a 512 KiB handoff to the other CPU costs what it costs on one CPU, "shared cache", "separate
+caches"), or under "changed" when the probes disagree (left out of the summary).
+
+Per state and thread count: rounds, the medians of xfc's and onnxruntime's round medians, and their
+ratio (onnxruntime / xfc, > 1: xfc is faster). benchmarks/net_bench.py gives the figure over every
+state; this tool says what each state contributes to it. Writes
+benchmarks/results/net_states_<net>.json (machine named; --out-name for another name) and a table.
+Needs torch (`make bench-setup`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import cpu_share
+from machine import machine_facts, warn_if_loaded
+from nets import ALL, export, networks_or_status
+
+from xfc.outputs import write_json_result
+
+REPO = Path(__file__).resolve().parent.parent
+STATES = cpu_share.CACHE_STATES
+
+
+def emit_and_build(model: Path, threads: int, out: Path) -> tuple[Path, Path]:
+    """The benchmark program and weights file of the network emitted for `threads` threads."""
+    argv = [sys.executable, "-m", "xfc", "model", str(model), "--hw", "host", "--threads", str(threads),
+            "--emit", "lib", "-o", str(out), "--force", "--json"]
+    print(f"[net-states] xfc model {' '.join(argv[4:])}", file=sys.stderr, flush=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=str(REPO))
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(proc.returncode)
+    manifest = json.loads((out / "manifest.json").read_text())
+    build = out / "build"
+    subprocess.run(["cmake", "-S", str(out), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                   capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True)
+    return build / manifest["benchmark"]["program"], out / manifest["weights"]["file"]
+
+
+def probe(exe: Path) -> dict:
+    ping = float(subprocess.run([str(exe), "pingpong"], capture_output=True, text=True, check=True).stdout)
+    same_us, other_us = (float(x) for x in subprocess.run([str(exe), "handoff"], capture_output=True, text=True,
+                                                         check=True).stdout.split())
+    return {"pingpong_us": ping, "handoff_same_cpu_us": same_us, "handoff_other_cpu_us": other_us,
+            "handoff_ratio": round(other_us / same_us, 2)}
+
+
+def state_of(before: dict, after: dict) -> str:
+    states = {cpu_share.cache_state(p["handoff_ratio"]) for p in (before, after)}
+    return states.pop() if len(states) == 1 else "changed"
+
+
+def xfc_round(exe: Path, weights: Path, input_file: Path, threads: int, runs: int) -> float:
+    out = subprocess.run([str(exe), "--weights", str(weights), "--input", str(input_file), "--warmup", "3",
+                          "--runs", str(runs), "--threads", str(threads)], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["median_ms"])
+
+
+def ort_session(model: Path, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def ort_round(session, feed: dict, runs: int) -> float:
+    for _ in range(3):
+        session.run(None, feed)
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feed)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def summarize(rounds: list[dict], thread_counts: list[int]) -> list[dict]:
+    rows = []
+    for threads in thread_counts:
+        for state in STATES:
+            picked = [r for r in rounds if r["threads"] == threads and r["state"] == state]
+            if not picked:
+                continue
+            xfc_ms = statistics.median(r["xfc_ms"] for r in picked)
+            ort_ms = statistics.median(r["onnxruntime_ms"] for r in picked)
+            rows.append({"threads": threads, "state": state, "rounds": len(picked), "xfc_median_ms": round(xfc_ms, 4),
+                         "onnxruntime_median_ms": round(ort_ms, 4), "speedup": round(ort_ms / xfc_ms, 4),
+                         "speedup_per_round_median": round(statistics.median(
+                             r["onnxruntime_ms"] / r["xfc_ms"] for r in picked), 4)})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--net", default="mobilenet_v2", help=f"one of {', '.join(ALL)}")
+    parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per round and side")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out-name", default=None, help="file name under --results (default net_states_<net>.json)")
+    args = parser.parse_args(argv)
+    archs = networks_or_status("net_states", args.net)
+    if isinstance(archs, int):
+        return archs
+    if len(archs) != 1:
+        print("net_states: --net takes one network", file=sys.stderr)
+        return 2
+    try:
+        thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        thread_counts = []
+    if not thread_counts or min(thread_counts) < 1 or args.rounds < 1 or args.runs < 1:
+        print(f"net_states: --threads must list positive integers ('{args.threads}'), --rounds and --runs be >= 1",
+              file=sys.stderr)
+        return 2
+    warn_if_loaded()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="xfc-net-states-") as tmp_name:
+        tmp = Path(tmp_name)
+        model = tmp / f"{args.net}.onnx"
+        export(args.net, model, args.size)
+        probe_exe = cpu_share.build_probe(tmp)
+        programs = {t: emit_and_build(model, t, tmp / f"lib-t{t}") for t in thread_counts}
+        x = np.random.default_rng(0).uniform(-1, 1, (1, 3, args.size, args.size)).astype(np.float32)
+        input_file = tmp / "input.f32"
+        x.tofile(input_file)
+        sessions = {t: ort_session(model, t) for t in thread_counts}
+        feed_name = sessions[thread_counts[0]].get_inputs()[0].name
+        print(f"{'round':>5} {'threads':>7} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7} {'handoff x':>10}  state")
+        for index in range(args.rounds):
+            for threads in thread_counts:
+                exe, weights = programs[threads]
+                before = probe(probe_exe)
+                xfc_ms = xfc_round(exe, weights, input_file, threads, args.runs)
+                ort_ms = ort_round(sessions[threads], {feed_name: x}, args.runs)
+                after = probe(probe_exe)
+                row = {"round": index, "threads": threads, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms,
+                       "probe_before": before, "probe_after": after, "state": state_of(before, after),
+                       "time_utc": time.strftime("%H:%M:%S", time.gmtime())}
+                rounds.append(row)
+                print(f"{index:>5} {threads:>7} {xfc_ms:>8.3f} {ort_ms:>8.3f} {ort_ms / xfc_ms:>7.3f} "
+                      f"{before['handoff_ratio']:>4.1f}/{after['handoff_ratio']:<5.1f}  {row['state']}", flush=True)
+    summary = summarize(rounds, thread_counts)
+    print(f"\n{'threads':>7} {'state':16s} {'rounds':>6} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7}")
+    for s in summary:
+        print(f"{s['threads']:>7} {s['state']:16s} {s['rounds']:>6} {s['xfc_median_ms']:>8.3f} "
+              f"{s['onnxruntime_median_ms']:>8.3f} {s['speedup']:>7.3f}")
+    write_json_result(args.results / (args.out_name or f"net_states_{args.net}.json"), {
+        "command": "benchmarks/net_states.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine_facts(), "net": args.net, "size": args.size, "runs_per_round": args.runs,
+        "handoff_ratio_cuts": {"one_core_below": cpu_share.HANDOFF_ONE_CORE_RATIO,
+                               "separate_caches_above": cpu_share.HANDOFF_SEPARATE_CACHES_RATIO},
+        "summary": summary, "rounds": rounds}, kind="net-states")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
