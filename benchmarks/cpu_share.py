@@ -298,6 +298,33 @@ def verdict(fma_ratio: float, chain_ratio: float, pingpong_us: float, handoff_ra
     return "mixed"
 
 
+def handoff(exe: Path) -> dict:
+    """One handoff probe (about 40 ms): microseconds on one CPU and across, their ratio, the state."""
+    out = subprocess.run([str(exe), "handoff"], capture_output=True, text=True, check=True, timeout=600)
+    same_us, other_us = (float(x) for x in out.stdout.split())
+    return {"handoff_same_cpu_us": same_us, "handoff_other_cpu_us": other_us,
+            "handoff_ratio": round(other_us / same_us, 2), "state": cache_state(other_us / same_us)}
+
+
+def in_state(exe: Path, timed, wanted: str = "shared cache", tries: int = 30, pause_s: float = 2.0, say=None):
+    """Run `timed()` between two handoff probes until both saw the `wanted` cache state (at most
+    `tries` times, `pause_s` apart: the state changes within tens of seconds). Returns (the last
+    result, attempts, whether the last one was in the state): a multi-thread timing taken while
+    the two vCPUs shared no cache measures the host, not the code."""
+    for attempt in range(1, tries + 1):
+        before = handoff(exe)
+        result = timed()
+        after = handoff(exe)
+        if before["state"] == after["state"] == wanted:
+            return result, attempt, True
+        if say:
+            say(f"cpu state {before['state']} -> {after['state']}, not {wanted}: timing again "
+                f"({attempt}/{tries})")
+        if attempt < tries:
+            time.sleep(pause_s)
+    return result, tries, False
+
+
 def build_probe(directory: Path) -> Path:
     """Compile the probes into `directory`; the executable's path."""
     exe = Path(directory) / "cpu_share_probe"
@@ -315,8 +342,8 @@ def measure(exe: Path) -> dict:
     chain_both = run_copies(exe, "chain", [0, 1])
     out = subprocess.run([str(exe), "pingpong"], capture_output=True, text=True, check=True, timeout=600)
     pingpong_us = float(out.stdout)
-    out = subprocess.run([str(exe), "handoff"], capture_output=True, text=True, check=True, timeout=600)
-    handoff_same_us, handoff_cross_us = (float(x) for x in out.stdout.split())
+    probe = handoff(exe)
+    handoff_same_us, handoff_cross_us = probe["handoff_same_cpu_us"], probe["handoff_other_cpu_us"]
     handoff_ratio = handoff_cross_us / handoff_same_us
     fma_ratio = min(fma_both) / fma_alone
     chain_ratio = min(chain_both) / chain_alone

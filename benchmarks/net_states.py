@@ -61,15 +61,11 @@ def emit_and_build(model: Path, threads: int, out: Path) -> tuple[Path, Path]:
 
 def probe(exe: Path) -> dict:
     ping = float(subprocess.run([str(exe), "pingpong"], capture_output=True, text=True, check=True).stdout)
-    same_us, other_us = (float(x) for x in subprocess.run([str(exe), "handoff"], capture_output=True, text=True,
-                                                         check=True).stdout.split())
-    return {"pingpong_us": ping, "handoff_same_cpu_us": same_us, "handoff_other_cpu_us": other_us,
-            "handoff_ratio": round(other_us / same_us, 2)}
+    return {"pingpong_us": ping, **cpu_share.handoff(exe)}
 
 
 def state_of(before: dict, after: dict) -> str:
-    states = {cpu_share.cache_state(p["handoff_ratio"]) for p in (before, after)}
-    return states.pop() if len(states) == 1 else "changed"
+    return before["state"] if before["state"] == after["state"] else "changed"
 
 
 def xfc_round(exe: Path, weights: Path, input_file: Path, threads: int, runs: int) -> float:

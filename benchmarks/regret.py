@@ -34,7 +34,11 @@ noise ran lowest, a bias of a few percent against any chosen plan (the JSON keep
 regret and each plan's screening time). Each round starts one plan later, so no plan is always timed
 first. The control: the chosen plan is built a second time and timed as one more plan; being the
 same program, its difference from the chosen plan ('noise', null_regret) is what this machine's
-noise alone makes of a regret. Output: tables and benchmarks/results/regret.json (exit 1
+noise alone makes of a regret. On more than one thread the winograd part counts a round only when
+benchmarks/cpu_share.py's handoff probe, before and after it, saw the two CPUs share a cache
+(--cpu-state shared-cache, the default): the project's VMs sometimes run their two vCPUs on core
+complexes that share none, and a 2-thread plan timed then pays for every line its threads hand each
+other; such a round is timed again (the JSON counts them: timed_rounds, rounds_out_of_state). Output: tables and benchmarks/results/regret.json (exit 1
 if any plan failed verification). Run it on a quiet machine.
 """
 from __future__ import annotations
@@ -64,6 +68,7 @@ from xfc.outputs import write_json_result
 from xfc.tiledb.evaluators import synthesis_inputs
 from xfc.tiledb.hostdesc import load_hardware
 from machine import machine_facts, warn_if_loaded
+import cpu_share
 
 REPO = Path(__file__).resolve().parent.parent
 TOP = 10
@@ -201,12 +206,23 @@ def describe_plan(plan) -> str:
 
 
 def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, constants, rounds: int, repeats: int,
-                  tmp: Path, say, only: set, confirm_rounds: int = 0) -> list[dict]:
+                  tmp: Path, say, only: set, confirm_rounds: int = 0, probe: Path | None = None,
+                  cold: bool = False) -> list[dict]:
     """One row per (layer, threads): the chosen plan and its neighbours, built, verified against the
     float64 direct reference (a Winograd plan under its derived bound) and timed in interleaved
-    rounds with the weights pre-packed, each keeping its fastest run."""
+    rounds with the weights pre-packed (cold: evicted from the caches before every call), each
+    keeping its fastest run. With `probe` (cpu_share's
+    probe program), a round on more than one thread counts only when the handoff probes before and
+    after it saw the CPUs share a cache; else it is timed again (cpu_share.in_state)."""
     cluster = hw.cluster()
     rows = []
+
+    def timed_round(t, timed):
+        """timed() once, or until it ran in the shared-cache state (several threads, with a probe):
+        (its result, attempts, in state)."""
+        if probe is None or t == 1:
+            return timed(), 1, None
+        return cpu_share.in_state(probe, timed, say=say)
     for layer_set in layer_sets:
         for name, shape in LAYER_SETS[layer_set].items():
             if only and name not in only:
@@ -241,11 +257,18 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                     built.append(dict(label=label, plan=plan, kernel=kernel, ok=bool(verdict.ok),
                                       predicted_s=predicted_s(plan, hw, cluster, evaluator, constants)))
                 best = [math.inf] * len(built)
+                attempts, off_state = 0, 0
                 for r in range(rounds):
                     say(f"{name} {t}T round {r + 1}/{rounds}: {len(built)} plans")
-                    for i in round_order(r, len(built)):
-                        m = built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True)
-                        best[i] = min(best[i], min(m.samples_s))
+
+                    def screening_round(r=r):
+                        return {i: min(built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True,
+                                                                  cold_weights=cold).samples_s)
+                                for i in round_order(r, len(built))}
+                    times, tries, in_state = timed_round(t, screening_round)
+                    attempts, off_state = attempts + tries, off_state + (in_state is False)
+                    for i, s in times.items():
+                        best[i] = min(best[i], s)
                 twin = next(i for i, e in enumerate(built) if e["label"] == TWIN)
                 null_regret = regret_of(best[0], best[twin])   # what a regret of the same program reads
                 fastest = min((i for i in range(len(built)) if i != twin), key=lambda i: best[i])
@@ -259,9 +282,15 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                     rematch = [math.inf, math.inf]
                     for r in range(confirm_rounds):
                         say(f"{name} {t}T rematch {r + 1}/{confirm_rounds}: chosen vs {built[fastest]['label']}")
-                        for j, i in (((0, 0), (1, fastest)) if r % 2 == 0 else ((1, fastest), (0, 0))):
-                            m = built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True)
-                            rematch[j] = min(rematch[j], min(m.samples_s))
+
+                        def rematch_round(r=r):
+                            return {j: min(built[i]["kernel"].time(a, b, bias, repeats=repeats, prepacked=True,
+                                                                  cold_weights=cold).samples_s)
+                                    for j, i in (((0, 0), (1, fastest)) if r % 2 == 0 else ((1, fastest), (0, 0)))}
+                        times, tries, in_state = timed_round(t, rematch_round)
+                        attempts, off_state = attempts + tries, off_state + (in_state is False)
+                        for j, s in times.items():
+                            rematch[j] = min(rematch[j], s)
                     chosen_s, fastest_s = rematch[0], rematch[1]
                     if regret_of(chosen_s, fastest_s) == 0.0:
                         fastest, fastest_s = 0, chosen_s
@@ -269,6 +298,7 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                     layer=name, set=layer_set, shape=shape, threads=t, regret=regret_of(chosen_s, fastest_s),
                     screening_regret=screening, rematch_ms=[x * 1e3 for x in rematch] if rematch else None,
                     null_regret=null_regret,
+                    timed_rounds=attempts, rounds_out_of_state=off_state if probe is not None and t > 1 else None,
                     chosen=describe_plan(built[0]["plan"]), chosen_ms=chosen_s * 1e3,
                     fastest=built[fastest]["label"], fastest_plan=describe_plan(built[fastest]["plan"]),
                     fastest_ms=fastest_s * 1e3, verified=all(e["ok"] for e in built),
@@ -313,6 +343,14 @@ def main(argv=None) -> int:
     ap.add_argument("--confirm-rounds", type=int, default=6,
                     help="winograd part: rounds of the rematch between the chosen plan and the screening's "
                          "fastest when they differ (0: the screening's regret)")
+    ap.add_argument("--cpu-state", choices=("shared-cache", "any"), default="shared-cache",
+                    help="winograd part, several threads: count only rounds timed while the CPUs shared a cache "
+                         "(benchmarks/cpu_share.py's handoff probe before and after each round; an off-state round is "
+                         "timed again), or every round")
+    ap.add_argument("--weights", choices=("hot", "cold"), default="hot",
+                    help="winograd part: time with the packed weights where the call before left them (hot), or "
+                         "evicted from every cache before each call (cold: a layer in a network reads its weights "
+                         "from memory)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "regret.json"))
     args = ap.parse_args(argv)
     say = lambda m: print(f"regret: {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -330,8 +368,10 @@ def main(argv=None) -> int:
                 rows = gemm_rows(hw, threads, evaluator, constants, args.rounds, args.repeats, Path(tmp), say, only)
             if args.part in ("winograd", "all"):
                 sets = list(LAYER_SETS) if args.layers == "all" else [args.layers]
+                probe = (cpu_share.build_probe(Path(tmp)) if args.cpu_state == "shared-cache" and max(threads) > 1
+                         and (os.cpu_count() or 1) > 1 else None)
                 wrows = winograd_rows(sets, threads, hw, evaluator, constants, args.rounds, args.repeats,
-                                      Path(tmp), say, only, args.confirm_rounds)
+                                      Path(tmp), say, only, args.confirm_rounds, probe, args.weights == "cold")
     finally:
         if evaluator is not None:
             evaluator.close()
@@ -362,6 +402,7 @@ def main(argv=None) -> int:
     warn_if_loaded()
     write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
                                            host_notes=hw.notes, constants=source, top=TOP, rounds=args.rounds,
+                                           cpu_state=args.cpu_state, weights=args.weights,
                                            repeats=args.repeats, confirm_rounds=args.confirm_rounds,
                                            rows=rows, target=TARGET, target_met=met,
                                            winograd_rows=wrows, winograd_summary=summary,

@@ -21,6 +21,7 @@ import support
 from support import ALL_HOST_ISAS, RUNNABLE_ISAS, assert_samples_positive, conv, dw, host_plan, mm, needs_arm
 from support import host_kernel, qemu_run
 from xfc.toolchain.cpu import build_arm
+from xfc.errors import OperatorError
 from xfc.runners.base import Measurement
 from xfc.runners.qemu import qemu_cpu_models
 from xfc.cpu.plans import hand_plan
@@ -213,6 +214,23 @@ def test_time_prepacked(build_dir):
     per_call = kernel.time(a, b, bias, repeats=2, warmup=0)
     assert per_call.where == "host" and len(per_call.samples_s) == 2
     assert_samples_positive(per_call.samples_s)
+
+
+@pytest.mark.host
+def test_time_with_cold_weights_evicts_them_and_still_computes_the_layer(build_dir):
+    """cold_weights=True evicts the packed weights before every timed call (a layer as a network
+    meets it): the calls still read the right weights (the output checked against the oracle, the
+    guards after the calls), and it needs pre-packed weights."""
+    isa = RUNNABLE_ISAS[0]
+    spec = GEMM_CASES[0][1]  # mm_b2_ragged
+    kernel = _host_kernel(build_dir, "timing_cold", spec, isa, "direct", 2, "n")
+    a, b, bias = make_inputs(spec, seed=5)
+    m = kernel.time(a, b, bias, repeats=3, warmup=1, prepacked=True, cold_weights=True)
+    assert len(m.samples_s) == 3 and "evicted" in m.where
+    assert_samples_positive(m.samples_s)
+    _assert_ok(spec, m.output, a, b, bias, "cold weights")
+    with pytest.raises(OperatorError, match="prepacked=True"):
+        kernel.time(a, b, bias, repeats=1, cold_weights=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,30 @@ def _load(name: str, path: Path):
 def regret(monkeypatch_module):
     # regret.py imports its sibling benchmarks/machine.py as `machine`
     monkeypatch_module.setitem(sys.modules, "machine", _load("machine", BENCHMARKS / "machine.py"))
+    monkeypatch_module.setitem(sys.modules, "cpu_share", _load("cpu_share", BENCHMARKS / "cpu_share.py"))
     return _load("xfc_benchmark_regret", BENCHMARKS / "regret.py")
+
+
+def test_the_cache_state_follows_the_handoff_ratio(regret):
+    cpu_share = sys.modules["cpu_share"]
+    assert [cpu_share.cache_state(r) for r in (1.02, 3.5, 4.4, 13.4)] == [
+        "one core", "shared cache", "shared cache", "separate caches"]
+
+
+def test_a_timing_out_of_the_shared_cache_state_is_taken_again(regret, monkeypatch):
+    """The probes before and after must both say 'shared cache'; a timing with either probe elsewhere
+    is repeated, and the attempts are counted."""
+    cpu_share = sys.modules["cpu_share"]
+    ratios = iter([3.5, 13.2,    # changed during the timing: again
+                   13.4, 13.3,   # separate caches: again
+                   3.4, 3.5])    # shared cache: kept
+    monkeypatch.setattr(cpu_share, "handoff", lambda exe: {"state": cpu_share.cache_state(next(ratios))})
+    timings = iter([1.0, 2.0, 3.0])
+    result, attempts, in_state = cpu_share.in_state(Path("probe"), lambda: next(timings), pause_s=0)
+    assert (result, attempts, in_state) == (3.0, 3, True)
+    ratios = iter([13.0] * 4)
+    result, attempts, in_state = cpu_share.in_state(Path("probe"), lambda: 7.0, tries=2, pause_s=0)
+    assert (result, attempts, in_state) == (7.0, 2, False)
 
 
 @pytest.fixture(scope="module")

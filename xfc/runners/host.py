@@ -32,6 +32,7 @@ from .base import Measurement, Runner, RunSpec
 
 WHERE_HOST = "host"
 WHERE_HOST_PREPACKED = "host (weights pre-packed)"
+WHERE_HOST_COLD = "host (weights pre-packed, evicted from the caches before each call)"
 # Integer outputs have no "never written" value: each entry point also runs into a buffer
 # pre-filled with the second byte, and the two outputs must agree.
 PREFILLS = (0x5A, 0xC3)
@@ -134,6 +135,17 @@ class HostKernel:
             raise VerificationError(f"{self.rendered.function_name}: {count} output elements were never written "
                                     f"(they keep the pre-fill byte)")
 
+    def _bind_cold(self):
+        """The harness's cold-weights timing loop (fp32 / fp16 harnesses; the int8 one has none)."""
+        name = f"{self.rendered.bench_name}_packed_cold"
+        if not hasattr(self._lib, name):
+            raise OperatorError(f"{self.rendered.function_name}: its harness has no cold-weights timing")
+        f = getattr(self._lib, name)
+        vp, ci, dp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
+        f.argtypes = [vp] * (len(self.abi.operand_names) + 1) + [ci, ci, dp, ctypes.c_long]
+        f.restype = ctypes.c_int
+        return f
+
     def _packed_buffer(self, weights: GuardedBuffer) -> GuardedBuffer:
         packed = GuardedBuffer(int(self._packed_size()), "packed weights", dtype=self.abi.packed_type,
                                prefill=PREFILLS[0])
@@ -220,19 +232,28 @@ class HostKernel:
         """run_packed on guarded copies, the output never-written-checked (xfc.guards)."""
         return self._call(self._fn_packed, self._with_packed(operands))
 
-    def time(self, *operands, repeats: int = 20, warmup: int = 3, prepacked: bool = False) -> Measurement:
+    def time(self, *operands, repeats: int = 20, warmup: int = 3, prepacked: bool = False,
+             cold_weights: bool = False) -> Measurement:
         """Median-of-repeats timing in C. prepacked=True packs the weights once (untimed) and times
-        the calls that read them, as libraries with constant weights do. Guards are checked after the
-        timed calls; the output is the last call's (integer outputs: checked against a second pre-fill)."""
+        the calls that read them, as libraries with constant weights do; cold_weights=True (with
+        prepacked) also evicts the packed weights from the caches before every timed call, as a
+        network's layer meets them (fp32 and fp16 harnesses). Guards are checked after the timed
+        calls; the output is the last call's (integer outputs: checked against a second pre-fill)."""
+        if cold_weights and not prepacked:
+            raise OperatorError("time(cold_weights=True) times pre-packed weights: pass prepacked=True too")
         buffers = self._operands(operands)
         entry, bench = (self._fn_packed, self._bench_packed) if prepacked else (self._fn, self._bench)
+        extra = ()
         if prepacked:
             w = self.abi.weights_index
             buffers[w] = self._packed_buffer(buffers[w])
+            if cold_weights:
+                bench = self._bind_cold()
+                extra = (ctypes.c_long(buffers[w].data.nbytes),)
         out = self._output()
         repeats = max(1, int(repeats))
         samples = (ctypes.c_double * repeats)()
-        status = bench(*(self._ptr(b) for b in buffers), self._ptr(out), int(warmup), repeats, samples)
+        status = bench(*(self._ptr(b) for b in buffers), self._ptr(out), int(warmup), repeats, samples, *extra)
         self._check(out, *buffers)
         if status:
             raise ToolchainError(f"{self.rendered.function_name}: kernel could not allocate its scratch memory")
@@ -241,7 +262,8 @@ class HostKernel:
             entry(*(self._ptr(b) for b in buffers), self._ptr(second))
             self._check(second, *buffers)
             self._unwritten([out.data, second.data])
-        return Measurement.from_samples(list(samples), where=WHERE_HOST_PREPACKED if prepacked else WHERE_HOST,
+        where = WHERE_HOST_COLD if cold_weights else WHERE_HOST_PREPACKED if prepacked else WHERE_HOST
+        return Measurement.from_samples(list(samples), where=where,
                                         emulated=False, output=out.data.reshape(self.spec.output_shape).copy(),
                                         flops=self.spec.flops, kernel=self.rendered.function_name,
                                         warmup=int(warmup))
