@@ -134,7 +134,8 @@ def _with_tile(plan, core, mr: int, nr: int, kc: int):
     return replace(plan, gemm=winograd.winograd_schedule(sched, plan.winograd_vectors, plan.isa))
 
 
-def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, constants) -> list[tuple[str, object]]:
+def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, constants,
+                        weights_from_memory: bool = False) -> list[tuple[str, object]]:
     """(label, plan): the chosen plan first, then the plans one step from it in its own plan space:
     the GEMM stage's register tile (MR +-1, NR +- one vector) and KC (half, double, all of C), also
     together (the pairs the issue found faster), the split over the other axis and the blocking
@@ -172,7 +173,8 @@ def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, cons
         add("other split axis", replace(chosen, gemm=replace(g, parallel_axis="m" if g.parallel_axis == "n" else "n")))
     def best(**request):
         try:
-            return synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator, constants=constants, **request).plan
+            return synthesize_cpu(spec, hw, threads=threads, evaluator=evaluator, constants=constants,
+                                  weights_from_memory=weights_from_memory, **request).plan
         except OperatorError:       # not a plan this ISA or these channels admit
             return None
 
@@ -187,12 +189,12 @@ def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, cons
     return out
 
 
-def predicted_s(plan, hw, cluster, evaluator, constants) -> float:
+def predicted_s(plan, hw, cluster, evaluator, constants, weights_from_memory: bool = False) -> float:
     """The cost model's time for plan as it stands (a Winograd plan's stages; the implicit-GEMM
     synthesis's estimate otherwise)."""
     if plan.lowering == winograd.LOWERING:
         return winograd.winograd_estimate(plan.spec, winograd.stages_of_plan(
-            plan, hw, cluster, constants, evaluator)).predicted_s
+            plan, hw, cluster, constants, evaluator, weights_from_memory=weights_from_memory)).predicted_s
     return synthesize_cpu(plan.spec, hw, threads=plan.gemm.threads, evaluator=evaluator, constants=constants,
                           lowering="direct").estimate.predicted_s
 
@@ -207,11 +209,12 @@ def describe_plan(plan) -> str:
 
 def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, constants, rounds: int, repeats: int,
                   tmp: Path, say, only: set, confirm_rounds: int = 0, probe: Path | None = None,
-                  cold: bool = False) -> list[dict]:
+                  cold: bool = False, plan_from_memory: bool = False) -> list[dict]:
     """One row per (layer, threads): the chosen plan and its neighbours, built, verified against the
     float64 direct reference (a Winograd plan under its derived bound) and timed in interleaved
     rounds with the weights pre-packed (cold: evicted from the caches before every call), each
-    keeping its fastest run. With `probe` (cpu_share's
+    keeping its fastest run; plan_from_memory: the plans are synthesized with
+    weights_from_memory=True (every call reads its weights from memory). With `probe` (cpu_share's
     probe program), a round on more than one thread counts only when the handoff probes before and
     after it saw the CPUs share a cache; else it is timed again (cpu_share.in_state)."""
     cluster = hw.cluster()
@@ -230,15 +233,18 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
             spec = winograd_spec(shape)
             a, b, bias = make_inputs(spec, seed=0)
             for t in threads:
-                chosen = synthesize_cpu(spec, hw, threads=t, evaluator=evaluator, constants=constants).plan
+                chosen = synthesize_cpu(spec, hw, threads=t, evaluator=evaluator, constants=constants,
+                                        weights_from_memory=plan_from_memory).plan
                 if chosen.lowering != winograd.LOWERING:
                     chosen_label = "chosen (direct)"
                     candidates = [(chosen_label, chosen)] + [
                         (f"best m={m}", synthesize_cpu(spec, hw, threads=t, evaluator=evaluator, constants=constants,
-                                                       lowering=winograd.LOWERING, winograd_m=m).plan)
+                                                       lowering=winograd.LOWERING, winograd_m=m,
+                                                       weights_from_memory=plan_from_memory).plan)
                         for m in admissible_tile_sizes(spec.c)]
                 else:
-                    candidates = winograd_neighbours(chosen, spec, hw, cluster, t, evaluator, constants)
+                    candidates = winograd_neighbours(chosen, spec, hw, cluster, t, evaluator, constants,
+                                                     plan_from_memory)
                 # The control: the chosen plan built a second time and timed as one more plan. It is
                 # the same program, so its apparent regret against the chosen plan (null_regret) is
                 # the measurement's own noise, the floor under any regret reported here.
@@ -255,7 +261,8 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
                     kernel = stages.build(rendered, tmp / f"w_{name}_t{t}_{i}").host
                     verdict = check_output(spec, kernel(a, b, bias), a, b, bias, winograd_m=plan.winograd_m)
                     built.append(dict(label=label, plan=plan, kernel=kernel, ok=bool(verdict.ok),
-                                      predicted_s=predicted_s(plan, hw, cluster, evaluator, constants)))
+                                      predicted_s=predicted_s(plan, hw, cluster, evaluator, constants,
+                                                              plan_from_memory)))
                 best = [math.inf] * len(built)
                 attempts, off_state = 0, 0
                 for r in range(rounds):
@@ -351,6 +358,9 @@ def main(argv=None) -> int:
                     help="winograd part: time with the packed weights where the call before left them (hot), or "
                          "evicted from every cache before each call (cold: a layer in a network reads its weights "
                          "from memory)")
+    ap.add_argument("--plan-weights", choices=("cache", "memory"), default="cache",
+                    help="winograd part: plan as xfc synth does (cache: a call finds what fits of its weights where "
+                         "the call before left it), or with synthesize_cpu(weights_from_memory=True) (memory)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "regret.json"))
     args = ap.parse_args(argv)
     say = lambda m: print(f"regret: {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -371,7 +381,8 @@ def main(argv=None) -> int:
                 probe = (cpu_share.build_probe(Path(tmp)) if args.cpu_state == "shared-cache" and max(threads) > 1
                          and (os.cpu_count() or 1) > 1 else None)
                 wrows = winograd_rows(sets, threads, hw, evaluator, constants, args.rounds, args.repeats,
-                                      Path(tmp), say, only, args.confirm_rounds, probe, args.weights == "cold")
+                                      Path(tmp), say, only, args.confirm_rounds, probe, args.weights == "cold",
+                                      args.plan_weights == "memory")
     finally:
         if evaluator is not None:
             evaluator.close()
@@ -403,6 +414,7 @@ def main(argv=None) -> int:
     write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
                                            host_notes=hw.notes, constants=source, top=TOP, rounds=args.rounds,
                                            cpu_state=args.cpu_state, weights=args.weights,
+                                           plan_weights=args.plan_weights,
                                            repeats=args.repeats, confirm_rounds=args.confirm_rounds,
                                            rows=rows, target=TARGET, target_met=met,
                                            winograd_rows=wrows, winograd_summary=summary,

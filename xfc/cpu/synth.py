@@ -307,7 +307,7 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
                    threads: Optional[int] = None, evaluator: Optional[MicroTileEvaluator] = None,
                    isa: Optional[str] = None, constants: CostConstants = DEFAULT_CONSTANTS,
                    lowering: str = "auto", winograd_m: Optional[int] = None,
-                   winograd_vectors: Optional[str] = None) -> CpuSynthesis:
+                   winograd_vectors: Optional[str] = None, weights_from_memory: bool = False) -> CpuSynthesis:
     """Construct a CPU kernel for spec on hw's cluster, bottom-up. Pure and deterministic.
     constants: the cost model's assumptions (default: the static ones; a calibrated set from the
     tile database changes predictions and, where it changes which bound dominates, choices).
@@ -315,7 +315,11 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     Winograd plan, xfc/cpu/winograd.py), 'direct' (no Winograd) or 'winograd' (forced; one-line
     OperatorError where it does not apply). winograd_m: consider only this Winograd tile size
     (it must be admissible for the input channels: xfc.ops.winograd.admissible_tile_sizes).
-    winograd_vectors: consider only this vector axis of the Winograd plans (winograd.VECTOR_AXES)."""
+    winograd_vectors: consider only this vector axis of the Winograd plans (winograd.VECTOR_AXES).
+    weights_from_memory: every call reads its weights from memory (a layer of a network whose weights
+    exceed the shared cache), not from what the call before left in the caches (the default: a
+    kernel called again and again); it changes the Winograd plans' price of their transformed
+    filter (winograd.weights_memory; the direct plans already charge their weights from DRAM)."""
     if lowering not in winograd.LOWERINGS:
         raise OperatorError(f"--lowering must be one of {', '.join(winograd.LOWERINGS)}, got {lowering!r}")
     if lowering == winograd.LOWERING:
@@ -353,7 +357,8 @@ def synthesize_cpu(spec: OperatorSpec, hw: HardwareDescription, cluster: Optiona
     if lowering == "direct" or not isinstance(spec, Conv2dSpec) or winograd.wmath.not_applicable(spec):
         return direct
     winograds = winograd.synthesize_winograd(spec, hw, chosen, threads, isa, evaluator, constants, header_common,
-                                             ranked_gemm_candidates, winograd_m, winograd_vectors)
+                                             ranked_gemm_candidates, winograd_m, winograd_vectors,
+                                             weights_from_memory)
     if lowering == winograd.LOWERING and not winograds:
         raise OperatorError(f"--lowering winograd: no tile size keeps the error bound within "
                             f"{winograd.wmath.RELATIVE_TOLERANCE:g} at C={spec.c}")

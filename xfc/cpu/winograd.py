@@ -197,17 +197,22 @@ def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
 
 def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int, tile_bytes: int,
                    constants: CostConstants = DEFAULT_CONSTANTS, vectors: str = "tiles",
-                   nr: int = 1) -> tuple[str, float]:
+                   nr: int = 1, from_memory: bool = False) -> tuple[str, float]:
     """(level, seconds) for the GEMMs to read the transformed filter U once per image from where it
     lives between calls, as a depthwise call's tensors (cost_model.depthwise_memory): the threads'
     L2 shares, else the shared cache with the transformed tiles beside it, else DRAM. Only DRAM is
     charged here: reads from L2 or the shared cache are in each GEMM's own L2 and L3 terms.
+    from_memory: every call reads all of U from DRAM, whatever its size (a layer of a network whose
+    weights exceed the shared cache: the other layers' weights pass between two calls of this one;
+    `benchmarks/regret.py --weights cold` times plans that way).
 
     Each GEMM's roofline alone would charge DRAM for its U, V and M on every one of the a^2 GEMMs
     (gemm_estimate's "every tensor once"). V and M are written and read within the call (the tile
     traffic term), and U is read once: on the host the a^2 DRAM terms bounded the 2-thread GEMM
     stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time)."""
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
+    if from_memory:
+        return "DRAM", spec.n * u_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
     if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
     capacity = hw.l3_bytes or hw.slc_bytes or 0
@@ -233,7 +238,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
                 mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None, vectors: str = "tiles",
-                mc: Optional[int] = None) -> WinogradStages:
+                mc: Optional[int] = None, weights_from_memory: bool = False) -> WinogradStages:
     """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
     (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
     is not charged: the pre-pack entry point does it once per weight tensor, like the packed
@@ -294,7 +299,7 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     on_chip = [(name, s) for name, s in gemm_estimate.seconds_by_bound if name != "DRAM"]
     gemm_bound, per_gemm_s = max(on_chip, key=lambda p: p[1])
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
-                                              vectors, nr)
+                                              vectors, nr, weights_from_memory)
     gemm_s = a * a * per_gemm_s
     if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the share winograd_stream_exposed adds up
         hidden = min(gemm_s, weights_s)
@@ -320,13 +325,14 @@ def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
 
 def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
                 constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles",
-                gemm: Optional[CostEstimate] = None) -> WinogradStages:
+                gemm: Optional[CostEstimate] = None, weights_from_memory: bool = False) -> WinogradStages:
     """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is winograd_gemm's
     estimate (given as `gemm` when the caller has it: it does not depend on the Winograd-only constants)."""
     if gemm is None:
         gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
     return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
-                       parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc)
+                       parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc,
+                       weights_from_memory=weights_from_memory)
 
 
 def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
@@ -353,10 +359,11 @@ def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, la
 
 
 def stages_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
-                   evaluator=None, gemm: Optional[CostEstimate] = None) -> WinogradStages:
+                   evaluator=None, gemm: Optional[CostEstimate] = None,
+                   weights_from_memory: bool = False) -> WinogradStages:
     """plan_stages for a Winograd plan as it stands (its m, GEMM schedule and vector axis)."""
     return plan_stages(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
-                       evaluator, plan.winograd_vectors, gemm)
+                       evaluator, plan.winograd_vectors, gemm, weights_from_memory)
 
 
 def gemm_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
@@ -718,7 +725,8 @@ def describe_choice(chosen: str, winograd_s: Optional[float], direct_s: float, m
 
 def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, evaluator,
                         constants: CostConstants, header_common: list[str], ranked_gemm_candidates,
-                        only_m: Optional[int] = None, only_vectors: Optional[str] = None) -> list:
+                        only_m: Optional[int] = None, only_vectors: Optional[str] = None,
+                        weights_from_memory: bool = False) -> list:
     """The best Winograd program per admissible tile size: a list of (m, CpuSynthesis) sorted by
     predicted time (then m). Empty when no tile size is admissible for the input channels.
     ranked_gemm_candidates: synth.ranked_gemm_candidates (passed in: synth imports this module);
@@ -743,7 +751,8 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
         key = (axis, replace(trial, parallel_axis="n") if threads == 1 else trial)
         if key not in memo:
             memo[key] = winograd_gemm(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
-        return plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis, gemm=memo[key])
+        return plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis, gemm=memo[key],
+                           weights_from_memory=weights_from_memory)
 
     for m in sizes:
         gemms: dict = {}
