@@ -29,13 +29,15 @@ second); then a sustained probe (--sustain-s, default 5 s) runs the FMA loop alo
 and reports its 100 ms windows against the best: on a VM whose host runs other tenants on the same
 physical cores, windows drop while the neighbour computes, which the short rounds can miss.
 
-What the project's Zen 4 VMs do (benchmarks/results/cpu_share_caches.json): the host moves the two
-vCPUs between core complexes every few tens of seconds. In the other complex's state the FMA and
-chain probes keep full speed, while the pingpong goes from 0.05 to 0.34 us and the handoff from
-3.5x to 13x; MobileNetV2's 2-thread benchmark program then takes 6.6-7.0 ms instead of 3.7-3.9 ms
-(1 thread: 7.2-7.3 ms), and onnxruntime's 2-thread session slows alike. Rarer: one round in
-benchmarks/results/cpu_share.json where two FMA copies ran at half speed while two latency-bound
-copies kept theirs (the two vCPUs on one physical core's hyperthreads). Writes
+What the project's Zen 4 VMs do (benchmarks/results/cpu_share_caches.json): every few tens of
+seconds the two vCPUs stop sharing a last-level cache, and later share one again (the host runs
+them on different core complexes). Then the FMA and chain probes keep full speed, while the
+pingpong goes from 0.05 to 0.34 us and the handoff from 3.5x to 13x; in
+benchmarks/results/net_states_mobilenet_v2.json (benchmarks/net_states.py) MobileNetV2's 2-thread
+benchmark program took 7.9 ms in those rounds against 4.7 ms with a shared cache (1 thread: 7.8 ms),
+and onnxruntime's 2-thread session 7.8 against 4.9 ms. Rarer: the two vCPUs on one physical core's
+hyperthreads (one round of benchmarks/results/cpu_share.json, where two FMA copies ran at half speed
+while two latency-bound copies kept theirs; a handoff ratio of 1.0). Writes
 benchmarks/results/cpu_share.json (machine named; --out-name for another name) and a table.
 """
 from __future__ import annotations
