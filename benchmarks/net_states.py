@@ -8,8 +8,8 @@ Emits the network once (`xfc model NET.onnx --hw host --threads T --emit lib`, o
 thread count), builds its benchmark program with the emitted CMakeLists.txt and then, per round and
 thread count: benchmarks/cpu_share.py's pingpong and handoff probes, the benchmark program (its own
 C loop, --runs runs after 3 warm-ups, the same input file every round), onnxruntime's session.run on
-the same input (one session per thread count, made once, same warm-up and runs) and the probes
-again. A round is filed under the state both its probes saw (cpu_share.cache_state: "one core" when
+the same input (as `xfc model --bench` runs it: xfc.model.runtime.bench.time_onnxruntime, same
+warm-up and runs) and the probes again. A round is filed under the state both its probes saw (cpu_share.cache_state: "one core" when
 a 512 KiB handoff to the other CPU costs what it costs on one CPU, "shared cache", "separate
 caches"), or under "changed" when the probes disagree (left out of the summary).
 
@@ -30,12 +30,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import numpy as np
+import onnx
 
 import cpu_share
 from machine import machine_facts, warn_if_loaded
 from nets import ALL, export, networks_or_status
 
+from xfc.model.runtime.bench import time_onnxruntime
 from xfc.outputs import write_json_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,24 +78,9 @@ def xfc_round(exe: Path, weights: Path, input_file: Path, threads: int, runs: in
     return float(json.loads(out.stdout.strip().splitlines()[-1])["median_ms"])
 
 
-def ort_session(model: Path, threads: int):
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-
-
-def ort_round(session, feed: dict, runs: int) -> float:
-    for _ in range(3):
-        session.run(None, feed)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feed)
-        samples.append(time.perf_counter() - start)
+def ort_round(loaded, feeds: dict, threads: int, runs: int) -> float:
+    """onnxruntime's median ms over `runs` session.run calls, set up as `xfc model --bench` sets it up."""
+    samples, _ = time_onnxruntime(loaded, feeds, threads=threads, warmup=3, runs=runs)
     return statistics.median(samples) * 1e3
 
 
@@ -146,15 +135,15 @@ def main(argv=None) -> int:
         x = np.random.default_rng(0).uniform(-1, 1, (1, 3, args.size, args.size)).astype(np.float32)
         input_file = tmp / "input.f32"
         x.tofile(input_file)
-        sessions = {t: ort_session(model, t) for t in thread_counts}
-        feed_name = sessions[thread_counts[0]].get_inputs()[0].name
+        loaded = SimpleNamespace(model=onnx.load(str(model)), path=model)   # what time_onnxruntime reads
+        feeds = {loaded.model.graph.input[0].name: x}
         print(f"{'round':>5} {'threads':>7} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7} {'handoff x':>10}  state")
         for index in range(args.rounds):
             for threads in thread_counts:
                 exe, weights = programs[threads]
                 before = probe(probe_exe)
                 xfc_ms = xfc_round(exe, weights, input_file, threads, args.runs)
-                ort_ms = ort_round(sessions[threads], {feed_name: x}, args.runs)
+                ort_ms = ort_round(loaded, feeds, threads, args.runs)
                 after = probe(probe_exe)
                 row = {"round": index, "threads": threads, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms,
                        "probe_before": before, "probe_after": after, "state": state_of(before, after),
