@@ -25,7 +25,8 @@ their root's buffer. The plan, as TFLite's arena planner and XNNPACK's memory pl
    --bench --profile` before and after this rule, alternated): the 7x7 depthwise steps 0.029-0.030 ms
    where the projection had read, 0.014-0.017 ms where the expansion had written; the expansions
    that took the other places 0.082 -> 0.097 ms; whole network 3.79-4.02 -> 3.65-3.88 ms in quiet
-   rounds, 7.0-7.7 -> 6.5-6.8 ms in rounds where the host shared the vCPUs' cores; 1 thread
+   rounds, 7.0-7.7 -> 6.5-6.8 ms in the VM's slow rounds (its vCPUs without a shared cache, most
+   likely: benchmarks/cpu_share.py); 1 thread
    unchanged. The places tried are gap starts and the edges of buffers placed before, inside the
    arena so far. Three placements are made (with the preference by first write and by size,
    without it by size) and the smallest arena wins (ties: in that order), so the preference never
