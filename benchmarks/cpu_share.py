@@ -287,14 +287,12 @@ def cache_state(handoff_ratio: float) -> str:
 
 
 def verdict(fma_ratio: float, chain_ratio: float, pingpong_us: float, handoff_ratio: float | None = None) -> str:
+    state = cache_state(handoff_ratio) if handoff_ratio is not None else None
     if fma_ratio > 0.85 and chain_ratio > 0.85 and pingpong_us < 5:
-        if handoff_ratio is not None and cache_state(handoff_ratio) == "separate caches":
-            return "separate cores, separate caches"
-        return "separate cores"
+        return {"separate caches": "separate cores, separate caches",
+                "one core": "SMT siblings (share caches)"}.get(state, "separate cores")
     if chain_ratio > 0.85 and fma_ratio < 0.7:
         return "SMT siblings (share FMA units, not latency)"
-    if handoff_ratio is not None and cache_state(handoff_ratio) == "one core" and chain_ratio > 0.85:
-        return "SMT siblings (share caches)"
     if chain_ratio < 0.7 and fma_ratio < 0.7:
         return "time-sliced (the two vCPUs take turns on one core)"
     return "mixed"

@@ -41,6 +41,15 @@ def test_the_cache_state_follows_the_handoff_ratio(regret):
         "one core", "shared cache", "shared cache", "separate caches"]
 
 
+def test_the_verdict_names_the_cache_state_of_full_speed_cores(regret):
+    cpu_share = sys.modules["cpu_share"]
+    assert cpu_share.verdict(0.99, 0.99, 0.05, 3.5) == "separate cores"
+    assert cpu_share.verdict(0.99, 0.99, 0.34, 13.4) == "separate cores, separate caches"
+    assert cpu_share.verdict(0.99, 0.99, 0.05, 1.0) == "SMT siblings (share caches)"
+    assert cpu_share.verdict(0.51, 0.99, 0.06, 1.0) == "SMT siblings (share FMA units, not latency)"
+    assert cpu_share.verdict(0.99, 0.99, 0.05) == "separate cores"
+
+
 def test_a_timing_out_of_the_shared_cache_state_is_taken_again(regret, monkeypatch):
     """The probes before and after must both say 'shared cache'; a timing with either probe elsewhere
     is repeated, and the attempts are counted."""
