@@ -38,8 +38,12 @@ noise alone makes of a regret. On more than one thread the winograd part counts 
 benchmarks/cpu_share.py's handoff probe, before and after it, saw the two CPUs share a cache
 (--cpu-state shared-cache, the default): the project's VMs sometimes run their two vCPUs on core
 complexes that share none, and a 2-thread plan timed then pays for every line its threads hand each
-other; such a round is timed again (the JSON counts them: timed_rounds, rounds_out_of_state). Output: tables and benchmarks/results/regret.json (exit 1
-if any plan failed verification). Run it on a quiet machine.
+other; such a round is timed again (the JSON counts them: timed_rounds, rounds_out_of_state).
+--weights cold evicts the packed weights from every cache before each timed call, as a layer of a
+network meets them (the default, hot, leaves them where the call before left them); --plan-weights
+memory plans with synthesize_cpu(weights_from_memory=True) (docs/winograd.md, "Regret as a network
+meets a layer"). Output: tables and benchmarks/results/regret.json (exit 1 if any plan failed
+verification). Run it on a quiet machine.
 """
 from __future__ import annotations
 
