@@ -4,14 +4,15 @@
 
     .venv/bin/python benchmarks/net_states.py --net mobilenet_v2 --threads 1,2 --rounds 24
 
-Emits the network once (`xfc model NET.onnx --hw host --threads T --emit lib`, one library per
-thread count), builds its benchmark program with the emitted CMakeLists.txt and then, per round and
-thread count: benchmarks/cpu_share.py's pingpong and handoff probes, the benchmark program (its own
+Emits the network once per thread count (`xfc model NET.onnx --hw host --threads T --emit lib
+--verify`: the library, its benchmark program, and the network checked against onnxruntime) and
+then, per round and thread count: benchmarks/cpu_share.py's pingpong and handoff probes, the benchmark program (its own
 C loop, --runs runs after 3 warm-ups, the same input file every round), onnxruntime's session.run on
 the same input (as `xfc model --bench` runs it: xfc.model.runtime.bench.time_onnxruntime, same
-warm-up and runs) and the probes again. A round is filed under the state both its probes saw (cpu_share.cache_state: "one core" when
-a 512 KiB handoff to the other CPU costs what it costs on one CPU, "shared cache", "separate
-caches"), or under "changed" when the probes disagree (left out of the summary).
+warm-up and runs) and the probes again. A round is filed under the state both its probes saw
+(cpu_share.cache_state: "one core" when a 512 KiB handoff to the other CPU costs what it costs on
+one CPU, "shared cache", "separate caches"), or under "changed" when the probes disagree (left out
+of the summary).
 
 Per state and thread count: rounds, the medians of xfc's and onnxruntime's round medians, and their
 ratio (onnxruntime / xfc, > 1: xfc is faster). benchmarks/net_bench.py gives the figure over every
@@ -29,7 +30,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import numpy as np
@@ -47,20 +47,18 @@ STATES = cpu_share.CACHE_STATES
 
 
 def emit_and_build(model: Path, threads: int, out: Path) -> tuple[Path, Path]:
-    """The benchmark program and weights file of the network emitted for `threads` threads."""
+    """The benchmark program and weights file of the network emitted for `threads` threads: `xfc
+    model --emit lib --verify` builds the program (as --bench does) and checks the network with it
+    against onnxruntime before anything is timed."""
     argv = [sys.executable, "-m", "xfc", "model", str(model), "--hw", "host", "--threads", str(threads),
-            "--emit", "lib", "-o", str(out), "--force", "--json"]
+            "--emit", "lib", "--verify", "-o", str(out), "--force", "--json"]
     print(f"[net-states] xfc model {' '.join(argv[4:])}", file=sys.stderr, flush=True)
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=str(REPO))
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(proc.returncode)
     manifest = json.loads((out / "manifest.json").read_text())
-    build = out / "build"
-    subprocess.run(["cmake", "-S", str(out), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True)
-    return build / manifest["benchmark"]["program"], out / manifest["weights"]["file"]
+    return out / manifest["benchmark"]["program"], out / manifest["weights"]["file"]
 
 
 def probe(exe: Path) -> dict:

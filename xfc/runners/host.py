@@ -65,6 +65,7 @@ class HostKernel:
         self._packed_size = bind(f"{fn}{self.abi.packed_size_suffix}", [], ctypes.c_long)
         self._bench = bind(rendered.bench_name, [vp] * (operands + 1) + [ci, ci, dp])
         self._bench_packed = bind(f"{rendered.bench_name}_packed", [vp] * (operands + 1) + [ci, ci, dp])
+        self._bench_cold = None   # _bind_cold
 
     # ---- operands ---------------------------------------------------------------------------
 
@@ -136,7 +137,10 @@ class HostKernel:
                                     f"(they keep the pre-fill byte)")
 
     def _bind_cold(self):
-        """The harness's cold-weights timing loop (fp32 / fp16 harnesses; the int8 one has none)."""
+        """The harness's cold-weights timing loop (fp32 / fp16 harnesses; the int8 one has none),
+        bound on first use."""
+        if self._bench_cold is not None:
+            return self._bench_cold
         name = f"{self.rendered.bench_name}_packed_cold"
         if not hasattr(self._lib, name):
             raise OperatorError(f"{self.rendered.function_name}: its harness has no cold-weights timing")
@@ -144,6 +148,7 @@ class HostKernel:
         vp, ci, dp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
         f.argtypes = [vp] * (len(self.abi.operand_names) + 1) + [ci, ci, dp, ctypes.c_long]
         f.restype = ctypes.c_int
+        self._bench_cold = f
         return f
 
     def _packed_buffer(self, weights: GuardedBuffer) -> GuardedBuffer:
