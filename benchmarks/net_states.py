@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A whole network against onnxruntime, round by round, with the machine's state beside every round
+"""Whole networks against onnxruntime, round by round, with the machine's state beside every round
 (issue 32's thread-count targets on a VM whose CPUs change under it; not run in CI):
 
     .venv/bin/python benchmarks/net_states.py --net mobilenet_v2 --threads 1,2 --rounds 24
+    .venv/bin/python benchmarks/net_states.py --net all --threads 1,2 --rounds 12 --out-name net_states_all.json
 
 Emits the network once per thread count (`xfc model NET.onnx --hw host --threads T --emit lib
 --verify`: the library, its benchmark program, and the network checked against onnxruntime) and
@@ -12,18 +13,23 @@ the same input (as `xfc model --bench` runs it: xfc.model.runtime.bench.time_onn
 warm-up and runs) and the probes again. A round is filed under the state both its probes saw
 (cpu_share.cache_state: "one core" when a 512 KiB handoff to the other CPU costs what it costs on
 one CPU, "shared cache", "separate caches"), or under "changed" when the probes disagree (left out
-of the summary).
+of the per-state rows; the row of state "any" takes every round).
 
-Per state and thread count: rounds, the medians of xfc's and onnxruntime's round medians, and their
-ratio (onnxruntime / xfc, > 1: xfc is faster). benchmarks/net_bench.py gives the figure over every
-state; this tool says what each state contributes to it. Writes
-benchmarks/results/net_states_<net>.json (machine named; --out-name for another name) and a table.
-Needs torch (`make bench-setup`).
+Per network, state and thread count: rounds, the medians of xfc's and onnxruntime's round medians,
+and their ratio (onnxruntime / xfc, > 1: xfc is faster). With several networks (a comma-separated
+list, or `all`: every network of benchmarks/nets.py) each round times every network in turn, and
+per state and thread count the summary gives issue 32's figures over the networks that have rounds in
+that state: the geometric mean of their ratios and the lowest (a state some network never met is
+named with the networks it lacks). benchmarks/net_bench.py gives the figure over whatever states its
+three rounds fell in; this tool says what each state contributes. Writes
+benchmarks/results/net_states_<net>.json (net_states.json for several; machine named; --out-name for
+another name) and a table. Needs torch (`make bench-setup`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -44,6 +50,7 @@ from xfc.outputs import write_json_result
 
 REPO = Path(__file__).resolve().parent.parent
 STATES = cpu_share.CACHE_STATES
+ANY_STATE = "any"   # every round, whatever its probes saw ("changed" included): what net_bench.py's rounds are
 
 
 def emit_and_build(model: Path, threads: int, out: Path) -> tuple[Path, Path]:
@@ -82,37 +89,62 @@ def ort_round(loaded, feeds: dict, threads: int, runs: int) -> float:
     return statistics.median(samples) * 1e3
 
 
-def summarize(rounds: list[dict], thread_counts: list[int]) -> list[dict]:
+def summarize(rounds: list[dict], thread_counts: list[int], nets: list[str]) -> list[dict]:
+    """Per network, thread count and state: rounds, medians of the round medians, their ratio."""
+    rows = []
+    for net in nets:
+        for threads in thread_counts:
+            for state in (*STATES, ANY_STATE):
+                picked = [r for r in rounds if r["net"] == net and r["threads"] == threads
+                          and state in (r["state"], ANY_STATE)]
+                if not picked:
+                    continue
+                xfc_ms = statistics.median(r["xfc_ms"] for r in picked)
+                ort_ms = statistics.median(r["onnxruntime_ms"] for r in picked)
+                rows.append({"net": net, "threads": threads, "state": state, "rounds": len(picked),
+                             "xfc_median_ms": round(xfc_ms, 4), "onnxruntime_median_ms": round(ort_ms, 4),
+                             "speedup": round(ort_ms / xfc_ms, 4),
+                             "speedup_per_round_median": round(statistics.median(
+                                 r["onnxruntime_ms"] / r["xfc_ms"] for r in picked), 4)})
+    return rows
+
+
+def across_networks(summary: list[dict], thread_counts: list[int], nets: list[str]) -> list[dict]:
+    """Per thread count and state: the geometric mean and the lowest of the networks' ratios in that
+    state (issue 32's two figures), over the networks with rounds in it; the others are named."""
     rows = []
     for threads in thread_counts:
-        for state in STATES:
-            picked = [r for r in rounds if r["threads"] == threads and r["state"] == state]
-            if not picked:
+        for state in (*STATES, ANY_STATE):
+            found = {s["net"]: s for s in summary if s["threads"] == threads and s["state"] == state}
+            if not found:
                 continue
-            xfc_ms = statistics.median(r["xfc_ms"] for r in picked)
-            ort_ms = statistics.median(r["onnxruntime_ms"] for r in picked)
-            rows.append({"threads": threads, "state": state, "rounds": len(picked), "xfc_median_ms": round(xfc_ms, 4),
-                         "onnxruntime_median_ms": round(ort_ms, 4), "speedup": round(ort_ms / xfc_ms, 4),
-                         "speedup_per_round_median": round(statistics.median(
-                             r["onnxruntime_ms"] / r["xfc_ms"] for r in picked), 4)})
+            ratios = [found[n]["speedup"] for n in nets if n in found]
+            lowest = min(found.values(), key=lambda s: s["speedup"])
+            rows.append({"threads": threads, "state": state, "networks": len(found),
+                         "missing": [n for n in nets if n not in found],
+                         "rounds": sum(s["rounds"] for s in found.values()),
+                         "geomean_speedup": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 4),
+                         "min_speedup": lowest["speedup"], "min_net": lowest["net"]})
     return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--net", default="mobilenet_v2", help=f"one of {', '.join(ALL)}")
+    parser.add_argument("--net", default="mobilenet_v2",
+                        help=f"comma-separated, of {', '.join(ALL)}; or all")
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--runs", type=int, default=30, help="timed runs per round and side")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--out-name", default=None, help="file name under --results (default net_states_<net>.json)")
+    parser.add_argument("--out-name", default=None,
+                        help="file name under --results (default net_states_<net>.json, net_states.json for several)")
     args = parser.parse_args(argv)
-    archs = networks_or_status("net_states", args.net)
-    if isinstance(archs, int):
-        return archs
-    if len(archs) != 1:
-        print("net_states: --net takes one network", file=sys.stderr)
+    nets = networks_or_status("net_states", ",".join(ALL) if args.net.strip() == "all" else args.net)
+    if isinstance(nets, int):
+        return nets
+    if not nets:
+        print("net_states: --net names no network", file=sys.stderr)
         return 2
     try:
         thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
@@ -126,40 +158,52 @@ def main(argv=None) -> int:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="xfc-net-states-") as tmp_name:
         tmp = Path(tmp_name)
-        model = tmp / f"{args.net}.onnx"
-        export(args.net, model, args.size)
         probe_exe = cpu_share.build_probe(tmp)
-        programs = {t: emit_and_build(model, t, tmp / f"lib-t{t}") for t in thread_counts}
         x = np.random.default_rng(0).uniform(-1, 1, (1, 3, args.size, args.size)).astype(np.float32)
         input_file = tmp / "input.f32"
         x.tofile(input_file)
-        loaded = SimpleNamespace(model=onnx.load(str(model)), path=model)   # what time_onnxruntime reads
-        feeds = {loaded.model.graph.input[0].name: x}
-        print(f"{'round':>5} {'threads':>7} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7} {'handoff x':>10}  state")
+        setups = {}
+        for net in nets:
+            model = tmp / f"{net}.onnx"
+            export(net, model, args.size)
+            loaded = SimpleNamespace(model=onnx.load(str(model)), path=model)   # what time_onnxruntime reads
+            setups[net] = {"programs": {t: emit_and_build(model, t, tmp / f"{net}-t{t}") for t in thread_counts},
+                           "loaded": loaded, "feeds": {loaded.model.graph.input[0].name: x}}
+        print(f"{'round':>5} {'network':14s} {'threads':>7} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7} "
+              f"{'handoff x':>10}  state")
         for index in range(args.rounds):
-            for threads in thread_counts:
-                exe, weights = programs[threads]
-                before = probe(probe_exe)
-                xfc_ms = xfc_round(exe, weights, input_file, threads, args.runs)
-                ort_ms = ort_round(loaded, feeds, threads, args.runs)
-                after = probe(probe_exe)
-                row = {"round": index, "threads": threads, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms,
-                       "probe_before": before, "probe_after": after, "state": state_of(before, after),
-                       "time_utc": time.strftime("%H:%M:%S", time.gmtime())}
-                rounds.append(row)
-                print(f"{index:>5} {threads:>7} {xfc_ms:>8.3f} {ort_ms:>8.3f} {ort_ms / xfc_ms:>7.3f} "
-                      f"{before['handoff_ratio']:>4.1f}/{after['handoff_ratio']:<5.1f}  {row['state']}", flush=True)
-    summary = summarize(rounds, thread_counts)
-    print(f"\n{'threads':>7} {'state':16s} {'rounds':>6} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7}")
+            for net in nets:
+                setup = setups[net]
+                for threads in thread_counts:
+                    exe, weights = setup["programs"][threads]
+                    before = probe(probe_exe)
+                    xfc_ms = xfc_round(exe, weights, input_file, threads, args.runs)
+                    ort_ms = ort_round(setup["loaded"], setup["feeds"], threads, args.runs)
+                    after = probe(probe_exe)
+                    row = {"round": index, "net": net, "threads": threads, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms,
+                           "probe_before": before, "probe_after": after, "state": state_of(before, after),
+                           "time_utc": time.strftime("%H:%M:%S", time.gmtime())}
+                    rounds.append(row)
+                    print(f"{index:>5} {net:14s} {threads:>7} {xfc_ms:>8.3f} {ort_ms:>8.3f} {ort_ms / xfc_ms:>7.3f} "
+                          f"{before['handoff_ratio']:>4.1f}/{after['handoff_ratio']:<5.1f}  {row['state']}", flush=True)
+    summary = summarize(rounds, thread_counts, nets)
+    print(f"\n{'network':14s} {'threads':>7} {'state':16s} {'rounds':>6} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7}")
     for s in summary:
-        print(f"{s['threads']:>7} {s['state']:16s} {s['rounds']:>6} {s['xfc_median_ms']:>8.3f} "
+        print(f"{s['net']:14s} {s['threads']:>7} {s['state']:16s} {s['rounds']:>6} {s['xfc_median_ms']:>8.3f} "
               f"{s['onnxruntime_median_ms']:>8.3f} {s['speedup']:>7.3f}")
-    write_json_result(args.results / (args.out_name or f"net_states_{args.net}.json"), {
+    overall = across_networks(summary, thread_counts, nets) if len(nets) > 1 else []
+    if overall:
+        print(f"\n{'threads':>7} {'state':16s} {'networks':>8} {'geomean':>8} {'lowest':>7}  (lowest network; missing)")
+        for o in overall:
+            print(f"{o['threads']:>7} {o['state']:16s} {o['networks']:>8} {o['geomean_speedup']:>8.3f} "
+                  f"{o['min_speedup']:>7.3f}  ({o['min_net']}{'; missing ' + ', '.join(o['missing']) if o['missing'] else ''})")
+    default_name = f"net_states_{nets[0]}.json" if len(nets) == 1 else "net_states.json"
+    write_json_result(args.results / (args.out_name or default_name), {
         "command": "benchmarks/net_states.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine_facts(), "net": args.net, "size": args.size, "runs_per_round": args.runs,
+        "machine": machine_facts(), "nets": nets, "size": args.size, "runs_per_round": args.runs,
         "handoff_ratio_cuts": {"one_core_below": cpu_share.HANDOFF_ONE_CORE_RATIO,
                                "separate_caches_above": cpu_share.HANDOFF_SEPARATE_CACHES_RATIO},
-        "summary": summary, "rounds": rounds}, kind="net-states")
+        "summary": summary, "across_networks": overall, "rounds": rounds}, kind="net-states")
     return 0
 
 

@@ -1,0 +1,62 @@
+"""benchmarks/net_states.py's summaries (issue 32): per network and machine state, and issue 32's two
+figures (geometric mean, lowest) across the networks in each state. Pure: nothing is built or timed."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def net_states():
+    # net_states.py imports its siblings as top-level modules
+    with pytest.MonkeyPatch.context() as mp:
+        for sibling in ("machine", "cpu_share", "nets"):
+            mp.setitem(sys.modules, sibling, _load(sibling, BENCHMARKS / f"{sibling}.py"))
+        yield _load("xfc_benchmark_net_states", BENCHMARKS / "net_states.py")
+
+
+def _round(net, threads, state, xfc_ms, ort_ms):
+    return {"net": net, "threads": threads, "state": state, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms}
+
+
+def test_each_network_state_and_thread_count_is_summarized_apart(net_states):
+    rounds = [_round("a", 2, "shared cache", 10.0, 12.0), _round("a", 2, "shared cache", 11.0, 12.0),
+              _round("a", 2, "shared cache", 30.0, 36.0), _round("a", 2, "separate caches", 20.0, 19.0),
+              _round("a", 2, "changed", 5.0, 50.0), _round("b", 2, "shared cache", 4.0, 5.0)]
+    rows = net_states.summarize(rounds, [2], ["a", "b"])
+    by_key = {(r["net"], r["state"]): r for r in rows}
+    assert set(by_key) == {("a", "shared cache"), ("a", "separate caches"), ("b", "shared cache"),
+                           ("a", "any"), ("b", "any")}
+    assert by_key[("a", "any")]["rounds"] == 5   # every round, the one whose probes disagreed too
+    shared = by_key[("a", "shared cache")]
+    assert (shared["rounds"], shared["xfc_median_ms"], shared["onnxruntime_median_ms"]) == (3, 11.0, 12.0)
+    assert shared["speedup"] == pytest.approx(12.0 / 11.0, abs=1e-4)
+    assert by_key[("a", "separate caches")]["speedup"] == pytest.approx(0.95)
+
+
+def test_across_networks_gives_the_geomean_and_the_lowest_and_names_the_missing(net_states):
+    rounds = [_round("a", 1, "shared cache", 10.0, 12.0), _round("b", 1, "shared cache", 10.0, 9.0),
+              _round("c", 1, "shared cache", 10.0, 20.0), _round("a", 1, "separate caches", 10.0, 10.5)]
+    summary = net_states.summarize(rounds, [1], ["a", "b", "c"])
+    overall = {o["state"]: o for o in net_states.across_networks(summary, [1], ["a", "b", "c"])}
+    shared = overall["shared cache"]
+    assert shared["networks"] == 3 and shared["missing"] == []
+    assert shared["geomean_speedup"] == pytest.approx(math.prod([1.2, 0.9, 2.0]) ** (1 / 3), abs=1e-4)
+    assert (shared["min_speedup"], shared["min_net"]) == (0.9, "b")
+    assert overall["separate caches"]["missing"] == ["b", "c"]
+    assert overall["separate caches"]["geomean_speedup"] == pytest.approx(1.05)
