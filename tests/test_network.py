@@ -4,6 +4,7 @@ the virtual device, checked step by step and against onnxruntime; bad models are
 a missing device exit 3."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from xfc.model.runtime import arena
 from xfc.model.runtime.arena import plan_arena
 from xfc.model.runtime.emit import HEADER_BYTES, build_payload
 from xfc.model.runtime.lower import lower_network
+from xfc.model.runtime.network import weights_planned_from, weights_read_from_memory
 from xfc.model.runtime.program import KernelStep
 from xfc.ops.spec import DepthwiseSpec
 
@@ -77,6 +79,23 @@ def test_epilogues_fuse_what_frameworks_fuse(tmp_path):
     fused = [s for s in bottleneck.kernel_steps if s.spec.epilogue.residual]
     assert len(fused) == 2 and all(s.spec.epilogue.activation == "relu" for s in fused)
     assert [s.op for s in bottleneck.steps if s.kind == "op"] == ["add", "affine", "global_avgpool"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["resnet", "shufflenet"])
+def test_a_network_whose_weights_exceed_the_shared_cache_is_planned_to_read_them_from_memory(tmp_path, name):
+    model = {"resnet": nets.resnet_net, "shufflenet": nets.shufflenet_net}[name]()
+    program = lowered(tmp_path, name, model).program
+    # the oracle: the ONNX weight initializers the contractions read (grouped: all groups' filters)
+    inits = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer}
+    weight_bytes = 4 * sum(inits[n.input[1]] for n in model.graph.node
+                           if n.op_type in ("Conv", "Gemm", "MatMul") and n.input[1] in inits)
+    hw = support.host_description("avx2")
+    for cache_bytes, cold in ((weight_bytes - 1, True), (weight_bytes, False)):
+        small = dataclasses.replace(hw, l3_bytes=cache_bytes)
+        assert weights_read_from_memory(program, small) == (cold, weight_bytes, cache_bytes)
+        line = weights_planned_from(program, small)
+        assert line.startswith("memory:" if cold else "cache:")
 
 
 @pytest.mark.unit
@@ -240,6 +259,7 @@ def assert_network_verified(report, where: str, heuristic_ok=()):
     net = report["network"]
     assert net["arena_bytes"] <= ARENA_LIMIT * net["arena_lower_bound_bytes"] + 4 * 64
     assert net["runtime_ops"] + net["kernel_calls"] == net["steps"] <= len(v["steps"])   # a check per step output
+    assert net["weights_planned_from"].startswith("cache: ")   # the test networks' few KiB of weights
 
 
 @support.needs_onnxruntime

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xfc.cpu.cost_model import COST_MODEL_VERSION, DEFAULT_CONSTANTS, StaticEvaluator, dram_bytes_per_second
+from xfc.cpu.cost_model import (COST_MODEL_VERSION, DEFAULT_CONSTANTS, StaticEvaluator, cold_stream_bytes_per_second,
+                                dram_bytes_per_second)
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import MicroTileScore
 from xfc.cpu.winograd import gemm_problem, plan_stages, stages_of_plan, weights_memory, winograd_estimate
@@ -163,24 +164,38 @@ def test_a_u_past_the_shared_cache_is_read_once_per_image_from_dram():
 
 def test_weights_from_memory_read_all_of_u_from_dram_on_every_call():
     """A layer of a network whose weights exceed the shared cache meets its U in memory: all of it
-    is charged, also where it would fit the cache share, and also on two threads."""
+    is charged at the cold stream's rate, also where it would fit the cache share, and also on two
+    threads."""
     spec = make_spec("conv2d", dict(n=2, c=512, h=7, w=7, k=512, r=3, s=3), pad=1)
     u_bytes = 4 * 16 * 513 * 512
     for threads in (1, 2):
         level, seconds = weights_memory(spec, 2, 9, HW, CLUSTER, threads, tile_bytes=0, from_memory=True)
         assert level == "DRAM"
-        assert seconds == pytest.approx(2 * u_bytes / dram_bytes_per_second(HW), rel=1e-12)
+        assert seconds == pytest.approx(2 * u_bytes / cold_stream_bytes_per_second(HW), rel=1e-12)
+    # at the cold stream's own rate: the description's DRAM figure at its efficiency, no other
+    assert cold_stream_bytes_per_second(HW) == pytest.approx(
+        HW.memory.peak_bandwidth_gbps * 1e9 * DEFAULT_CONSTANTS.winograd_cold_stream_efficiency)
+    half = replace(DEFAULT_CONSTANTS, winograd_cold_stream_efficiency=0.5,
+                               winograd_stream_bytes_per_cycle=3.0, dram_efficiency=0.3)
+    _, slower = weights_memory(spec, 2, 9, HW, CLUSTER, 1, tile_bytes=0, constants=half, from_memory=True)
+    assert slower == pytest.approx(2 * seconds, rel=1e-12)
     small = make_spec("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), pad=1)
     level, seconds = weights_memory(small, 4, 14, HW, CLUSTER, 1, tile_bytes=0, from_memory=True)
     assert level == "DRAM" and seconds > 0
-    # a plan priced so costs more than the same plan with its U in the cache, and synthesis takes it
+    # a stream shorter than the FMAs beside it is hidden (the cold exposure is 0): priced as cached
     plan, cached = _stage(small, 4, 1)
     cold = stages_of_plan(plan, HW, CLUSTER, weights_from_memory=True)
     assert cold.weights_level == "DRAM" and cached.weights_level == "L3"
+    assert DEFAULT_CONSTANTS.winograd_cold_stream_exposed == 0 and cold.total_s == pytest.approx(cached.total_s)
+    # a longer one (a 9 MB U beside 4 tiles per GEMM) sets the GEMM stage's time, and synthesis takes it
+    deep = make_spec("conv2d", dict(c=256, h=7, w=7, k=256, r=3, s=3), pad=1)
+    plan, cached = _stage(deep, 4, 1)
+    cold = stages_of_plan(plan, HW, CLUSTER, weights_from_memory=True)
+    assert cold.weights_level == "DRAM" and cached.weights_level == "L3" and cold.gemm_bound == "DRAM"
     assert cold.total_s > cached.total_s
-    planned = synthesize_cpu(small, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4, weights_from_memory=True)
-    as_cold = winograd_estimate(small, stages_of_plan(planned.plan, HW, CLUSTER, weights_from_memory=True))
-    as_cached = winograd_estimate(small, stages_of_plan(planned.plan, HW, CLUSTER))
+    planned = synthesize_cpu(deep, HW, CLUSTER.role, 1, lowering="winograd", winograd_m=4, weights_from_memory=True)
+    as_cold = winograd_estimate(deep, stages_of_plan(planned.plan, HW, CLUSTER, weights_from_memory=True))
+    as_cached = winograd_estimate(deep, stages_of_plan(planned.plan, HW, CLUSTER))
     assert planned.estimate.predicted_s == pytest.approx(as_cold.predicted_s, rel=1e-9)
     assert as_cold.predicted_s > as_cached.predicted_s
 

@@ -62,6 +62,16 @@ DRAM_EFFICIENCY = 0.8                # share of the peak DRAM bandwidth a stream
 # on the next call: since form 9 weights_memory charges only the part past the cache share.)
 # Unknown without a measurement; calibration fits it.
 WINOGRAD_STREAM_BYTES_PER_CYCLE = 0.0
+# A transformed filter U read cold on every call (synthesize_cpu(weights_from_memory=True): a layer of
+# a network whose weights exceed the shared cache). Its stream runs at this share of the description's
+# DRAM figure (on the host, the probe's sustained single-thread read), and this share of the shorter
+# of (GEMM compute, stream) adds to the longer. Chosen on the cold timings of benchmarks/regret.py's
+# fitting layers only (regret_winograd_cold*.json, Zen 4 VM, both thread counts): 1.0 and 0 gave the
+# lowest fitting regret (1.5% / 5.2% at 1 thread, 2.3% / 5.6% at 2); the static DRAM efficiency
+# (0.8) put r18_l4 on F(2,3), 17% slower, and any exposure above 0 put vgg_5 and r18_l2 at 2
+# threads on F(4,3), 14-16% slower. Two threads streamed U no faster than one on these layers.
+COLD_STREAM_EFFICIENCY = 1.0
+COLD_STREAM_EXPOSED = 0.0
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
 # docs/host-kernel-notes.md and the usual BLIS practice of leaving about half of L1 free.
@@ -147,6 +157,10 @@ class CostConstants:
     # calibrate` fits it with the stream's rate.
     winograd_stream_exposed: float = 0.5
     winograd_stream_bytes_per_cycle: float = WINOGRAD_STREAM_BYTES_PER_CYCLE   # 0: the chip's static rate
+    # U read cold on every call (weights_from_memory): its rate as a share of the DRAM figure, and
+    # the exposed share of the shorter of (compute, stream); see COLD_STREAM_EFFICIENCY
+    winograd_cold_stream_efficiency: float = COLD_STREAM_EFFICIENCY
+    winograd_cold_stream_exposed: float = COLD_STREAM_EXPOSED
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -256,6 +270,14 @@ def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluste
     if constants.winograd_stream_bytes_per_cycle > 0:
         return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9
     return dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
+
+
+def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    """How fast a Winograd GEMM stage streams a transformed filter that every call reads from DRAM
+    (weights_from_memory), all threads together: the description's DRAM figure at
+    winograd_cold_stream_efficiency."""
+    gbps = hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS
+    return gbps * 1e9 * constants.winograd_cold_stream_efficiency
 
 
 def _batch(spec: OperatorSpec) -> int:

@@ -33,7 +33,7 @@ from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
 from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
-                         dram_bytes_per_second, gemm_estimate, l2_per_core_bytes,
+                         cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate, l2_per_core_bytes,
                          winograd_stream_bytes_per_second)
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
@@ -204,7 +204,8 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     charged here: reads from L2 or the shared cache are in each GEMM's own L2 and L3 terms.
     from_memory: every call reads all of U from DRAM, whatever its size (a layer of a network whose
     weights exceed the shared cache: the other layers' weights pass between two calls of this one;
-    `benchmarks/regret.py --weights cold` times plans that way).
+    `benchmarks/regret.py --weights cold` times plans that way), at the cold stream's own rate
+    (cost_model.cold_stream_bytes_per_second).
 
     Each GEMM's roofline alone would charge DRAM for its U, V and M on every one of the a^2 GEMMs
     (gemm_estimate's "every tensor once"). V and M are written and read within the call (the tile
@@ -212,7 +213,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time)."""
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if from_memory:
-        return "DRAM", spec.n * u_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
+        return "DRAM", spec.n * u_bytes / cold_stream_bytes_per_second(hw, constants)
     if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
     capacity = hw.l3_bytes or hw.slc_bytes or 0
@@ -301,11 +302,13 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr, weights_from_memory)
     gemm_s = a * a * per_gemm_s
-    if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the share winograd_stream_exposed adds up
+    if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the exposed share adds up
         hidden = min(gemm_s, weights_s)
         if weights_s > gemm_s:
             gemm_bound = "DRAM"
-        gemm_s = max(gemm_s, weights_s) + constants.winograd_stream_exposed * hidden
+        exposed = (constants.winograd_cold_stream_exposed if weights_from_memory
+                   else constants.winograd_stream_exposed)
+        gemm_s = max(gemm_s, weights_s) + exposed * hidden
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
                           gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
                           traffic_exposed=constants.winograd_traffic_exposed)

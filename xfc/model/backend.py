@@ -91,11 +91,13 @@ class LayerSynthesis:
 
 def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None,
                      threads: Optional[int] = None, evaluator=None, dtype: str = "fp32",
-                     quant=None) -> LayerSynthesis:
+                     quant=None, weights_from_memory: bool = False) -> LayerSynthesis:
     """Synthesize one layer's kernel (pure; timed here). `evaluator`: a measured tile database's
     MicroTileEvaluator when one exists, else the static model (CPU only). dtype 'fp16' (CPU): the
     neon_fp16 kernel (xfc.cpu.fp16.synthesize_fp16: static model, direct lowering); 'int8' (CPU):
-    xfc's int8 kernel for the QuantParams `quant` (xfc.cpu.int8_synth.plan_int8)."""
+    xfc's int8 kernel for the QuantParams `quant` (xfc.cpu.int8_synth.plan_int8).
+    weights_from_memory (fp32 CPU): plan the layer to read its weights from DRAM on every call, as
+    a layer of a network whose weights exceed the shared cache does (synthesize_cpu)."""
     start = time.perf_counter()
     if dtype == "int8":    # the chain's int8 planner (the host's VNNI read from its flags)
         from ..pipeline.synth import plan_cpu
@@ -110,7 +112,8 @@ def synthesize_layer(spec, hw, *, target: str = "cpu", cluster: Optional[str] = 
         from ..cpu.synth import synthesize_cpu
         # Any lowering the synthesizer picks: a Winograd layer's network error bound uses the
         # Winograd magnitude (bounds.winograd_layer_bound; run.py reads the plan's winograd_m).
-        result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator)
+        result = synthesize_cpu(spec, hw, cluster=cluster, threads=threads, evaluator=evaluator,
+                                weights_from_memory=weights_from_memory)
     return LayerSynthesis(spec=spec, result=result, seconds=time.perf_counter() - start, target=target)
 
 

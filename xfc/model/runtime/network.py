@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,7 +38,23 @@ def kernel_names(keys) -> dict:
     return {key: f"k{i:02d}_{spec_of(key).name}" for i, key in enumerate(keys, start=1)}
 
 
-def network_summary(lowered, rendered, syntheses) -> dict:
+def weights_read_from_memory(program, hw, cluster=None) -> tuple[bool, int, int]:
+    """(whether, weight bytes, cache bytes): whether every kernel of the network finds its weights in
+    DRAM on each inference, planned so (synthesize_cpu(weights_from_memory=True)): the network's
+    constant weights exceed the largest cache its cores share (L3, else the system cache, else the
+    cluster's L2), so between two calls of one layer the others' weights pass through it. Today
+    this moves only Winograd plans, whose transformed filter is priced as a cold stream
+    (docs/winograd.md)."""
+    weight_bytes = 0
+    for step in program.kernel_steps:
+        if step.weight_tensor is None:      # a MatMul whose B the network computes has no constant weights
+            weight_bytes += math.prod(spec_of(step.kernel_key).operand_shapes[1]) * step.groups
+    weight_bytes *= program.dtype.element_bytes
+    cache_bytes = hw.l3_bytes or hw.slc_bytes or hw.cluster(cluster).l2.size_bytes
+    return weight_bytes > cache_bytes, weight_bytes, cache_bytes
+
+
+def network_summary(lowered, rendered, syntheses, hw=None, cluster=None) -> dict:
     program, plan = lowered.program, rendered.plan
     kernels = program.kernel_steps
     return {
@@ -50,6 +67,7 @@ def network_summary(lowered, rendered, syntheses) -> dict:
         "packed_weight_bytes": rendered.packed_floats * program.dtype.element_bytes,
         "weights_file_bytes": len(rendered.weights), "dtype": program.dtype.name, "layout": rendered.manifest["layout"],
         "fusions": list(program.notes),
+        **({} if hw is None else {"weights_planned_from": weights_planned_from(program, hw, cluster)}),
         "ops": sorted({s.label for s in program.steps if s.kind == "op"}),
         "kernels": [{"function": rendered.functions[key], "spec": spec_of(key).describe(),
                      "lowering": syntheses[key].result.plan.lowering,
@@ -57,6 +75,17 @@ def network_summary(lowered, rendered, syntheses) -> dict:
                      "tiles": syntheses[key].tiles,
                      "calls": sum(1 for s in kernels if s.kernel_key == key)} for key in rendered.functions],
     }
+
+
+def weights_planned_from(program, hw, cluster=None) -> str:
+    """The report's line on weights_read_from_memory."""
+    cold, weight_bytes, cache_bytes = weights_read_from_memory(program, hw, cluster)
+    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+    if cold:
+        return (f"memory: the weights ({mib(weight_bytes)}) exceed the shared cache ({mib(cache_bytes)}), so every "
+                f"kernel is planned to read its weights from DRAM on each inference")
+    return (f"cache: the weights ({mib(weight_bytes)}) fit the shared cache ({mib(cache_bytes)}); kernels are planned "
+            f"as xfc synth plans them")
 
 
 def lower_and_synthesize(loaded, name: str, hw, *, cluster=None, threads=None, dtype=None,
@@ -80,11 +109,13 @@ def lower_and_synthesize(loaded, name: str, hw, *, cluster=None, threads=None, d
         raise OperatorError(f"{loaded.path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
                             f"for the library to synthesize")
     kernel_keys = program.distinct_kernels()
+    cold, _, _ = weights_read_from_memory(program, hw, cluster)
     syntheses = {}
     for key in dict.fromkeys((*layer_specs, *kernel_keys)):
         syntheses[key] = backend.synthesize_layer(spec_of(key), hw, cluster=cluster, threads=threads,
                                                   dtype=program.dtype.name if key in kernel_keys else dtype.name,
-                                                  quant=key[1] if isinstance(key, tuple) else None)
+                                                  quant=key[1] if isinstance(key, tuple) else None,
+                                                  weights_from_memory=cold)
     return lowered, syntheses
 
 
@@ -153,7 +184,7 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         else:
             report = build_report(net, coverage(net), {s: syntheses[s] for s in report_specs},
                                   kernel_names(report_specs), hw=hw, cluster=cluster, threads=threads, explain=explain)
-        report["network"] = network_summary(lowered, rendered, syntheses)
+        report["network"] = network_summary(lowered, rendered, syntheses, hw, cluster)
         from .predict import PREDICTION_WHAT, network_predictions
         report["network"]["predicted"] = {"what": PREDICTION_WHAT,
                                           "rows": network_predictions(loaded, Path(path).stem, hw, program.dtype,

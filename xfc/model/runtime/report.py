@@ -23,6 +23,8 @@ def network_lines(report: dict) -> list[str]:
            f"{net['in_place_ops']} ops, {net['residuals_in_place']} residual kernels",
            f"  packed weights {_mib(net['packed_weight_bytes'])}, weights file {_mib(net['weights_file_bytes'])}; "
            f"{net['layout']}"]
+    if net.get("weights_planned_from"):
+        out.append(f"  weights planned from {net['weights_planned_from']}")
     predicted = net.get("predicted")
     if predicted and predicted["rows"]:
         parts = [f"{r['cluster']} {r['threads']}t {r['dtype']} "
