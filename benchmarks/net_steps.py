@@ -5,7 +5,9 @@
     .venv/bin/python benchmarks/net_steps.py --net mobilenet_v3 --threads 2 --top 15
 
   alone        the layer's kernel timed in its own C loop, weights pre-packed, its operands hot
-               (`xfc model NET --bench`)
+               (`xfc model NET --bench`: planned as `xfc synth` plans it, which for a network planned
+               from memory, report field network.weights_planned_from, can be another Winograd plan
+               than the network's; none of benchmarks/nets.py's networks on the Zen 4 host)
   in network   the same layer as a step of the emitted network's benchmark program (`xfc model NET
                --emit lib --bench --profile`): its inputs are what the step before wrote, its output
                goes to the arena, its weights come from wherever the last inference left them
