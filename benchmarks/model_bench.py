@@ -2,7 +2,7 @@
 """`make model-bench`: xfc model on real architectures (not run in CI).
 
 Builds MobileNetV2 and ResNet-18 (benchmarks/nets.py: the papers' layer tables, torchvision's
-layer shapes) with seeded random weights, exports them to ONNX at run time (nothing is downloaded) and runs `xfc model NET.onnx ... --verify --json` on each for
+layer shapes; --only takes the other families of benchmarks/nets.py too) with seeded random weights, exports them to ONNX at run time (nothing is downloaded) and runs `xfc model NET.onnx ... --verify --json` on each for
 each target:
 
     host      --hw host --verify --bench --threads 1: xfc's per-layer times against onnxruntime's
@@ -18,6 +18,9 @@ each target:
               (sdot kernels) under qemu, every step byte for byte against xfc's oracle, the output
               against onnxruntime on the same quantized model
     sd8g2_int8  the same for snapdragon-8-gen-2 (smmla kernels: i8mm cores)
+    sd865_lib the whole fp32 network (--emit lib --verify: the network runtime, NEON kernels) under
+              qemu-aarch64, every step checked and the outputs against onnxruntime on the fp32 model
+    device_lib  the same on an ADB device (--device SERIAL), e.g. the virtual device below
     device_int8 the same as sd865_int8 on an ADB device, --device SERIAL (and --adb-port): e.g. the
               virtual device (`python -m android_runner.virtual_device --port 5599 --soc
               snapdragon-865 &`, then `adb connect 127.0.0.1:5599`; it runs the program under
@@ -40,7 +43,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nets import ARCHS, export, torch_missing
+from nets import ALL, ARCHS, export, torch_missing
 from machine import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +56,10 @@ TARGETS = {   # name -> xfc model arguments after NET.onnx
     "sd865_int8": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],
     "sd8g2_int8": ["--hw", "snapdragon-8-gen-2", "--emit", "lib", "--verify"],
     "device_int8": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],     # + --device (the options)
+    "sd865_lib": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],
+    "device_lib": ["--hw", "snapdragon-865", "--emit", "lib", "--verify"],      # + --device (the options)
 }
+DEVICE_TARGETS = ("device_int8", "device_lib")
 QUANTIZED_TARGETS = ("sd865_int8", "sd8g2_int8", "device_int8")   # run on the model quantized by onnxruntime (QDQ)
 RUN_TIMEOUT_S = 4 * 3600
 
@@ -62,7 +68,7 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
     """One `xfc model` run; its report goes to benchmarks/results/model_<arch>_<target>.json."""
     from xfc.outputs import write_json_result
     extra = ["--threads", str(args.threads), "--repeat", str(args.repeat)] if target == "host" else []
-    if target == "device_int8":
+    if target in DEVICE_TARGETS:
         extra = ["--device", args.device] + (["--adb-port", str(args.adb_port)] if args.adb_port else [])
     if target in QUANTIZED_TARGETS:
         from xfc.model.quantized_peer import quantize_with_onnxruntime
@@ -116,19 +122,21 @@ def run_target(arch: str, target: str, path: Path, tmp: Path, args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=",".join(ARCHS), help="comma-separated: " + ", ".join(ARCHS))
+    parser.add_argument("--only", default=",".join(ARCHS), help="comma-separated: " + ", ".join(ALL))
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
-    parser.add_argument("--targets", default=",".join(t for t in TARGETS if t != "device_int8"),
-                        help="comma-separated: " + ", ".join(TARGETS) + " (default: all but device_int8)")
+    parser.add_argument("--targets", default=",".join(t for t in TARGETS if t not in DEVICE_TARGETS + ("sd865_lib",)),
+                        help="comma-separated: " + ", ".join(TARGETS) + " (default: all but device_int8, sd865_lib "
+                             "and device_lib)")
     parser.add_argument("--threads", type=int, default=1, help="threads on the host target (default 1)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per layer on the host (default 20)")
-    parser.add_argument("--device", help="the ADB serial the device_int8 target runs on")
-    parser.add_argument("--adb-port", type=int, help="the adb server's port (device_int8)")
+    parser.add_argument("--device", help="the ADB serial the device_int8 and device_lib targets run on")
+    parser.add_argument("--adb-port", type=int, help="the adb server's port (device targets)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    if "device_int8" in targets and not args.device:
-        print("model-bench: --targets device_int8 needs --device SERIAL", file=sys.stderr)
+    needs_device = [t for t in targets if t in DEVICE_TARGETS]
+    if needs_device and not args.device:
+        print(f"model-bench: --targets {needs_device[0]} needs --device SERIAL", file=sys.stderr)
         return 2
     for target in targets:
         if target not in TARGETS:
@@ -139,8 +147,8 @@ def main(argv=None) -> int:
     status = 0
     with tempfile.TemporaryDirectory(prefix="xfc-model-bench-") as tmp:
         for arch in [a.strip() for a in args.only.split(",") if a.strip()]:
-            if arch not in ARCHS:
-                print(f"model-bench: unknown architecture '{arch}' (known: {', '.join(ARCHS)})", file=sys.stderr)
+            if arch not in ALL:
+                print(f"model-bench: unknown architecture '{arch}' (known: {', '.join(ALL)})", file=sys.stderr)
                 return 2
             path = Path(tmp) / f"{arch}.onnx"
             print(f"[model-bench] exporting {arch} (random weights) to ONNX", file=sys.stderr)

@@ -99,6 +99,23 @@ def test_a_network_whose_weights_exceed_the_shared_cache_is_planned_to_read_them
 
 
 @pytest.mark.unit
+def test_an_output_bound_looser_than_the_heuristic_is_capped_at_it_and_can_fail():
+    from xfc.model.run import HEURISTIC_RTOL, compare
+    expected = np.array([0.5, -2.0, 1.0])
+    tol = HEURISTIC_RTOL * 2.0
+    tight = compare("y", expected + 1e-9, expected, np.full(3, 1e-8), cap_at_heuristic=True)
+    assert tight.ok and tight.bound_kind == "derived" and tight.derived_max_bound is None
+    for carried in (np.array([1e-8, 1e30, np.inf]), np.full(3, np.inf)):   # a deep network's worst case
+        off = expected + np.array([0.0, 0.0, 3 * tol])     # far off where the derived bound says nothing
+        capped = compare("y", off, expected, carried, cap_at_heuristic=True)
+        assert not capped.ok and capped.bound_kind == "derived" and capped.derived_max_bound > 1e29
+        assert capped.max_bound == pytest.approx(tol, rel=1e-6)
+        near = expected + np.where(np.isfinite(carried) & (carried < 1), 0.0, tol / 2)
+        assert compare("y", near, expected, carried, cap_at_heuristic=True).ok   # the tight element stays tight
+        assert compare("y", off, expected, carried).ok      # uncapped (fp16 programs): the derived bound as it is
+
+
+@pytest.mark.unit
 def test_grouped_convolution_shuffle_split_and_resize_tables(tmp_path):
     shuffle = lowered(tmp_path, "sh", nets.shufflenet_net()).program
     grouped = [s for s in shuffle.kernel_steps if s.groups > 1]

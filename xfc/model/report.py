@@ -218,7 +218,9 @@ def format_report(report: dict, explain: bool = False) -> str:
             parts.append(f"  output '{c['name']}': max abs error {c['max_abs_error']:.3g} vs onnxruntime, "
                          f"{c['bound_kind']} bound {c['max_bound']:.3g} ({format_ratio(c['error_to_bound_ratio'])}x of it; the "
                          f"bound is {share * 100:.2g}% of the largest |output|"
-                         + (", weak: see the per-layer checks)" if share > WEAK_BOUND_SHARE else ")"))
+                         + (", weak: see the per-layer checks)" if share > WEAK_BOUND_SHARE else ")")
+                       + (f"; capped at the heuristic tolerance where the derived worst case, up to "
+                          f"{c['derived_max_bound']:.3g}, is looser" if c.get("derived_max_bound") is not None else ""))
         if v["ops_without_error_rule"]:
             parts.append(f"  no error rule for: {', '.join(v['ops_without_error_rule'])} (outputs after them use a "
                          f"heuristic tolerance)")

@@ -53,7 +53,9 @@ def network_lines(report: dict) -> list[str]:
                        f"bound {c['max_bound']:.3g} ({format_ratio(c['error_to_bound_ratio'])}x of it; the bound is "
                        f"{share * 100:.2g}% of the largest |output|"
                        + (", weak: the worst case grows with depth, the per-step checks are the sharp ones)"
-                          if share > WEAK_BOUND_SHARE else ")"))
+                          if share > WEAK_BOUND_SHARE else ")")
+                       + (f"; capped at the heuristic tolerance where the derived worst case, up to "
+                          f"{c['derived_max_bound']:.3g}, is looser" if c.get("derived_max_bound") is not None else ""))
         for a in v.get("agreement_with_fp32", ()):
             rows = (f"; argmax agrees on {a['argmax_agree']} of {a['argmax_rows']} row{'s' if a['argmax_rows'] != 1 else ''}"
                     if "argmax_rows" in a else "")
