@@ -2,23 +2,14 @@
 figures (geometric mean, lowest) across the networks in each state. Pure: nothing is built or timed."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
+from support import load_benchmark
+
 pytestmark = pytest.mark.unit
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +17,8 @@ def net_states():
     # net_states.py imports its siblings as top-level modules
     with pytest.MonkeyPatch.context() as mp:
         for sibling in ("machine", "cpu_share", "nets"):
-            mp.setitem(sys.modules, sibling, _load(sibling, BENCHMARKS / f"{sibling}.py"))
-        yield _load("xfc_benchmark_net_states", BENCHMARKS / "net_states.py")
+            mp.setitem(sys.modules, sibling, load_benchmark(sibling))
+        yield load_benchmark("net_states", "xfc_benchmark_net_states")
 
 
 def _round(net, threads, state, xfc_ms, ort_ms):

@@ -2,7 +2,6 @@
 Winograd plan in its own plan space, which the benchmark builds and times. Pure: nothing is built."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -13,26 +12,17 @@ from xfc.cpu import winograd
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.synth import synthesize_cpu
 from xfc.hardware.load import load
-from support import host_description, with_cores
+from support import BENCHMARKS, host_description, load_benchmark, with_cores
 
 pytestmark = pytest.mark.unit
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def regret(monkeypatch_module):
     # regret.py imports its sibling benchmarks/machine.py as `machine`
-    monkeypatch_module.setitem(sys.modules, "machine", _load("machine", BENCHMARKS / "machine.py"))
-    monkeypatch_module.setitem(sys.modules, "cpu_share", _load("cpu_share", BENCHMARKS / "cpu_share.py"))
-    return _load("xfc_benchmark_regret", BENCHMARKS / "regret.py")
+    monkeypatch_module.setitem(sys.modules, "machine", load_benchmark("machine"))
+    monkeypatch_module.setitem(sys.modules, "cpu_share", load_benchmark("cpu_share"))
+    return load_benchmark("regret", "xfc_benchmark_regret")
 
 
 def test_the_cache_state_follows_the_handoff_ratio(regret):

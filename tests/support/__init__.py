@@ -528,6 +528,18 @@ def tree_listeners(root: int) -> list[tuple[int, str, str, int]]:
     return listeners_by_tree({root: root})[root]
 
 
+BENCHMARKS = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str, module_name: Optional[str] = None):
+    """benchmarks/<name>.py loaded as a module (as `module_name`, default its own name). The scripts
+    import their siblings as top-level modules: put those in sys.modules first (monkeypatch)."""
+    spec = importlib.util.spec_from_file_location(module_name or name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def listeners_by_tree(roots: dict) -> dict:
     """tree_listeners of several roots ({label: root pid} -> {label: [...]}), /proc read once."""
     sockets, children = listening_sockets(), _children()
