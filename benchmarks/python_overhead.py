@@ -10,7 +10,7 @@
 On a shared machine the load changes within seconds, so the two sides are paired closely: a kernel's
 tight loops alternate in blocks (runs calls timed in C, runs Python calls), and a network's ROUNDS short
 rounds alternate (the program's median, then the Python calls' median); the overhead is the median
-of the paired ratios python / C, minus 1. Writes benchmarks/results/python_overhead.json (machine
+of the paired ratios python / C, minus 1. Writes benchmarks/results/python_overhead.json (--out-name; machine
 named). The minima of both sides are reported too: on a loaded machine they are the runs nothing
 interrupted, and their ratio is the overhead a quiet machine would show.
 """
@@ -162,6 +162,7 @@ def main(argv=None) -> int:
                         help="also time this network of benchmarks/nets.py at 224 x 224 (mobilenet_v2, resnet18, ...; "
                              "needs torch: scripts/setup.sh --bench)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out-name", default="python_overhead.json", help="file name under --results")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "tests"))
     from support import nets as model_nets
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
               f"{r['python_median_ms']:.3f} ms ({r['overhead'] * 100:+.2f}%; minima {r['c_min_ms']:.3f} vs "
               f"{r['python_min_ms']:.3f} ms, {r['min_overhead'] * 100:+.2f}%)")
     from xfc.outputs import write_json_result
-    out = args.results / "python_overhead.json"
+    out = args.results / args.out_name
     write_json_result(out, {"machine": machine_facts(), "call_cost": cost, "kernel": kernel, "networks": networks},
                       kind="python-overhead")
     print(f"-> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
