@@ -119,13 +119,60 @@ def across_networks(summary: list[dict], thread_counts: list[int], nets: list[st
             if not found:
                 continue
             ratios = [found[n]["speedup"] for n in nets if n in found]
+            paired = [found[n]["speedup_per_round_median"] for n in nets if n in found]
             lowest = min(found.values(), key=lambda s: s["speedup"])
+            lowest_paired = min(found.values(), key=lambda s: s["speedup_per_round_median"])
             rows.append({"threads": threads, "state": state, "networks": len(found),
                          "missing": [n for n in nets if n not in found],
                          "rounds": sum(s["rounds"] for s in found.values()),
-                         "geomean_speedup": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 4),
-                         "min_speedup": lowest["speedup"], "min_net": lowest["net"]})
+                         "geomean_speedup": round(geomean(ratios), 4),
+                         "min_speedup": lowest["speedup"], "min_net": lowest["net"],
+                         # the same from each network's median of its per-round ratios (each round pairs
+                         # the two runtimes minutes apart at most; the medians of medians can pair a
+                         # round of one state with a round of another when the state changed often)
+                         "geomean_speedup_per_round": round(geomean(paired), 4),
+                         "min_speedup_per_round": lowest_paired["speedup_per_round_median"],
+                         "min_net_per_round": lowest_paired["net"]})
     return rows
+
+
+def geomean(values) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def report(rounds: list[dict], thread_counts: list[int], nets: list[str]) -> tuple[list[dict], list[dict]]:
+    """The summaries (summarize, across_networks), printed as tables."""
+    summary = summarize(rounds, thread_counts, nets)
+    print(f"\n{'network':14s} {'threads':>7} {'state':16s} {'rounds':>6} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7}")
+    for s in summary:
+        print(f"{s['net']:14s} {s['threads']:>7} {s['state']:16s} {s['rounds']:>6} {s['xfc_median_ms']:>8.3f} "
+              f"{s['onnxruntime_median_ms']:>8.3f} {s['speedup']:>7.3f}")
+    overall = across_networks(summary, thread_counts, nets) if len(nets) > 1 else []
+    if overall:
+        print(f"\n{'threads':>7} {'state':16s} {'networks':>8} {'geomean':>8} {'lowest':>7} {'paired':>7} "
+              f"{'lowest':>7}  (lowest network; missing)")
+        for o in overall:
+            print(f"{o['threads']:>7} {o['state']:16s} {o['networks']:>8} {o['geomean_speedup']:>8.3f} "
+                  f"{o['min_speedup']:>7.3f} {o['geomean_speedup_per_round']:>7.3f} {o['min_speedup_per_round']:>7.3f}  "
+                  f"({o['min_net']}{'; missing ' + ', '.join(o['missing']) if o['missing'] else ''})")
+    return summary, overall
+
+
+def resummarize(path: Path) -> int:
+    """--summarize FILE: the summaries of a file this tool wrote, computed again from its rounds (and
+    written back), e.g. after a statistic was added."""
+    data = json.loads(path.read_text())
+    if data.get("xfc_output", {}).get("kind") != "net-states" or "rounds" not in data:
+        print(f"net_states: {path}: not a file net_states.py wrote", file=sys.stderr)
+        return 2
+    nets = data.get("nets") or [data["net"]]
+    for r in data["rounds"]:
+        r.setdefault("net", nets[0])
+    thread_counts = sorted({r["threads"] for r in data["rounds"]})
+    data["summary"], data["across_networks"] = report(data["rounds"], thread_counts, nets)
+    data["summarized_again_by"] = f"benchmarks/net_states.py --summarize {path.name}"
+    write_json_result(path, {k: v for k, v in data.items() if k != "xfc_output"}, kind="net-states")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -139,7 +186,11 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--out-name", default=None,
                         help="file name under --results (default net_states_<net>.json, net_states.json for several)")
+    parser.add_argument("--summarize", type=Path, metavar="FILE",
+                        help="time nothing: compute the summaries of FILE (written by this tool) again from its rounds")
     args = parser.parse_args(argv)
+    if args.summarize:
+        return resummarize(args.summarize)
     nets = networks_or_status("net_states", ",".join(ALL) if args.net.strip() == "all" else args.net)
     if isinstance(nets, int):
         return nets
@@ -186,17 +237,7 @@ def main(argv=None) -> int:
                     rounds.append(row)
                     print(f"{index:>5} {net:14s} {threads:>7} {xfc_ms:>8.3f} {ort_ms:>8.3f} {ort_ms / xfc_ms:>7.3f} "
                           f"{before['handoff_ratio']:>4.1f}/{after['handoff_ratio']:<5.1f}  {row['state']}", flush=True)
-    summary = summarize(rounds, thread_counts, nets)
-    print(f"\n{'network':14s} {'threads':>7} {'state':16s} {'rounds':>6} {'xfc ms':>8} {'ort ms':>8} {'ort/xfc':>7}")
-    for s in summary:
-        print(f"{s['net']:14s} {s['threads']:>7} {s['state']:16s} {s['rounds']:>6} {s['xfc_median_ms']:>8.3f} "
-              f"{s['onnxruntime_median_ms']:>8.3f} {s['speedup']:>7.3f}")
-    overall = across_networks(summary, thread_counts, nets) if len(nets) > 1 else []
-    if overall:
-        print(f"\n{'threads':>7} {'state':16s} {'networks':>8} {'geomean':>8} {'lowest':>7}  (lowest network; missing)")
-        for o in overall:
-            print(f"{o['threads']:>7} {o['state']:16s} {o['networks']:>8} {o['geomean_speedup']:>8.3f} "
-                  f"{o['min_speedup']:>7.3f}  ({o['min_net']}{'; missing ' + ', '.join(o['missing']) if o['missing'] else ''})")
+    summary, overall = report(rounds, thread_counts, nets)
     default_name = f"net_states_{nets[0]}.json" if len(nets) == 1 else "net_states.json"
     write_json_result(args.results / (args.out_name or default_name), {
         "command": "benchmarks/net_states.py " + " ".join(argv if argv is not None else sys.argv[1:]),
