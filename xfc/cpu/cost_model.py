@@ -284,14 +284,34 @@ def _batch(spec: OperatorSpec) -> int:
     return spec.batch if isinstance(spec, MatmulSpec) else spec.n
 
 
+def strided_a_bytes_per_k(spec: OperatorSpec, sched: GemmSchedule, transposed: bool, elem_bytes: int,
+                          line_bytes: int) -> Optional[float]:
+    """Bytes of A one k step of a micro-tile brings into L1 when A is read in place a channel plane
+    apart: a pointwise conv lowered transposed (im2col_direct) reads MR consecutive pixels of one
+    plane per k step and the next step's pixels H x W elements further on, so every step fetches
+    a whole line (two when the MR pixels straddle a line boundary: on average 1 + (MR - 1) elements
+    / line), not the MR elements a packed panel streams. None for every other A."""
+    if not (transposed and isinstance(spec, Conv2dSpec) and spec.pointwise and sched.a_pack == "im2col_direct"):
+        return None
+    plane_bytes = spec.out_h * spec.out_w * elem_bytes
+    if plane_bytes < line_bytes:   # planes smaller than a line: the steps stream consecutive bytes
+        return float(max(plane_bytes, sched.mr * elem_bytes))
+    return line_bytes * (1 + (sched.mr - 1) * elem_bytes / line_bytes)
+
+
 def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sched: GemmSchedule,
-                     constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+                     constants: CostConstants = DEFAULT_CONSTANTS, a_bytes_per_k: Optional[float] = None) -> float:
     """How much slower the micro-kernel runs than its register-level score while it streams its
-    operands from L2: the A micro-panel always (MR floats per k step), the B micro-panel too when
-    KC x NR does not stay resident in L1 (then every row tile re-reads it, NR floats per k step).
-    1.0 when the stream is small against the FMA time; grows as it nears the L2 bandwidth."""
-    b_resident = sched.kc * sched.nr * tile.elem_bytes <= core.l1d.size_bytes * L1_RESIDENT_FILL
-    bytes_per_k = tile.elem_bytes * (sched.mr + (0 if b_resident else sched.nr))
+    operands from L2: the A micro-panel always (MR floats per k step; a_bytes_per_k where A is read
+    in place a line or more per step apart: strided_a_bytes_per_k), the B micro-panel too when
+    KC x NR does not stay resident in L1 (then every row tile re-reads it, NR floats per k step;
+    strided A lines take their KC lines of L1 beside it). 1.0 when the stream is small against the
+    FMA time; grows as it nears the L2 bandwidth."""
+    a_bytes = tile.elem_bytes * sched.mr if a_bytes_per_k is None else a_bytes_per_k
+    a_lines_bytes = 0 if a_bytes_per_k is None else sched.kc * a_bytes_per_k
+    b_resident = (sched.kc * sched.nr * tile.elem_bytes + a_lines_bytes
+                  <= core.l1d.size_bytes * L1_RESIDENT_FILL)
+    bytes_per_k = a_bytes + (0 if b_resident else tile.elem_bytes * sched.nr)
     stream_cycles = bytes_per_k / constants.l2_bytes_per_cycle
     core_cycles = tile.accumulator_registers / element_fma_rate(core, tile.elem_bytes) / max(score.efficiency, 1e-9)
     p = L2_STREAM_OVERLAP_NORM
@@ -326,7 +346,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
                  / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
     if interference:
-        compute_s *= l2_stream_factor(core, tile, score, sched, k_)
+        compute_s *= l2_stream_factor(core, tile, score, sched, k_, strided_a_bytes_per_k(
+            spec, sched, transposed, tile.elem_bytes, core.l1d.line_bytes))
     if sched.c_store != "direct":  # the transposed store, once per KC slice
         store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
                                     else SCALAR_TRANSPOSED_STORE_CYCLES)
@@ -348,7 +369,8 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     rows_rate = max(tile.lanes * ROW_COPY_RATE_PER_LANE, 1) * k_.pack_rate_scale
     a_pack_cycles = b_pack_cycles = stage_cycles = 0.0
     if sched.a_pack == "packed":  # A panels: the im2col rows (transposed conv) or a matrix transpose
-        a_pack_cycles = batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed
+        # (a pointwise conv's A, transposed, is the image's [C][H*W] matrix transposed into panels)
+        a_pack_cycles = batch * m * k * math.ceil(n / nc) / (im2col_rate if transposed and not (conv and spec.pointwise)
                                                              else TRANSPOSE_PACK_RATE * k_.pack_rate_scale)
     if conv and not transposed:  # the B panel: input rows or im2col runs, every call
         b_pack_cycles = batch * k * n / (rows_rate if spec.pointwise else im2col_rate)

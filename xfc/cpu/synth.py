@@ -19,7 +19,7 @@ the cost model, which reads only its fields.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import OperatorError
@@ -246,10 +246,23 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
             for fill, stream, store_once in options:
                 sched, reasons = grow_gemm(tile, spec, hw, cluster, threads, row, fill, transposed,
                                            stream_b_from_l2=stream, store_once=store_once)
-                estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
-                                         tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
-                                         interference=row.interference_model)
-                candidates.append(Candidate(transposed, tile, score, fill, sched, reasons, estimate, cluster, isa))
+                variants = [(sched, reasons)]
+                # A pointwise conv's A read in place costs a line per k step of every row tile
+                # (cost_model.strided_a_bytes_per_k), on every one of the N / NR column panels;
+                # packed, it costs one transpose of the image. The model prices both where it
+                # charges the L2 stream (the ISA row's interference_model). Packed goes first, so
+                # it wins a tie: in place ran 0-40% slower in the same plan on the Zen 3 host as
+                # the machine's state changed, packed moved less (benchmarks/pointwise_a.py).
+                if (sched.a_pack == "im2col_direct" and isinstance(spec, Conv2dSpec) and spec.pointwise
+                        and row.interference_model):
+                    variants.insert(0, (replace(sched, a_pack="packed"),
+                                        replace(reasons, a_pack="the image transposed into MR-pixel panels once per "
+                                                                "call, not a line per k step of every row tile")))
+                for sched, reasons in variants:
+                    estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
+                                             tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
+                                             interference=row.interference_model)
+                    candidates.append(Candidate(transposed, tile, score, fill, sched, reasons, estimate, cluster, isa))
     return candidates
 
 
