@@ -104,3 +104,42 @@ def test_the_operand_packed_across_the_split_is_charged_to_every_thread():
     assert imbalance["m"] == 1.0
     # split m: both threads pack all of B; split n: each packs half (imbalance aside)
     assert by_axis["m"] - by_axis["n"] / imbalance["n"] == pytest.approx(im2col_s / 2, rel=0.35)
+
+
+def test_a_pointwise_image_read_in_place_streams_a_line_per_k_step():
+    from xfc.cpu.cost_model import strided_a_bytes_per_k
+    spec = make_spec("conv2d", dict(c=320, h=7, w=7, k=1280, r=1, s=1), bias=True)
+    plan = synthesize_cpu(spec, *_avx2()[:1], threads=1).plan.gemm
+    in_place = dataclasses.replace(plan, mr=6, a_pack="im2col_direct")
+    # a 196-byte plane: a 64-byte line per k step, plus 5 floats' chance of a second one
+    assert strided_a_bytes_per_k(spec, in_place, True, 4, 64) == pytest.approx(64 + 5 * 4)
+    assert strided_a_bytes_per_k(spec, dataclasses.replace(in_place, a_pack="packed"), True, 4, 64) is None
+    assert strided_a_bytes_per_k(spec, in_place, False, 4, 64) is None          # not transposed
+    three = make_spec("conv2d", dict(c=320, h=7, w=7, k=1280, r=3, s=3, pad=1))
+    assert strided_a_bytes_per_k(three, in_place, True, 4, 64) is None           # not pointwise
+    tiny = make_spec("conv2d", dict(c=320, h=2, w=2, k=64, r=1, s=1))
+    assert strided_a_bytes_per_k(tiny, dataclasses.replace(in_place, mr=4), True, 4, 64) == 16   # planes < a line
+
+
+@pytest.mark.parametrize("c,hw,k,a_pack", [
+    (320, 7, 1280, "packed"),      # 80 column panels re-read the image: one transpose pays (1.32x)
+    (2048, 7, 512, "packed"),      # ResNet-50's last projection (1.64x)
+    (96, 56, 24, "im2col_direct"), # one column panel: the transpose would be pure cost (in place 1.29x)
+    (384, 14, 64, "im2col_direct"),
+])
+def test_a_wide_pointwise_conv_packs_its_image_a_narrow_one_reads_it_in_place(c, hw, k, a_pack):
+    """benchmarks/results/pointwise_a.json (Zen 3, AVX2): the measured winner of each layer."""
+    host, _ = _avx2()
+    spec = make_spec("conv2d", dict(c=c, h=hw, w=hw, k=k, r=1, s=1), bias=True)
+    plan = synthesize_cpu(spec, host, threads=1).plan
+    assert plan.lowering == "implicit_gemm_t"
+    assert plan.gemm.a_pack == a_pack
+
+
+def test_the_avx512_row_keeps_a_pointwise_image_in_place():
+    """Unmeasured there: the rows without the interference model never pack it."""
+    hw = support.recorded_host("avx512")
+    for c, hw_px, k in [(320, 7, 1280), (2048, 7, 512)]:
+        plan = synthesize_cpu(make_spec("conv2d", dict(c=c, h=hw_px, w=hw_px, k=k, r=1, s=1), bias=True),
+                              hw, threads=1).plan
+        assert plan.gemm.a_pack != "packed" or plan.lowering != "implicit_gemm_t"
