@@ -151,6 +151,14 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
         k4 = spec.r * spec.s * math.ceil(spec.c / kd) * kd
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
+    # avx2 filter rows: pre-packed as int16, each k group's even and odd bytes as two int32 words of
+    # int16 pairs (what vpmaddwd takes), so the k loop broadcasts them as they are; widening them in
+    # the loop took three shifts per row and k group on the two shift ports the adds need
+    # (int8_dialect.h.j2).
+    row_bytes_per_k = 2 if (plan.dialect == "avx2" and not row_is_act and kd == 4) else 1
+    # likewise the weights when they are the columns (matmul, the 'channels' conv layout): per k group
+    # and vector, the even bytes of its lanes as int16 pairs, then the odd ones: two loads, no shifts
+    col_bytes_per_k = 2 if (plan.dialect == "avx2" and row_is_act and kd == 4) else 1
     if plan.parallel_axis != "columns":
         raise OperatorError(f"{plan.function_name}: the int8 templates split column tiles only, not {plan.parallel_axis}")
     ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
@@ -161,7 +169,9 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "batch": spec.batch if row_is_act and not conv_rows else spec.n,
                 "w_batches": spec.batch if row_is_act and not conv_rows else 1,
                 "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
-                "boffs": [v * plan.lanes * kd for v in range(plan.nv)], "conv_rows": conv_rows})
+                "boffs": [v * plan.lanes * kd * col_bytes_per_k for v in range(plan.nv)], "conv_rows": conv_rows,
+                "AKD": kd * row_bytes_per_k, "wide_rows": row_bytes_per_k == 2,
+                "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2})
     if conv_rows:
         ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
                     "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r)
@@ -191,7 +201,7 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
         elif plan.column_layout == "im2col":
             ctx.update(_im2col_context(plan))
     # per weight batch: the weights' int32 sums, then the packed weight panel
-    panel = ctx["NB"] * plan.nr * k4 if row_is_act else mb * plan.mr * ctx["row_k4"]
+    panel = ctx["NB"] * plan.nr * k4 * col_bytes_per_k if row_is_act else mb * plan.mr * ctx["row_k4"] * row_bytes_per_k
     ctx["packed_bytes"] = ctx["w_batches"] * (ctx["sums_len"] * 4 + panel)
     return "cpu/int8_gemm.c.j2", ctx
 
