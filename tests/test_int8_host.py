@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from xfc.errors import OperatorError
+from xfc.errors import OperatorError, XfcError
 from xfc.hardware.host import available_isas
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
@@ -345,3 +345,44 @@ def test_depthwise_tap_pairs_vnni_compiles(case, force, tmp_path):
                            "-march=x86-64-v4", "-mavx512vnni", "-c", str(source), "-o", str(tmp_path / "k.o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# vpmaddubsw (avx2, QuantParams.narrow_weights): u8 x s8 pair sums in int16, exact for weights within
+# +-64; ragged shapes of every avx2 GEMM layout, both activation types, the extreme inputs that make
+# the pair sums largest (x at the far end, w = -64: 255 x 128 = 32640 per pair).
+NARROW_CASES = [
+    ("matmul", {"m": 19, "n": 37, "k": 45, "batch": 2}, {}, "uint8"),
+    ("conv2d", {"c": 5, "h": 11, "w": 9, "k": 21, "r": 3, "s": 3, "n": 2}, {"stride": "2,1", "pad": "1,2,0,1"}, "int8"),
+    ("conv2d", {"c": 61, "h": 9, "w": 11, "k": 37, "r": 3, "s": 3}, {"pad": "1"}, "uint8"),     # flat columns
+    ("conv2d", {"c": 130, "h": 7, "w": 7, "k": 70, "r": 3, "s": 3}, {"pad": "1"}, "int8"),      # channels columns
+    ("conv2d", {"c": 7, "h": 6, "w": 6, "k": 3, "r": 1, "s": 1}, {}, "uint8"),
+]
+
+
+@pytest.mark.skipif("avx2" not in available_isas(), reason="no AVX2 here")
+@pytest.mark.parametrize("op, shape, geometry, act", NARROW_CASES,
+                         ids=[f"{c[0]}-{c[1].get('c', c[1].get('m'))}-{c[3]}" for c in NARROW_CASES])
+def test_avx2_pair_sums_of_narrow_weights_match_the_reference_exactly(op, shape, geometry, act, tmp_path):
+    spec = make_spec(op, shape, bias=True, activation="relu", **geometry)
+    q = QuantParams(act_type=act, a_zero_point=3 if act == "uint8" else -100, per_channel=True,
+                    out_zero_point=128 if act == "uint8" else 0, narrow_weights=True)
+    plan, kernel = compile_int8(spec, q, load("host:avx2"), tmp_path, threads=2, flags=FLAGS)
+    assert (plan.dialect, plan.pair_sums_int16) == ("avx2", True)
+    assert "_mm256_maddubs_epi16" in kernel.rendered.source
+    for mode, seed in (("random", 3), ("extreme", 0)):
+        verdict = verify_int8(kernel, seed=seed, mode=mode)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (mode, verdict)
+
+
+@pytest.mark.skipif("avx2" not in available_isas(), reason="no AVX2 here")
+def test_a_kernel_planned_for_narrow_weights_refuses_a_wide_one(tmp_path):
+    """Its pre-pack checks what the plan assumed: a weight of 65 would let a pair sum saturate."""
+    spec = make_spec("conv2d", {"c": 8, "h": 5, "w": 5, "k": 4, "r": 3, "s": 3}, pad=1)
+    q = QuantParams(act_type="uint8", a_zero_point=0, narrow_weights=True)
+    _, kernel = compile_int8(spec, q, load("host:avx2"), tmp_path, threads=1, flags=FLAGS)
+    x, w, bias = make_qinputs(spec, q, seed=1)
+    assert np.abs(w.astype(int)).max() <= 64
+    np.testing.assert_array_equal(run_int8_entry(kernel, x, w, bias, multipliers(spec, q)), qreference(spec, q, x, w, bias))
+    w[0, 0, 1, 1] = 65
+    with pytest.raises(XfcError, match="pre-packing the weights failed"):
+        run_int8_entry(kernel, x, w, bias, multipliers(spec, q))

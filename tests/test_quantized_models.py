@@ -194,3 +194,16 @@ def test_a_relu_after_an_add_keeps_the_add_in_fp32_and_agrees_with_onnxruntime(t
     feeds = feeds_for(loaded, seed=0)
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert np.array_equal(Q.run(network, feeds)["y"], theirs)
+
+
+@pytest.mark.parametrize("reduce_range", [True, False])
+def test_kernels_know_when_every_weight_is_narrow(tmp_path, reduce_range):
+    """7-bit weights (reduce_range) make every kernel's QuantParams narrow_weights, which lets the avx2
+    kernels sum u8 x s8 pairs with vpmaddubsw; full-range weights never do."""
+    from xfc.model.runtime.quantized_program import kernel_quant
+    network = Q.recognise(load_model(quantize(tmp_path, nets.bottleneck_net(), "qdq", reduce_range=reduce_range)))
+    layers = [s for s in network.steps if s.kind == "layer"]
+    narrow = [kernel_quant(s, network).narrow_weights for s in layers]
+    for step, flag in zip(layers, narrow):
+        assert flag == (int(np.abs(step.weight.astype(np.int16)).max()) <= 64)
+    assert all(narrow) if reduce_range else not any(narrow)

@@ -23,7 +23,7 @@ import jinja2
 import numpy as np
 
 from ..errors import OperatorError
-from ..ops.quant import channels, clamp_bounds, np_type
+from ..ops.quant import NARROW_WEIGHT_MAX, channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
@@ -155,10 +155,11 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
     # int16 pairs (what vpmaddwd takes), so the k loop broadcasts them as they are; widening them in
     # the loop took three shifts per row and k group on the two shift ports the adds need
     # (int8_dialect.h.j2).
-    row_bytes_per_k = 2 if (plan.dialect == "avx2" and not row_is_act and kd == 4) else 1
+    widen = plan.dialect == "avx2" and kd == 4 and not plan.pair_sums_int16
+    row_bytes_per_k = 2 if (widen and not row_is_act) else 1
     # likewise the weights when they are the columns (matmul, the 'channels' conv layout): per k group
     # and vector, the even bytes of its lanes as int16 pairs, then the odd ones: two loads, no shifts
-    col_bytes_per_k = 2 if (plan.dialect == "avx2" and row_is_act and kd == 4) else 1
+    col_bytes_per_k = 2 if (widen and row_is_act) else 1
     if plan.parallel_axis != "columns":
         raise OperatorError(f"{plan.function_name}: the int8 templates split column tiles only, not {plan.parallel_axis}")
     ctx.update({"M": m, "N": n, "K": k, "K4": k4, "KG": k4 // kd, "KD": kd, "split_loads": plan.split_loads, "MR": plan.mr, "NR": plan.nr, "NV": plan.nv,
@@ -171,7 +172,8 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "conv": _conv(spec) if isinstance(spec, Conv2dSpec) else None, "row_k4": k4,
                 "boffs": [v * plan.lanes * kd * col_bytes_per_k for v in range(plan.nv)], "conv_rows": conv_rows,
                 "AKD": kd * row_bytes_per_k, "wide_rows": row_bytes_per_k == 2,
-                "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2})
+                "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2,
+                "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX})
     if conv_rows:
         ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
                     "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r)

@@ -59,6 +59,9 @@ class Int8Plan:
                                        # the outputs as one run: int8_synth.im2col_shape) or 'channels' (the
                                        # GEMM turned around: output pixels as im2col'd rows, output channels in
                                        # the lanes, row_operand 'activations': int8_synth.channels_shape)
+    pair_sums_int16: bool = False      # avx2 GEMM kernels: u8 x s8 products summed in pairs by vpmaddubsw, exact
+                                       # because every weight is within +-64 (QuantParams.narrow_weights); the
+                                       # pre-pack refuses a weight outside it. False: bytes widened to int16 (vpmaddwd)
     depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
                                        # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
                                        # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'

@@ -5,8 +5,10 @@ Pure: (spec, quantization, hardware, cluster, threads, host flags) -> Int8Plan. 
 
 Dialects (templates/cpu/int8_dialect.h.j2):
   vnni     AVX-512 VNNI vpdpbusd: one instruction = 16 lanes x 4 u8*s8 products into int32.
-  avx2     vpmaddwd on even/odd bytes widened in place: 2 vpmaddwd + 2 vpaddd per 8 lanes x 4
-           products (vpmaddubsw would saturate its int16 pair sums, so it is not used).
+  avx2     vpmaddwd on int16 even/odd halves: 2 vpmaddwd + 2 vpaddd per 8 lanes x 4 products; the
+           weights pre-packed as int16 pairs, the activations widened in the loop. Where every weight
+           is within +-64 (QuantParams.narrow_weights: a model quantized with reduce_range),
+           vpmaddubsw + vpmaddwd by ones + vpaddd instead (its int16 pair sums cannot saturate then).
   generic  plain C (modular uint32 accumulators), compiled for the description's -march.
 An AVX-512 core without avx512_vnni gets the avx2 dialect (it runs AVX2), and says so.
 
@@ -400,7 +402,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     row_operand="activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights",
-                    column_layout=layout)
+                    column_layout=layout, pair_sums_int16=dialect == "avx2" and quant.narrow_weights)
 
 
 def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,

@@ -54,6 +54,9 @@ PRODUCT_MAX = 255 * 128
 PER_CHANNEL_STEPS = 9
 
 
+NARROW_WEIGHT_MAX = 64      # QuantParams.narrow_weights: |w| <= this for every weight
+
+
 @dataclass(frozen=True)
 class QuantParams:
     """Quantization parameters of one int8 operator. w_scales: None = per tensor (w_scale),
@@ -66,6 +69,11 @@ class QuantParams:
     per_channel: bool = False
     out_scale: Optional[float] = None
     out_zero_point: int = 0
+    # Every weight within +-NARROW_WEIGHT_MAX (7-bit: what onnxruntime's quantize_static writes with
+    # reduce_range): a pair of u8 x s8 products then sums within int16 (255 x 128 <= 32767), so x86
+    # kernels without VNNI may use vpmaddubsw. Known where the weights are (a model's layers); the
+    # kernel's pre-pack refuses weights outside it.
+    narrow_weights: bool = False
 
     @property
     def out_type(self) -> str:
@@ -84,7 +92,8 @@ class QuantParams:
     def as_dict(self) -> dict:
         return {"act_type": self.act_type, "a_scale": self.a_scale, "a_zero_point": self.a_zero_point,
                 "w_scale": self.w_scale, "per_channel": self.per_channel, "out_scale": self.out_scale,
-                "out_zero_point": self.out_zero_point, "out_type": self.out_type}
+                "out_zero_point": self.out_zero_point, "out_type": self.out_type,
+                "narrow_weights": self.narrow_weights}
 
 
 def _check_scale(field: str, value) -> float:
@@ -119,11 +128,12 @@ def validate(q: QuantParams) -> QuantParams:
     return q
 
 
-QUANT_KEYS = ("act", "a_scale", "a_zp", "w_scale", "per_channel", "out_scale", "out_zp")
+QUANT_KEYS = ("act", "a_scale", "a_zp", "w_scale", "per_channel", "out_scale", "out_zp", "narrow_weights")
 
 
 def parse_quant(text: Optional[str], act_type: Optional[str] = None) -> QuantParams:
-    """'act=int8,a_scale=0.02,a_zp=-3,w_scale=0.01,per_channel=1,out_scale=auto,out_zp=0'.
+    """'act=int8,a_scale=0.02,a_zp=-3,w_scale=0.01,per_channel=1,out_scale=auto,out_zp=0,narrow_weights=1'
+    (narrow_weights: every weight within +-64, QuantParams.narrow_weights).
     Missing keys keep the defaults; the default zero points are the middle of the type (128 / 0)."""
     values: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in str(text or "").split(","))):
@@ -150,12 +160,15 @@ def parse_quant(text: Optional[str], act_type: Optional[str] = None) -> QuantPar
     per_channel = values.get("per_channel", "0").lower()
     if per_channel not in ("0", "1", "true", "false", "yes", "no"):
         raise OperatorError(f"--quant per_channel={per_channel} must be 0 or 1")
+    narrow = values.get("narrow_weights", "0").lower()
+    if narrow not in ("0", "1", "true", "false", "yes", "no"):
+        raise OperatorError(f"--quant narrow_weights={narrow} must be 0 or 1")
     out_scale = values.get("out_scale", "auto")
     q = QuantParams(act_type=act, a_scale=_check_scale("a_scale", values.get("a_scale", "0.02")),
                     a_zero_point=integer("a_zp", middle), w_scale=_check_scale("w_scale", values.get("w_scale", "0.01")),
                     per_channel=per_channel in ("1", "true", "yes"),
                     out_scale=None if out_scale.lower() == "auto" else _check_scale("out_scale", out_scale),
-                    out_zero_point=integer("out_zp", middle))
+                    out_zero_point=integer("out_zp", middle), narrow_weights=narrow in ("1", "true", "yes"))
     return validate(q)
 
 
@@ -252,11 +265,12 @@ def make_qinputs(spec: OperatorSpec, q: QuantParams, seed: int = 0, mode: str = 
     if mode == "extreme":
         far = lo if abs(lo - q.a_zero_point) >= abs(hi - q.a_zero_point) else hi
         x = np.full(x_shape, far, np_type(q.act_type))
-        w = np.full(w_shape, -128, np.int8)
+        w = np.full(w_shape, -NARROW_WEIGHT_MAX if q.narrow_weights else -128, np.int8)
         bias = np.zeros(b_shape, np.int32)
     elif mode == "random":
         x = rng.integers(lo, hi + 1, size=x_shape).astype(np_type(q.act_type))
-        w = rng.integers(-128, 128, size=w_shape).astype(np.int8)
+        w_lo, w_hi = (-NARROW_WEIGHT_MAX, NARROW_WEIGHT_MAX) if q.narrow_weights else (-128, 127)
+        w = rng.integers(w_lo, w_hi + 1, size=w_shape).astype(np.int8)
         limit = min(bias_limit(spec), int(math.sqrt(spec.reduction_size) * 74 * 74))   # about one accumulator spread
         bias = rng.integers(-limit, limit + 1, size=b_shape).astype(np.int32)
     else:

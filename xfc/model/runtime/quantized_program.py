@@ -29,7 +29,7 @@ import numpy as np
 
 from ...errors import OperatorError
 from ...ops.dtypes import INT8
-from ...ops.quant import TYPE_RANGE, QuantParams
+from ...ops.quant import NARROW_WEIGHT_MAX, TYPE_RANGE, QuantParams
 from ..load import LoadedModel
 from ..nodes import run_node
 from ..quantized import (QuantizedNetwork, QStep, add_ratios, gap_multiplier, layer_multipliers, layer_quant,
@@ -62,7 +62,11 @@ class QuantizedLowered:
 
 def kernel_quant(step: QStep, network: QuantizedNetwork) -> QuantParams:
     """The QuantParams an int8 kernel is planned and compiled with (its multipliers are run-time data)."""
-    return layer_quant(network.tensors[step.inputs[0]], network.tensors[step.outputs[0]])
+    quant = layer_quant(network.tensors[step.inputs[0]], network.tensors[step.outputs[0]])
+    weight = getattr(step, "weight", None)
+    if weight is not None and np.asarray(weight).size and int(np.abs(np.asarray(weight, np.int16)).max()) <= NARROW_WEIGHT_MAX:
+        quant = dataclasses.replace(quant, narrow_weights=True)   # reduce_range weights: x86 kernels may sum pairs in int16
+    return quant
 
 
 def _f32(value) -> float:
