@@ -251,8 +251,8 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                 # (cost_model.strided_a_bytes_per_k), on every one of the N / NR column panels;
                 # packed, it costs one transpose of the image. The model prices both where it
                 # charges the L2 stream (the ISA row's interference_model). Packed goes first, so
-                # it wins a tie: in place ran 0-40% slower in the same plan on the Zen 3 host as
-                # the machine's state changed, packed moved less (benchmarks/pointwise_a.py).
+                # it wins a tie: every layer of benchmarks/results/pointwise_a.json that the model
+                # prices within about 2% both ways ran 1.09-1.64x faster packed.
                 if (sched.a_pack == "im2col_direct" and isinstance(spec, Conv2dSpec) and spec.pointwise
                         and row.interference_model):
                     variants.insert(0, (replace(sched, a_pack="packed"),
