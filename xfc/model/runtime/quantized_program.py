@@ -63,8 +63,8 @@ class QuantizedLowered:
 def kernel_quant(step: QStep, network: QuantizedNetwork) -> QuantParams:
     """The QuantParams an int8 kernel is planned and compiled with (its multipliers are run-time data)."""
     quant = layer_quant(network.tensors[step.inputs[0]], network.tensors[step.outputs[0]])
-    weight = getattr(step, "weight", None)
-    if weight is not None and np.asarray(weight).size and int(np.abs(np.asarray(weight, np.int16)).max()) <= NARROW_WEIGHT_MAX:
+    weight = step.weight
+    if weight is not None and weight.size and int(np.abs(weight.astype(np.int16)).max()) <= NARROW_WEIGHT_MAX:
         quant = dataclasses.replace(quant, narrow_weights=True)   # reduce_range weights: x86 kernels may sum pairs in int16
     return quant
 
