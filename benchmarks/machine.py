@@ -1,10 +1,15 @@
 """The machine a benchmark ran on, recorded in every results file so that figures from different
-machines are never compared by mistake (the CPU model, its ISAs, core count, platform, load)."""
+machines are never compared by mistake (the CPU model, family and model number, its ISAs and the
+int8 dot-product extensions, core count, platform, load)."""
 from __future__ import annotations
 
 import os
 import platform
 from pathlib import Path
+
+
+# int8 dot-product extensions a peer may use where xfc's kernels do not (AMX: onnxruntime's MLAS)
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "amx_tile")
 
 
 def machine_facts() -> dict:
@@ -17,7 +22,12 @@ def machine_facts() -> dict:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
+    flags = cpuinfo.get("flags", set())
     return {"cpu_model": cpuinfo.get("model name", platform.processor() or "unknown"),
+            # a VM's model name can be generic ("Intel(R) Xeon(R) Processor"): family and model number
+            # tell the microarchitecture apart (Intel 6/207 Emerald Rapids, AMD 25/1 Zen 3, 25/17 Zen 4)
+            "cpu_family": cpuinfo.get("cpu family"), "cpu_model_number": cpuinfo.get("model"),
+            "dot_product_flags": sorted(f for f in INT8_DOT_FLAGS if f in flags),
             "host_isas": list(available_isas(cap=None)), "cpus": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_write": load}
 
