@@ -3,15 +3,16 @@
 
 For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
 7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 and its 3x3 stride-2 stem, each
-kernel is planned four ways (the planner's choice; force_layout='rows'; 'flat' for stride 1, 'im2col'
-for stride 2; 'channels': the GEMM turned around, output channels in the lanes),
+kernel is planned four or five ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
+and 'flat_both_pads': flat rows staged with both side paddings, as before one padding run served
+both; 'im2col' for stride 2; 'channels': the GEMM turned around, output channels in the lanes),
 built, verified byte for byte against the exact reference and timed with weights pre-packed in
 its C timing loop, 1 thread, best of --rounds medians (rounds interleave the variants). Kernel
 figures, not whole networks (benchmarks/net_bench.py --quantize measures those).
 
-    .venv/bin/python benchmarks/int8_conv_layouts.py [--rounds 3]
+    .venv/bin/python benchmarks/int8_conv_layouts.py [--rounds 3] [--only LAYER,...] [--out-name NAME]
 
-writes benchmarks/results/int8_conv_layouts.json (the machine named).
+writes benchmarks/results/int8_conv_layouts.json or NAME (the machine named).
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
     "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0, 1),
 }
 VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"},
+                # the flat rows staged with both side paddings (before one padding run served both)
+                "flat_both_pads": {"force_layout": "flat", "flat_padding": "both"},
                 "channels": {"force_layout": "channels"}},
             2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"},
                 "channels": {"force_layout": "channels"}}}
@@ -51,8 +54,15 @@ REPEAT = 50
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated layer names (default: all): " + ", ".join(LAYERS))
+    parser.add_argument("--out-name", default="int8_conv_layouts.json", help="the results file's name in --results")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in only if name not in LAYERS]
+    if unknown:
+        print(f"int8-conv-layouts: --only: no layer {', '.join(unknown)} (layers: {', '.join(LAYERS)})", file=sys.stderr)
+        return 2
     from xfc.cpu.int8_synth import plan_int8
     from xfc.hardware.host import read_flags
     from xfc.ops.dtypes import INT8, make_operands
@@ -66,6 +76,8 @@ def main(argv=None) -> int:
     built, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="xfc-int8-layouts-") as tmp:
         for name, (size, c, k, r, pad, stride) in LAYERS.items():
+            if only and name not in only:
+                continue
             spec = make_spec("conv2d", dict(n=1, c=c, h=size, w=size, k=k, r=r, s=r), pad=(pad,) * 4,
                              stride=(stride, stride), bias=True)
             for variant, forced in VARIANTS[stride].items():
@@ -84,9 +96,9 @@ def main(argv=None) -> int:
         rows.append({"layer": name, "variant": variant, "column_layout": plan.column_layout, "dialect": plan.dialect,
                      "tile": [plan.mr, plan.nr], "verified": ok, "gops": round(best[(name, variant)], 1),
                      "spec": plan.spec.describe()})
-        print(f"{name:28s} {variant:8s} {plan.column_layout:6s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
+        print(f"{name:28s} {variant:14s} {plan.column_layout:8s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
               f"{'ok' if ok else 'WRONG'} {best[(name, variant)]:7.1f} GOP/s")
-    out = args.results / "int8_conv_layouts.json"
+    out = args.results / args.out_name
     write_json_result(out, {"benchmark": "int8 conv2d column layouts, kernel with pre-packed weights, C timing loop, "
                                          "1 thread, best of the round medians",
                             "machine": machine_facts(), "rounds": args.rounds, "rows": rows,

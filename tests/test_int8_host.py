@@ -14,6 +14,7 @@ from xfc.errors import OperatorError, XfcError
 from xfc.hardware.host import available_isas
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
+from xfc.cpu.int8_synth import flat_row_width
 from xfc.ops.spec import make_spec
 from xfc.hardware.host import read_flags
 from support import compile_int8, run_int8_entry, verify_int8
@@ -110,11 +111,15 @@ FLAT = [  # stride-1 conv2d: short rows, pads on every side, a dilation, channel
     ({"c": 13, "h": 7, "w": 7, "k": 21, "r": 3, "s": 3, "n": 2}, {"pad": "1,1,1,1"}, (2, 2)),
     ({"c": 5, "h": 9, "w": 5, "k": 17, "r": 3, "s": 2}, {"pad": "2,0,1,1", "dilation": "2,1"}, (3, 1)),
     ({"c": 9, "h": 6, "w": 11, "k": 8, "r": 1, "s": 1}, {}, (1, 2)),
+    # the left padding wider than the right and none below: the right padding is read in the next
+    # staged row's left one, and the last row's in the zero-point row below the image
+    ({"c": 6, "h": 5, "w": 6, "k": 19, "r": 3, "s": 3}, {"pad": "1,2,0,1"}, (2, 1)),
 ]
 
 
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
-@pytest.mark.parametrize("shape, geometry, tile", FLAT, ids=["7x7-pad1-batch2", "dilated-odd-pads", "1x1"])
+@pytest.mark.parametrize("shape, geometry, tile", FLAT,
+                         ids=["7x7-pad1-batch2", "dilated-odd-pads", "1x1", "left-pad-wider-no-bottom"])
 def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
     """The 'flat' layout (vectors run on across output rows, the padding columns computed and
     dropped), forced with the planner's tile and with a ragged one, at 1 and 2 threads."""
@@ -125,8 +130,21 @@ def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, g
         plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
                                     **kw)
         assert plan.column_layout == "flat" and "flat" in plan.summary().get("column_layout", "")
+        assert plan.flat_row_pixels == flat_row_width(spec)
         verdict = verify_int8(kernel, seed=n + 3)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+def test_flat_layout_with_both_paddings_staged_matches_the_reference_exactly(tmp_path):
+    """flat_padding='both' (what benchmarks/int8_conv_layouts.py compares against): the staged rows
+    keep both side paddings and the kernel is as exact."""
+    spec = make_spec("conv2d", FLAT[0][0], bias=True, **FLAT[0][1])
+    q = QuantParams(act_type="uint8", a_zero_point=17, out_zero_point=100)
+    plan, kernel = compile_int8(spec, q, load("host"), tmp_path, threads=1, flags=FLAGS, force_layout="flat",
+                                flat_padding="both")
+    assert plan.flat_row_pixels == spec.w + spec.pad_left + spec.pad_right == 9
+    verdict = verify_int8(kernel, seed=11)
+    assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
 IM2COL = [  # strided conv2d: short rows, odd pads, a dilation, channels not a multiple of 4, a 1x1, a batch

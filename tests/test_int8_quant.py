@@ -251,3 +251,25 @@ def test_int8_decisions_are_plan_fields_the_templates_only_spell():
     assert '#pragma GCC target("avx2,fma")' in pragma
     with pytest.raises(OperatorError, match="split column tiles only"):
         render_int8_kernel(dataclasses.replace(x86, parallel_axis="rows"))
+
+
+@pytest.mark.parametrize("w, pads, s, width", [
+    (14, (1, 1), 3, 15),      # one padding run between rows: 14 of 15 lanes outputs, not 14 of 16
+    (7, (2, 1), 3, 9),        # the wider side is staged
+    (5, (0, 1), 2, 6),
+    (9, (0, 0), 1, 9),        # no padding: the rows as they are
+    (6, (2, 2), 3, 8),        # padding as wide as the window allows: the output row (8) still fits
+])
+def test_flat_rows_stage_one_padding_run_between_rows(w, pads, s, width):
+    from xfc.cpu.int8_synth import flat_row_width
+    spec = make_spec("conv2d", {"c": 8, "h": 4, "w": w, "k": 16, "r": 1, "s": s},
+                     pad=f"0,{pads[0]},0,{pads[1]}")
+    assert flat_row_width(spec) == width
+    assert flat_row_width(spec, "both") == w + sum(pads)
+    assert spec.out_w <= flat_row_width(spec)
+    plan = plan_int8(spec, QuantParams(), load("host:avx512"), threads=1, force_layout="flat")
+    assert plan.flat_row_pixels == width
+    both = plan_int8(spec, QuantParams(), load("host:avx512"), threads=1, force_layout="flat", flat_padding="both")
+    assert both.flat_row_pixels == w + sum(pads)
+    with pytest.raises(OperatorError, match="flat padding 'none'"):
+        plan_int8(spec, QuantParams(), load("host:avx512"), threads=1, flat_padding="none")

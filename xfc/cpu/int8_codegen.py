@@ -27,7 +27,7 @@ from ..ops.quant import NARROW_WEIGHT_MAX, channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
-from .int8_synth import Int8Plan, flat_row_width
+from .int8_synth import Int8Plan
 
 
 _ENV = None
@@ -209,14 +209,16 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
 
 
 def _flat_context(plan: Int8Plan) -> dict:
-    """The 'flat' column layout (Int8Plan.column_layout, stride 1): staged rows of WPH = the padded
-    input width; column tile nt covers staged positions [nt NR, nt NR + NR) of the plane read as one
-    row, lane j being output (q / WPH, q % WPH) when q % WPH < OW (else padding: computed, dropped).
+    """The 'flat' column layout (Int8Plan.column_layout, stride 1): staged rows of WPH =
+    plan.flat_row_pixels (the input width and its wider side padding: int8_synth.flat_row_width);
+    column tile nt covers staged positions [nt NR, nt NR + NR) of the plane read as one row, lane j being output (q / WPH, q % WPH) when q % WPH < OW (else padding: computed, dropped).
     Staged rows below the image hold the zero point so that the last tile's taps stay in the plane."""
     spec, kd = plan.spec, plan.k_depth
-    wph = flat_row_width(spec)
+    wph = plan.flat_row_pixels
     tiles = math.ceil(spec.out_h * wph / plan.nr)
     reach = tiles * plan.nr + (spec.r - 1) * spec.dilation_h * wph + (spec.s - 1) * spec.dilation_w
+    # a row staged without its right padding (flat_row_width) reads it in the next row; the last
+    # padded row's reads land in the row below it, which the reach includes ((S-1) dw >= 1 there)
     hp = max(spec.h + spec.pad_top + spec.pad_bottom, math.ceil(reach / wph))
     taps = [(r * spec.dilation_h * wph + s * spec.dilation_w) * kd for r in range(spec.r) for s in range(spec.s)]
     return {"flat": True, "WPH": wph, "HP": hp, "NT": tiles, "tap_offs": taps,

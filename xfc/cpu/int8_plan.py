@@ -59,6 +59,8 @@ class Int8Plan:
                                        # the outputs as one run: int8_synth.im2col_shape) or 'channels' (the
                                        # GEMM turned around: output pixels as im2col'd rows, output channels in
                                        # the lanes, row_operand 'activations': int8_synth.channels_shape)
+    flat_row_pixels: int = 0           # column_layout 'flat': pixels of a staged row (int8_synth.flat_row_width: the
+                                       # input row and its wider side padding); 0 for the other layouts
     pair_sums_int16: bool = False      # avx2 GEMM kernels: u8 x s8 products summed in pairs by vpmaddubsw, exact
                                        # because every weight is within +-64 (QuantParams.narrow_weights); the
                                        # pre-pack refuses a weight outside it. False: bytes widened to int16 (vpmaddwd)

@@ -59,6 +59,7 @@ DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
 # rank right with on a Zen 4 host (ranking only: a 28x28 stride-2 layer is a near tie)
 STAGE_BYTES_PER_CYCLE = 1.0
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
+FLAT_PADDINGS = ("shared", "both")      # flat_row_width: one padding run between rows, or both staged
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,14 @@ def gemm_shape(spec: OperatorSpec) -> GemmShape:
     return GemmShape(m, n, 1, math.ceil(k / 4))
 
 
-def flat_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
+def flat_shape(spec: Conv2dSpec, padding: str = "shared") -> Optional[GemmShape]:
     """The 'flat' column layout of a stride-1 conv2d (Int8Plan.column_layout): the staged input's
     padded rows (flat_row_width pixels) read as one run, output rows one after another, so a vector
     does not stop at the end of a short output row; the padding columns in between are computed and
     dropped (waste counted in the run). Threads split (column tile, row block) pairs. None: strided."""
     if spec.stride_h != 1 or spec.stride_w != 1:
         return None
-    return GemmShape(spec.k, spec.out_h * flat_row_width(spec), 1, spec.r * spec.s * math.ceil(spec.c / 4))
+    return GemmShape(spec.k, spec.out_h * flat_row_width(spec, padding), 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
 
 def im2col_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
@@ -135,9 +136,16 @@ def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, thr
     return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks))
 
 
-def flat_row_width(spec: Conv2dSpec) -> int:
-    """Pixels of a staged row in the flat layout: the input row with its padding (stride 1)."""
-    return spec.w + spec.pad_left + spec.pad_right
+def flat_row_width(spec: Conv2dSpec, padding: str = "shared") -> int:
+    """Pixels of a staged row in the flat layout (stride 1): the input row and its wider side padding.
+    The narrower side's padding is not staged ('shared'): a tap reading past a row's end lands in
+    the next row's left padding, which holds the same zero point, so one padding run serves both
+    sides (a 14-wide row with pads 1, 1 is staged 15 wide, not 16: fewer computed and dropped lanes).
+    That holds while the output row fits the staged one (min(pad_left, pad_right) <= (S-1) dw, which
+    the spec's padding limit implies; checked all the same); padding='both' stages both paddings."""
+    both = spec.w + spec.pad_left + spec.pad_right
+    shared = spec.w + max(spec.pad_left, spec.pad_right)
+    return shared if padding == "shared" and spec.out_w <= shared else both
 
 
 def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int,
@@ -280,10 +288,11 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
               force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None,
-              force_layout: Optional[str] = None) -> Int8Plan:
+              force_layout: Optional[str] = None, flat_padding: str = "shared") -> Int8Plan:
     """The int8 plan. force_dialect / force_tile / force_rows / force_layout (tests, benchmarks): a
     narrower dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile, the
-    conv2d column layout ('rows'; 'flat' where the stride is 1; 'im2col' where it is not).
+    conv2d column layout ('rows'; 'flat' where the stride is 1; 'im2col' where it is not);
+    flat_padding (benchmarks): 'both' stages both side paddings of a flat row (flat_row_width).
     AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
         from .int8_arm import plan_arm_int8
@@ -333,7 +342,10 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                                                         and not isinstance(spec, Conv2dSpec)):
         raise OperatorError(f"int8 column layout '{force_layout}': {', '.join(COLUMN_LAYOUTS)} for conv2d "
                             f"(not {spec.name})")
-    flat = flat_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout in (None, "flat") else None
+    if flat_padding not in FLAT_PADDINGS:
+        raise OperatorError(f"int8 flat padding '{flat_padding}': {', '.join(FLAT_PADDINGS)}")
+    flat = (flat_shape(spec, flat_padding) if isinstance(spec, Conv2dSpec) and force_layout in (None, "flat")
+            else None)
     if force_layout == "flat" and flat is None:
         raise OperatorError(f"{spec.describe()}: the flat column layout needs a stride-1 conv2d")
     gathered = im2col_shape(spec) if isinstance(spec, Conv2dSpec) and force_layout in (None, "im2col") else None
@@ -361,9 +373,10 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                                   (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                                             _tile_seconds(flat, tile.mr, tile.nr, tile.cycles_per_group,
                                                           cl.clock_ghz * 1e9, threads, 1, True)), 0))
-        valid = spec.out_w / flat_row_width(spec)
+        flat_width = flat_row_width(spec, flat_padding)
+        valid = spec.out_w / flat_width
         if flat_tile.seconds < tile.seconds or force_layout == "flat":
-            reasons.append(f"columns 'flat': the padded staged rows ({flat_row_width(spec)} pixels, {valid:.0%} of them "
+            reasons.append(f"columns 'flat': the padded staged rows ({flat_width} pixels, {valid:.0%} of them "
                            f"outputs) as one run, register tile {flat_tile.mr}x{flat_tile.nr}, "
                            f"{flat_tile.seconds * 1e6:.1f} us modelled against {tile.seconds * 1e6:.1f} us for "
                            f"vectors within an output row ({spec.out_w} pixels)")
@@ -402,7 +415,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     row_operand="activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights",
-                    column_layout=layout, pair_sums_int16=dialect == "avx2" and quant.narrow_weights)
+                    column_layout=layout, pair_sums_int16=dialect == "avx2" and quant.narrow_weights,
+                    flat_row_pixels=flat_row_width(spec, flat_padding) if layout == "flat" else 0)
 
 
 def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,
