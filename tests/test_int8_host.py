@@ -182,8 +182,9 @@ CHANNELS = [  # the GEMM turned around (pixels as rows): a short stage, a stride
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tile", CHANNELS, ids=["7x7-batch2", "dilated-s2x3-odd-pads", "1x1"])
 def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
-    """The 'channels' layout (output pixels as im2col'd rows, output channels in the lanes, the outputs
-    stored transposed), forced with the planner's tile and with a ragged one, at 1 and 2 threads."""
+    """The 'channels' layout (output pixels as rows gathered from the staged input, output channels in
+    the lanes, the outputs stored transposed), forced with the planner's tile and with a ragged one, at
+    1 and 2 threads."""
     spec = make_spec("conv2d", shape, bias=True, activation="relu6", **geometry)
     q = QuantParams(act_type="uint8", a_zero_point=77, per_channel=True, out_zero_point=200)
     for n, (threads, force) in enumerate([(1, None), (2, tile)]):
@@ -193,6 +194,19 @@ def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shap
         assert plan.column_layout == "channels" and plan.row_operand == "activations"
         verdict = verify_int8(kernel, seed=n + 7)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+def test_channels_layout_with_int8_activations_matches_the_reference_exactly(isa, dialect, tmp_path):
+    """int8 activations (every staged byte flipped by 0x80), whole 4-channel groups staged 4 bytes
+    at a time, a partial last pixel block, 2 threads."""
+    spec = make_spec("conv2d", {"c": 12, "h": 6, "w": 5, "k": 40, "r": 3, "s": 3}, bias=True, pad="1,1,1,1")
+    q = QuantParams(act_type="int8", a_zero_point=-20, per_channel=True, out_zero_point=-3)
+    plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=2, flags=FLAGS,
+                                force_layout="channels", force_tile=(7, 1))
+    assert plan.column_layout == "channels" and (spec.out_h * spec.out_w) % plan.mr != 0
+    verdict = verify_int8(kernel, seed=21)
+    assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
 @pytest.mark.unit

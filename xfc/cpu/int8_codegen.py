@@ -176,6 +176,8 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX})
     if conv_rows:
         ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
+                    # the padded image the rows are gathered from (templates: stage_rows_input)
+                    "RS_HP": spec.h + spec.pad_top + spec.pad_bottom, "RS_WP": spec.w + spec.pad_left + spec.pad_right,
                     "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r)
                                 for s in range(spec.s)]})
     elif isinstance(spec, Conv2dSpec):

@@ -57,7 +57,7 @@ class Int8Plan:
                                        # row; the padding columns are computed and dropped: int8_synth.flat_shape)
                                        # or 'im2col' (strided: every tap gathered per output pixel when staged,
                                        # the outputs as one run: int8_synth.im2col_shape) or 'channels' (the
-                                       # GEMM turned around: output pixels as im2col'd rows, output channels in
+                                       # GEMM turned around: output pixels as gathered rows, output channels in
                                        # the lanes, row_operand 'activations': int8_synth.channels_shape)
     flat_row_pixels: int = 0           # column_layout 'flat': pixels of a staged row (int8_synth.flat_row_width: the
                                        # input row and its wider side padding); 0 for the other layouts

@@ -58,6 +58,13 @@ DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
 # per iteration with a bounds check; 1 byte per cycle is what benchmarks/int8_conv_layouts.py's strided layers
 # rank right with on a Zen 4 host (ranking only: a 28x28 stride-2 layer is a near tie)
 STAGE_BYTES_PER_CYCLE = 1.0
+# the 'channels' layout's row gather (int8_gemm.c.j2 pack_rows): a pixel's 4-channel k group is 4 adjacent
+# bytes of the staged input, copied as one word: about a word per cycle (not fitted; with it the model
+# ranks the layouts of benchmarks/int8_conv_layouts.py as a Zen 4 host ran them, docs/int8.md)
+CHANNELS_GATHER_BYTES_PER_CYCLE = 4.0
+# ... and its epilogue writes each output byte on its own into its channel's NCHW plane: a store per
+# cycle (with a short reduction, e.g. a 1x1 conv of 96 channels, that store is a third of the kernel)
+CHANNELS_STORE_BYTES_PER_CYCLE = 1.0
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
 FLAT_PADDINGS = ("shared", "both")      # flat_row_width: one padding run between rows, or both staged
 
@@ -122,7 +129,7 @@ def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster, threads: int =
 
 def channels_shape(spec: Conv2dSpec) -> GemmShape:
     """The 'channels' column layout of a conv2d (Int8Plan.column_layout): the GEMM turned around, the
-    output pixels as rows (im2col'd per call) and the output channels in the vector lanes, for layers
+    output pixels as rows (gathered per call from the staged input) and the output channels in the vector lanes, for layers
     with few output pixels and many channels (a 7x7 stage) whose pixels fill vectors badly. The
     outputs are stored transposed into the NCHW planes. Threads split column tiles (channel blocks)."""
     return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
@@ -130,10 +137,14 @@ def channels_shape(spec: Conv2dSpec) -> GemmShape:
 
 def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1) -> float:
     """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to
-    MR), split across the kernel's threads (per row block)."""
+    MR), copied from the staged input a 4-byte k group at a time (CHANNELS_GATHER_BYTES_PER_CYCLE), and
+    the outputs stored transposed a byte at a time (CHANNELS_STORE_BYTES_PER_CYCLE), split across the
+    kernel's threads (per row block). Staging the input itself is not charged: every conv layout stages it."""
     blocks = math.ceil(spec.out_h * spec.out_w / mr)
     staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * blocks * mr
-    return staged / STAGE_BYTES_PER_CYCLE / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks))
+    stored = spec.out_h * spec.out_w * spec.k            # the outputs, transposed into the NCHW planes
+    return ((staged / CHANNELS_GATHER_BYTES_PER_CYCLE + stored / CHANNELS_STORE_BYTES_PER_CYCLE)
+            / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks)))
 
 
 def flat_row_width(spec: Conv2dSpec, padding: str = "shared") -> int:
@@ -396,7 +407,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         staging = channels_staging_seconds(spec, c_tile.mr, cl, threads)
         c_seconds = c_tile.seconds + staging
         if c_seconds < tile.seconds or force_layout == "channels":
-            reasons.append(f"columns 'channels': output pixels as rows (im2col per call), the {spec.k} output "
+            reasons.append(f"columns 'channels': output pixels as rows (gathered per call), the {spec.k} output "
                            f"channels in the lanes, register tile {c_tile.mr}x{c_tile.nr}, {c_seconds * 1e6:.1f} us "
                            f"modelled ({staging * 1e6:.1f} of them gathering) against {tile.seconds * 1e6:.1f} us")
             tile = Int8Tile(c_tile.mr, c_tile.nv, c_tile.lanes, c_tile.cycles_per_group, c_seconds)
