@@ -15,6 +15,11 @@
                count (from the first run; fused nodes matched to layers as `xfc model --bench` does;
                the profiler adds its own cost to every node, so these sum to more than session.run)
 
+With --quantize qdq|qoperator the network is quantized first (onnxruntime.quantization, as
+benchmarks/net_bench.py does) and every step of xfc's int8 network (layers and runtime ops; there is
+no per-layer "alone" column for int8 models) is set beside onnxruntime's profiled node of the same
+name in the quantized model, each conv with its GOP/s.
+
 Layers are sorted by how much slower xfc runs in the network than onnxruntime's node. The sums say how
 much the network costs beyond its kernels alone (cache state, cross-core traffic, the steps between
 kernels). Each `xfc model` run is a separate process; the machine's noise is in every column (compare
@@ -71,6 +76,86 @@ def join(layers_report: dict, network_report: dict) -> tuple[list[dict], float]:
     return rows, others
 
 
+def onnxruntime_node_ms(model: Path, threads: int, repeat: int, tmp: Path) -> dict[str, tuple[float, str]]:
+    """{node name: (median ms of its kernel time, op type)} from onnxruntime's profiler over `repeat`
+    runs of the session (same random input as xfc's benchmark program draws: the values do not
+    change the time). onnxruntime renames some nodes (a '_token_N' suffix): it is dropped."""
+    import re
+    import numpy as np
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp / "ort-profile")
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in arg.shape]
+        feeds[arg.name] = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for _ in range(repeat):
+        session.run(None, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    per_node: dict[str, list] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            name = re.sub(r"_token_\d+$", "", event["name"][:-len("_kernel_time")])
+            per_node.setdefault(name, []).append((event["dur"], event.get("args", {}).get("op_name", "")))
+    return {name: (float(np.median([d for d, _ in runs])) / 1e3, runs[0][1]) for name, runs in per_node.items()}
+
+
+def quantized_rows(network_report: dict, nodes: dict) -> list[dict]:
+    """One row per step of xfc's int8 network, onnxruntime's node of the same name beside it."""
+    rows = []
+    for step in network_report["network_bench"]["profile"]["steps"]:
+        node = nodes.get(step["name"])
+        rows.append(dict(step=step["step"], node=step["name"], what=step["what"], in_network_ms=step["ms"],
+                         gops=step.get("gflops"), onnxruntime_ms=None if node is None else node[0],
+                         onnxruntime_op=None if node is None else node[1]))
+    return rows
+
+
+def main_quantized(args) -> int:
+    from xfc.model.quantized_peer import quantize_with_onnxruntime
+    with tempfile.TemporaryDirectory(prefix="xfc-net-steps-") as tmp_name:
+        tmp = Path(tmp_name)
+        path = tmp / f"{args.net}.onnx"
+        export(args.net, path, args.size)
+        print(f"[net-steps] quantizing {args.net} ({args.quantize}) with onnxruntime.quantization", file=sys.stderr)
+        model = quantize_with_onnxruntime(path, tmp / f"{args.net}_{args.quantize}.onnx", args.quantize)
+        network = xfc_model(model, args.threads, args.repeat, tmp / "lib", ["--emit", "lib", "--profile"])
+        nodes = onnxruntime_node_ms(model, args.threads, args.repeat, tmp)
+    rows = quantized_rows(network, nodes)
+    matched = {r["node"] for r in rows}
+    unmatched = {name: ms for name, (ms, _op) in nodes.items() if name not in matched}
+    rows.sort(key=lambda r: -(r["in_network_ms"] - (r["onnxruntime_ms"] or 0.0)))
+    print(f"{'step':>4} {'in net ms':>9} {'ort ms':>7} {'net-ort':>8} {'GOP/s':>6}  step")
+    for r in rows[:args.top]:
+        ort_ms = r["onnxruntime_ms"]
+        ort_text = "-" if ort_ms is None else f"{ort_ms:.3f}"
+        gap_text = "" if ort_ms is None else f"{r['in_network_ms'] - ort_ms:+.3f}"
+        gops_text = "" if r["gops"] is None else f"{r['gops']:.0f}"
+        print(f"{r['step']:>4} {r['in_network_ms']:>9.3f} {ort_text:>7} {gap_text:>8} {gops_text:>6}  {r['what'][:80]}")
+    sums = dict(in_network_ms=sum(r["in_network_ms"] for r in rows),
+                onnxruntime_matched_ms=sum(r["onnxruntime_ms"] or 0.0 for r in rows),
+                onnxruntime_unmatched_ms=sum(unmatched.values()))
+    bench = network["network_bench"]
+    whole = dict(xfc_median_ms=bench["xfc"]["median_ms"], onnxruntime_median_ms=bench["onnxruntime"]["median_ms"],
+                 speedup=bench["speedup"])
+    print(f"{len(rows)} steps in the network {sums['in_network_ms']:.3f} ms; onnxruntime's nodes of the same names "
+          f"{sums['onnxruntime_matched_ms']:.3f} ms (profiled: the profiler adds to every node), its other nodes "
+          f"{sums['onnxruntime_unmatched_ms']:.3f} ms. Whole network: xfc {whole['xfc_median_ms']:.3f} ms, "
+          f"onnxruntime {whole['onnxruntime_median_ms']:.3f} ms (x{whole['speedup']:.2f})")
+    out = args.results / f"net_steps_{args.net}_{args.quantize}_t{args.threads}.json"
+    write_json_result(out, dict(machine=machine_facts(), net=args.net, format=args.quantize, threads=args.threads,
+                                size=args.size, repeat=args.repeat, sums=sums, whole_network=whole, rows=rows,
+                                onnxruntime_unmatched_ms=unmatched,
+                                command=f"benchmarks/net_steps.py --net {args.net} --quantize {args.quantize} "
+                                        f"--threads {args.threads}"),
+                      kind="net-steps")
+    print(f"-> {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--net", default="mobilenet_v2", help="one network: " + ", ".join(ALL))
@@ -78,6 +163,8 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--repeat", type=int, default=30, help="timed runs per layer / per round (default 30)")
     parser.add_argument("--top", type=int, default=20, help="rows printed (default 20; the JSON has all)")
+    parser.add_argument("--quantize", choices=("qdq", "qoperator"),
+                        help="quantize the network first (int8) and compare every step with onnxruntime's node")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     archs = networks_or_status("net-steps", args.net)
@@ -86,6 +173,8 @@ def main(argv=None) -> int:
     if len(archs) != 1:
         print(f"net-steps: --net takes one network, not {args.net}", file=sys.stderr)
         return 2
+    if args.quantize:
+        return main_quantized(args)
     with tempfile.TemporaryDirectory(prefix="xfc-net-steps-") as tmp_name:
         tmp = Path(tmp_name)
         path = tmp / f"{args.net}.onnx"
