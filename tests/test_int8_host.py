@@ -209,6 +209,20 @@ def test_channels_layout_with_int8_activations_matches_the_reference_exactly(isa
     assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+@pytest.mark.skipif(not HAS_VNNI, reason="needs a CPU with avx512_vnni")
+@pytest.mark.parametrize("tile", [(16, 1), (20, 1)], ids=["16-pixel-blocks", "20-pixel-blocks"])
+def test_channels_layout_transposes_whole_and_partial_16_pixel_blocks(tile, tmp_path):
+    """The epilogue transposes the tile in 16 x 16 byte blocks: whole blocks of 16 pixels (stored
+    whole), a second block of 4 (masked), 16 channels per tile, the last of 40 holding 8."""
+    spec = make_spec("conv2d", {"c": 7, "h": 7, "w": 9, "k": 40, "r": 3, "s": 3}, bias=True, pad="1,1,1,1")
+    q = QuantParams(act_type="uint8", a_zero_point=90, per_channel=True, out_zero_point=128)
+    plan, kernel = compile_int8(spec, q, load("host:avx512"), tmp_path, threads=1, flags=FLAGS,
+                                force_layout="channels", force_tile=tile)
+    assert (plan.mr, plan.nv, plan.dialect) == (tile[0], tile[1], "vnni")
+    verdict = verify_int8(kernel, seed=31)
+    assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 @pytest.mark.unit
 def test_an_unknown_or_misplaced_column_layout_is_refused():
     from xfc.cpu.int8_synth import plan_int8

@@ -62,9 +62,10 @@ STAGE_BYTES_PER_CYCLE = 1.0
 # bytes of the staged input, copied as one word: about a word per cycle (not fitted; with it the model
 # ranks the layouts of benchmarks/int8_conv_layouts.py as a Zen 4 host ran them, docs/int8.md)
 CHANNELS_GATHER_BYTES_PER_CYCLE = 4.0
-# ... and its epilogue writes each output byte on its own into its channel's NCHW plane: a store per
-# cycle (with a short reduction, e.g. a 1x1 conv of 96 channels, that store is a third of the kernel)
-CHANNELS_STORE_BYTES_PER_CYCLE = 1.0
+# ... and its epilogue stores the outputs transposed into the channels' NCHW planes: the generic dialect
+# a byte per cycle (with a short reduction, e.g. a 1x1 conv of 96 channels, that is a third of the
+# kernel); the x86 SIMD dialects transpose 16 x 16 byte blocks in registers, about 4 bytes per cycle
+CHANNELS_STORE_BYTES_PER_CYCLE = {"vnni": 4.0, "avx2": 4.0, "generic": 1.0}
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
 FLAT_PADDINGS = ("shared", "both")      # flat_row_width: one padding run between rows, or both staged
 
@@ -135,15 +136,16 @@ def channels_shape(spec: Conv2dSpec) -> GemmShape:
     return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
 
-def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1) -> float:
+def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1,
+                             dialect: str = "generic") -> float:
     """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to
     MR), copied from the staged input a 4-byte k group at a time (CHANNELS_GATHER_BYTES_PER_CYCLE), and
-    the outputs stored transposed a byte at a time (CHANNELS_STORE_BYTES_PER_CYCLE), split across the
+    the outputs stored transposed (CHANNELS_STORE_BYTES_PER_CYCLE of the dialect), split across the
     kernel's threads (per row block). Staging the input itself is not charged: every conv layout stages it."""
     blocks = math.ceil(spec.out_h * spec.out_w / mr)
     staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * blocks * mr
     stored = spec.out_h * spec.out_w * spec.k            # the outputs, transposed into the NCHW planes
-    return ((staged / CHANNELS_GATHER_BYTES_PER_CYCLE + stored / CHANNELS_STORE_BYTES_PER_CYCLE)
+    return ((staged / CHANNELS_GATHER_BYTES_PER_CYCLE + stored / CHANNELS_STORE_BYTES_PER_CYCLE[dialect])
             / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks)))
 
 
@@ -404,7 +406,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                               _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
                                             threads))
-        staging = channels_staging_seconds(spec, c_tile.mr, cl, threads)
+        staging = channels_staging_seconds(spec, c_tile.mr, cl, threads, dialect)
         c_seconds = c_tile.seconds + staging
         if c_seconds < tile.seconds or force_layout == "channels":
             reasons.append(f"columns 'channels': output pixels as rows (gathered per call), the {spec.k} output "
