@@ -2,7 +2,8 @@
 """int8 conv2d column layouts on this host: the planner's choice against each layout forced.
 
 For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
-7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 and its 3x3 stride-2 stem, each
+7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 (expansions and projections) and its
+3x3 stride-2 stem, each
 kernel is planned four or five ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
 and 'flat_both_pads': flat rows staged with both side paddings, as before one padding run served
 both; 'im2col' for stride 2; 'channels': the GEMM turned around, output channels in the lanes),
@@ -39,6 +40,10 @@ LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
     "r18_shortcut_14_to_7_1x1_s2": (14, 256, 512, 1, 0, 2),
     "mbv2_stem_3x3_s2": (224, 3, 32, 3, 1, 2),
     "mbv2_56x56_1x1_c24_k144": (56, 24, 144, 1, 0, 1),
+    # MobileNetV2's projections: few output channels, so staging the input is a large share
+    "mbv2_56x56_1x1_c144_k24": (56, 144, 24, 1, 0, 1),
+    "mbv2_28x28_1x1_c192_k32": (28, 192, 32, 1, 0, 1),
+    "mbv2_14x14_1x1_c576_k96": (14, 576, 96, 1, 0, 1),
     "mbv2_14x14_1x1_c96_k576": (14, 96, 576, 1, 0, 1),
     "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0, 1),
 }

@@ -135,6 +135,29 @@ def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, g
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+STAGING = [  # rows of 16 pixels and more (the unpack rounds, the last one overlapping), a partial channel
+    # group, int8 activations (the XOR), a 1x1 conv staged as one run of rows, a 3x3 with its padding
+    ({"c": 14, "h": 5, "w": 21, "k": 19, "r": 3, "s": 3}, {"pad": "1,1,1,1"}, "int8"),
+    ({"c": 12, "h": 6, "w": 19, "k": 9, "r": 1, "s": 1}, {}, "uint8"),
+    ({"c": 8, "h": 3, "w": 32, "k": 16, "r": 3, "s": 3}, {"pad": "2,1,0,1"}, "uint8"),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("layout", ["flat", "rows"])
+@pytest.mark.parametrize("shape, geometry, act", STAGING, ids=["3x3-w21-c14-int8", "1x1-w19", "3x3-w32-odd-pads"])
+def test_staged_input_rows_of_16_pixels_and_more_match_the_reference_exactly(isa, dialect, layout, shape, geometry,
+                                                                           act, tmp_path):
+    """The stride-1 staging (SIMD unpacks 16 pixels a round) under both pixel layouts, at 2 threads."""
+    spec = make_spec("conv2d", shape, bias=True, **geometry)
+    zp = -9 if act == "int8" else 140
+    q = QuantParams(act_type=act, a_zero_point=zp, per_channel=True, out_zero_point=5)
+    plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=2, flags=FLAGS, force_layout=layout)
+    assert plan.column_layout == layout
+    verdict = verify_int8(kernel, seed=41)
+    assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 def test_flat_layout_with_both_paddings_staged_matches_the_reference_exactly(tmp_path):
     """flat_padding='both' (what benchmarks/int8_conv_layouts.py compares against): the staged rows
     keep both side paddings and the kernel is as exact."""
