@@ -281,7 +281,10 @@ def depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster, thre
 def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster,
                            threads: int) -> tuple[DepthwiseBlock, int]:
     """The (lanes, vectors, rows) block with the shortest modelled time per call (depthwise_block),
-    and how many were scored; ties to wider vectors, then fewer accumulators, then fewer rows."""
+    and how many were scored; ties to fewer lanes past the end of an output row (their epilogue,
+    loads and stores are paid and dropped: on 7-wide rows 8-lane vectors ran 1.2-1.5x faster than
+    16-lane ones the model ties them with, docs/int8.md), then wider vectors, then fewer accumulators,
+    then fewer rows."""
     best, key_best, scored = None, None, 0
     for lanes in DEPTHWISE_LANES[dialect]:
         vecs_per_row = math.ceil(spec.out_w / lanes)
@@ -291,7 +294,8 @@ def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluste
                 if block is None:
                     continue
                 scored += 1
-                key = (round(block.seconds * 1e12), -lanes, rows * vectors, rows)
+                wasted_lanes = vecs_per_row * lanes - spec.out_w
+                key = (round(block.seconds * 1e12), wasted_lanes, -lanes, rows * vectors, rows)
                 if key_best is None or key < key_best:
                     best, key_best = block, key
     return best, scored
