@@ -273,3 +273,14 @@ def test_flat_rows_stage_one_padding_run_between_rows(w, pads, s, width):
     assert both.flat_row_pixels == w + sum(pads)
     with pytest.raises(OperatorError, match="flat padding 'none'"):
         plan_int8(spec, QuantParams(), load("host:avx512"), threads=1, flat_padding="none")
+
+
+@pytest.mark.parametrize("width, stride, lanes", [(7, 1, 8), (14, 2, 8), (112, 1, 16), (56, 1, 16)])
+def test_depthwise_ties_go_to_fewer_lanes_past_the_row_end(width, stride, lanes):
+    """On 7-wide output rows the model ties 8- and 16-lane blocks; the 8-lane one wastes 1 lane, not 9
+    (and ran faster: docs/int8.md). Rows that fill whole vectors keep the wider ones."""
+    spec = make_spec("depthwise", {"c": 96, "h": width, "w": width, "r": 3, "s": 3}, pad="1,1,1,1",
+                     stride=str(stride), bias=True)
+    plan = plan_int8(spec, QuantParams(), load("host:avx512"), threads=1,
+                     host_flags=frozenset({"avx512_vnni"}))
+    assert plan.dialect == "vnni" and plan.lanes == lanes
