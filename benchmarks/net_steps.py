@@ -76,6 +76,20 @@ def join(layers_report: dict, network_report: dict) -> tuple[list[dict], float]:
     return rows, others
 
 
+def whole_network(network_report: dict) -> dict:
+    """The benchmark program's median, onnxruntime's session median and their ratio."""
+    bench = network_report["network_bench"]
+    return dict(xfc_median_ms=bench["xfc"]["median_ms"], onnxruntime_median_ms=bench["onnxruntime"]["median_ms"],
+                speedup=bench["speedup"])
+
+
+def onnxruntime_texts(in_network_ms: float, onnxruntime_ms) -> tuple[str, str]:
+    """onnxruntime's node time and xfc's gap to it, as the tables print them ('-' and '': no node)."""
+    if onnxruntime_ms is None:
+        return "-", ""
+    return f"{onnxruntime_ms:.3f}", f"{in_network_ms - onnxruntime_ms:+.3f}"
+
+
 def onnxruntime_node_ms(model: Path, threads: int, repeat: int, tmp: Path) -> dict[str, tuple[float, str]]:
     """{node name: (median ms of its kernel time, op type)} from onnxruntime's profiler over `repeat`
     runs of the session (same random input as xfc's benchmark program draws: the values do not
@@ -130,17 +144,13 @@ def main_quantized(args) -> int:
     rows.sort(key=lambda r: -(r["in_network_ms"] - (r["onnxruntime_ms"] or 0.0)))
     print(f"{'step':>4} {'in net ms':>9} {'ort ms':>7} {'net-ort':>8} {'GOP/s':>6}  step")
     for r in rows[:args.top]:
-        ort_ms = r["onnxruntime_ms"]
-        ort_text = "-" if ort_ms is None else f"{ort_ms:.3f}"
-        gap_text = "" if ort_ms is None else f"{r['in_network_ms'] - ort_ms:+.3f}"
+        ort_text, gap_text = onnxruntime_texts(r["in_network_ms"], r["onnxruntime_ms"])
         gops_text = "" if r["gops"] is None else f"{r['gops']:.0f}"
         print(f"{r['step']:>4} {r['in_network_ms']:>9.3f} {ort_text:>7} {gap_text:>8} {gops_text:>6}  {r['what'][:80]}")
     sums = dict(in_network_ms=sum(r["in_network_ms"] for r in rows),
                 onnxruntime_matched_ms=sum(r["onnxruntime_ms"] or 0.0 for r in rows),
                 onnxruntime_unmatched_ms=sum(unmatched.values()))
-    bench = network["network_bench"]
-    whole = dict(xfc_median_ms=bench["xfc"]["median_ms"], onnxruntime_median_ms=bench["onnxruntime"]["median_ms"],
-                 speedup=bench["speedup"])
+    whole = whole_network(network)
     print(f"{len(rows)} steps in the network {sums['in_network_ms']:.3f} ms; onnxruntime's nodes of the same names "
           f"{sums['onnxruntime_matched_ms']:.3f} ms (profiled: the profiler adds to every node), its other nodes "
           f"{sums['onnxruntime_unmatched_ms']:.3f} ms. Whole network: xfc {whole['xfc_median_ms']:.3f} ms, "
@@ -185,16 +195,12 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: -(r["in_network_ms"] - (r["onnxruntime_ms"] or 0.0)))
     print(f"{'step':>4} {'alone ms':>9} {'in net ms':>9} {'ort ms':>7} {'net-ort':>8}  layer")
     for r in rows[:args.top]:
-        ort = r["onnxruntime_ms"]
-        ort_text = "-" if ort is None else f"{ort:.3f}"
-        gap_text = "" if ort is None else f"{r['in_network_ms'] - ort:+.3f}"
+        ort_text, gap_text = onnxruntime_texts(r["in_network_ms"], r["onnxruntime_ms"])
         print(f"{r['step']:>4} {r['alone_ms']:>9.3f} {r['in_network_ms']:>9.3f} {ort_text:>7} {gap_text:>8}"
               f"  {r['what'][:90]}")
     sums = dict(alone_ms=sum(r["alone_ms"] for r in rows), in_network_ms=sum(r["in_network_ms"] for r in rows),
                 onnxruntime_ms=sum(r["onnxruntime_ms"] or 0.0 for r in rows), other_steps_in_network_ms=others)
-    bench = network["network_bench"]
-    whole = dict(xfc_median_ms=bench["xfc"]["median_ms"], onnxruntime_median_ms=bench["onnxruntime"]["median_ms"],
-                 speedup=bench["speedup"])
+    whole = whole_network(network)
     print(f"{len(rows)} layers: alone {sums['alone_ms']:.3f} ms, in the network {sums['in_network_ms']:.3f} ms, "
           f"onnxruntime's nodes {sums['onnxruntime_ms']:.3f} ms; other steps in the network "
           f"{others:.3f} ms. Whole network: xfc {whole['xfc_median_ms']:.3f} ms, onnxruntime "
