@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in LAYERS]
     if unknown:
-        print(f"int8-conv-layouts: --only: no layer {', '.join(unknown)} (layers: {', '.join(LAYERS)})", file=sys.stderr)
+        print(f"int8-conv-layouts: --only: no layer {', '.join(unknown)} (layers: {', '.join(LAYERS)})",
+              file=sys.stderr)
         return 2
     from xfc.cpu.int8_synth import plan_int8
     from xfc.hardware.host import read_flags

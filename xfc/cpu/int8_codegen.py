@@ -213,7 +213,8 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
 def _flat_context(plan: Int8Plan) -> dict:
     """The 'flat' column layout (Int8Plan.column_layout, stride 1): staged rows of WPH =
     plan.flat_row_pixels (the input width and its wider side padding: int8_synth.flat_row_width);
-    column tile nt covers staged positions [nt NR, nt NR + NR) of the plane read as one row, lane j being output (q / WPH, q % WPH) when q % WPH < OW (else padding: computed, dropped).
+    column tile nt covers staged positions [nt NR, nt NR + NR) of the plane read as one row, lane j
+    being output (q / WPH, q % WPH) when q % WPH < OW (else padding: computed, dropped).
     Staged rows below the image hold the zero point so that the last tile's taps stay in the plane."""
     spec, kd = plan.spec, plan.k_depth
     wph = plan.flat_row_pixels

@@ -108,7 +108,8 @@ def flat_shape(spec: Conv2dSpec, padding: str = "shared") -> Optional[GemmShape]
     dropped (waste counted in the run). Threads split (column tile, row block) pairs. None: strided."""
     if spec.stride_h != 1 or spec.stride_w != 1:
         return None
-    return GemmShape(spec.k, spec.out_h * flat_row_width(spec, padding), 1, spec.r * spec.s * math.ceil(spec.c / 4))
+    return GemmShape(spec.k, spec.out_h * flat_row_width(spec, padding), 1,
+                     spec.r * spec.s * math.ceil(spec.c / 4))
 
 
 def im2col_shape(spec: Conv2dSpec) -> Optional[GemmShape]:
@@ -130,8 +131,9 @@ def im2col_staging_seconds(spec: Conv2dSpec, cluster: CpuCluster, threads: int =
 
 def channels_shape(spec: Conv2dSpec) -> GemmShape:
     """The 'channels' column layout of a conv2d (Int8Plan.column_layout): the GEMM turned around, the
-    output pixels as rows (gathered per call from the staged input) and the output channels in the vector lanes, for layers
-    with few output pixels and many channels (a 7x7 stage) whose pixels fill vectors badly. The
+    output pixels as rows (gathered per call from the staged input) and the output channels in the
+    vector lanes, for layers with few output pixels and many channels (a 7x7 stage) whose pixels fill
+    vectors badly. The
     outputs are stored transposed into the NCHW planes. Threads split column tiles (channel blocks)."""
     return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
