@@ -83,6 +83,17 @@ def whole_network(network_report: dict) -> dict:
                 speedup=bench["speedup"])
 
 
+def whole_network_text(whole: dict) -> str:
+    return (f"Whole network: xfc {whole['xfc_median_ms']:.3f} ms, onnxruntime {whole['onnxruntime_median_ms']:.3f} ms "
+            f"(x{whole['speedup']:.2f})")
+
+
+def write_result(path: Path, payload: dict) -> None:
+    """The results file (the machine named), and its path on stderr."""
+    write_json_result(path, dict(machine=machine_facts(), **payload), kind="net-steps")
+    print(f"-> {path}", file=sys.stderr)
+
+
 def onnxruntime_texts(in_network_ms: float, onnxruntime_ms) -> tuple[str, str]:
     """onnxruntime's node time and xfc's gap to it, as the tables print them ('-' and '': no node)."""
     if onnxruntime_ms is None:
@@ -153,16 +164,12 @@ def main_quantized(args) -> int:
     whole = whole_network(network)
     print(f"{len(rows)} steps in the network {sums['in_network_ms']:.3f} ms; onnxruntime's nodes of the same names "
           f"{sums['onnxruntime_matched_ms']:.3f} ms (profiled: the profiler adds to every node), its other nodes "
-          f"{sums['onnxruntime_unmatched_ms']:.3f} ms. Whole network: xfc {whole['xfc_median_ms']:.3f} ms, "
-          f"onnxruntime {whole['onnxruntime_median_ms']:.3f} ms (x{whole['speedup']:.2f})")
-    out = args.results / f"net_steps_{args.net}_{args.quantize}_t{args.threads}.json"
-    write_json_result(out, dict(machine=machine_facts(), net=args.net, format=args.quantize, threads=args.threads,
-                                size=args.size, repeat=args.repeat, sums=sums, whole_network=whole, rows=rows,
-                                onnxruntime_unmatched_ms=unmatched,
-                                command=f"benchmarks/net_steps.py --net {args.net} --quantize {args.quantize} "
-                                        f"--threads {args.threads}"),
-                      kind="net-steps")
-    print(f"-> {out}", file=sys.stderr)
+          f"{sums['onnxruntime_unmatched_ms']:.3f} ms. {whole_network_text(whole)}")
+    write_result(args.results / f"net_steps_{args.net}_{args.quantize}_t{args.threads}.json",
+                 dict(net=args.net, format=args.quantize, threads=args.threads, size=args.size, repeat=args.repeat,
+                      sums=sums, whole_network=whole, rows=rows, onnxruntime_unmatched_ms=unmatched,
+                      command=f"benchmarks/net_steps.py --net {args.net} --quantize {args.quantize} "
+                              f"--threads {args.threads}"))
     return 0
 
 
@@ -203,15 +210,11 @@ def main(argv=None) -> int:
     whole = whole_network(network)
     print(f"{len(rows)} layers: alone {sums['alone_ms']:.3f} ms, in the network {sums['in_network_ms']:.3f} ms, "
           f"onnxruntime's nodes {sums['onnxruntime_ms']:.3f} ms; other steps in the network "
-          f"{others:.3f} ms. Whole network: xfc {whole['xfc_median_ms']:.3f} ms, onnxruntime "
-          f"{whole['onnxruntime_median_ms']:.3f} ms (x{whole['speedup']:.2f})")
-    out = args.results / f"net_steps_{args.net}_t{args.threads}.json"
-    write_json_result(out, dict(machine=machine_facts(), net=args.net, threads=args.threads, size=args.size,
-                                repeat=args.repeat, onnxruntime=alone["bench"]["onnxruntime"],
-                                sums=sums, whole_network=whole, rows=rows,
-                                command=f"benchmarks/net_steps.py --net {args.net} --threads {args.threads}"),
-                      kind="net-steps")
-    print(f"-> {out}", file=sys.stderr)
+          f"{others:.3f} ms. {whole_network_text(whole)}")
+    write_result(args.results / f"net_steps_{args.net}_t{args.threads}.json",
+                 dict(net=args.net, threads=args.threads, size=args.size, repeat=args.repeat,
+                      onnxruntime=alone["bench"]["onnxruntime"], sums=sums, whole_network=whole, rows=rows,
+                      command=f"benchmarks/net_steps.py --net {args.net} --threads {args.threads}"))
     return 0
 
 
