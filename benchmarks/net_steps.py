@@ -24,7 +24,8 @@ Layers are sorted by how much slower xfc runs in the network than onnxruntime's 
 much the network costs beyond its kernels alone (cache state, cross-core traffic, the steps between
 kernels). Each `xfc model` run is a separate process; the machine's noise is in every column (compare
 the two whole-network figures the profile run prints with it). Writes
-benchmarks/results/net_steps_<net>_t<threads>.json (machine named). Needs torch (`make bench-setup`).
+benchmarks/results/net_steps_<net>[_<format>]_t<threads>.json, or --out-name (machine named). Needs torch
+(`make bench-setup`).
 """
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def main_quantized(args) -> int:
     print(f"{len(rows)} steps in the network {sums['in_network_ms']:.3f} ms; onnxruntime's nodes of the same names "
           f"{sums['onnxruntime_matched_ms']:.3f} ms (profiled: the profiler adds to every node), its other nodes "
           f"{sums['onnxruntime_unmatched_ms']:.3f} ms. {whole_network_text(whole)}")
-    write_result(args.results / f"net_steps_{args.net}_{args.quantize}_t{args.threads}.json",
+    write_result(args.results / (args.out_name or f"net_steps_{args.net}_{args.quantize}_t{args.threads}.json"),
                  dict(net=args.net, format=args.quantize, threads=args.threads, size=args.size, repeat=args.repeat,
                       sums=sums, whole_network=whole, rows=rows, onnxruntime_unmatched_ms=unmatched,
                       command=f"benchmarks/net_steps.py --net {args.net} --quantize {args.quantize} "
@@ -183,6 +184,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quantize", choices=("qdq", "qoperator"),
                         help="quantize the network first (int8) and compare every step with onnxruntime's node")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out-name", help="the results file's name in --results (default "
+                                           "net_steps_<net>[_<format>]_t<threads>.json): another machine's "
+                                           "file of the default name is kept by naming this run's")
     args = parser.parse_args(argv)
     archs = networks_or_status("net-steps", args.net)
     if isinstance(archs, int):
@@ -211,7 +215,7 @@ def main(argv=None) -> int:
     print(f"{len(rows)} layers: alone {sums['alone_ms']:.3f} ms, in the network {sums['in_network_ms']:.3f} ms, "
           f"onnxruntime's nodes {sums['onnxruntime_ms']:.3f} ms; other steps in the network "
           f"{others:.3f} ms. {whole_network_text(whole)}")
-    write_result(args.results / f"net_steps_{args.net}_t{args.threads}.json",
+    write_result(args.results / (args.out_name or f"net_steps_{args.net}_t{args.threads}.json"),
                  dict(net=args.net, threads=args.threads, size=args.size, repeat=args.repeat,
                       onnxruntime=alone["bench"]["onnxruntime"], sums=sums, whole_network=whole, rows=rows,
                       command=f"benchmarks/net_steps.py --net {args.net} --threads {args.threads}"))
