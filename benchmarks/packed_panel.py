@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Where a convolution's packed B panel lives, timed in whole networks (issue 32; not run in CI).
+"""A planner rule on and off, timed in whole networks (issue 32; not run in CI).
+
+Two rules (--rule):
+
+packed_panel (the default): where a convolution's packed B panel lives.
 
 A convolution lowered to implicit GEMM (NCHW, vectors along output pixels) packs its B operand, the
 im2col matrix of the input activation, into a KC x NC panel on every call and reads it back at
@@ -9,12 +13,19 @@ at 112x112 packed all 12,544 columns into one 1.6 MB panel. Timed kernel by kern
 the two were the same (benchmarks/pointwise_packing.py, its nc_l2 column); this times what users
 run, the whole network.
 
-Per network (benchmarks/nets.py, exported at run time with seeded random weights) and thread count,
-in this process:
-
   l2_panel      `xfc model NET --hw host --emit lib` as xfc synthesizes it today
   l3_panel      the same with the rule switched off (PACKED_B_L2_FILL set to 1e6, beyond any L2): NC from
                 the shared cache, as before; every other decision unchanged
+
+next_panel_prefetch: the row tiles of a GEMM block prefetch the next weight panel into L2
+(xfc.cpu.decide.next_panel_prefetch_lines); a network's weights come from memory, and without it
+the first row tile of each panel waits for the panel alone.
+
+  prefetch      as xfc synthesizes it today
+  no_prefetch   NEXT_PANEL_PREFETCH_DIALECTS emptied: no kernel prefetches the next panel
+
+Per network (benchmarks/nets.py, exported at run time with seeded random weights) and thread count,
+in this process, the two variants:
 
 Both libraries' benchmark programs are built with the CMakeLists.txt xfc emits beside them, their
 outputs on the same random input compared byte for byte (the panel width changes no summation
@@ -23,10 +34,11 @@ order, so they must be identical), then run alternately for --rounds rounds of -
 the steps whose kernel source differs (the other steps run the same code in both: their
 differences are the machine's noise, large at 2 threads on a shared 2-vCPU VM).
 
-    .venv/bin/python benchmarks/packed_panel.py [--only mobilenet_v2,...] [--threads 1,2] [--rounds 6]
+    .venv/bin/python benchmarks/packed_panel.py [--rule next_panel_prefetch] [--only mobilenet_v2,...]
+        [--threads 1,2] [--rounds 6] [--out-name NAME.json]
 
-Writes a table and benchmarks/results/packed_panel.json (the machine named). Needs torch (export)
-and cmake. Exit 0, 1 when the two variants' outputs differ, 3 without torch.
+Writes a table and benchmarks/results/<rule>.json (or --out-name; the machine named). Needs torch
+(export) and cmake. Exit 0, 1 when the two variants' outputs differ, 3 without torch.
 """
 from __future__ import annotations
 
@@ -44,26 +56,34 @@ from pathlib import Path
 from machine import machine_facts, warn_if_loaded
 from nets import ALL, export, networks_or_status
 
+import xfc.cpu.decide as cpu_decide
 import xfc.cpu.synth as cpu_synth
 from xfc.cli.main import main as xfc_main
 from xfc.outputs import write_json_result
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "results" / "packed_panel.json"
-VARIANTS = {"l2_panel": cpu_synth.PACKED_B_L2_FILL, "l3_panel": 1e6}   # 1e6 x L2: never below the L3 width
+RESULTS = REPO / "benchmarks" / "results"
+# rule: (module, setting, {variant: value}); the first variant is the rule as xfc has it today
+RULES = {
+    "packed_panel": (cpu_synth, "PACKED_B_L2_FILL",
+                     {"l2_panel": cpu_synth.PACKED_B_L2_FILL, "l3_panel": 1e6}),   # 1e6 x L2: never below L3
+    "next_panel_prefetch": (cpu_decide, "NEXT_PANEL_PREFETCH_DIALECTS",
+                            {"prefetch": cpu_decide.NEXT_PANEL_PREFETCH_DIALECTS, "no_prefetch": ()}),
+}
 
 
-def emit(onnx: Path, threads: int, fill: float, out: Path) -> None:
-    """`xfc model --emit lib` in this process with the rule's fill (its report is not needed)."""
-    saved = cpu_synth.PACKED_B_L2_FILL
-    cpu_synth.PACKED_B_L2_FILL = fill
+def emit(onnx: Path, threads: int, rule: str, value, out: Path) -> None:
+    """`xfc model --emit lib` in this process with the rule's setting (its report is not needed)."""
+    module, setting, _ = RULES[rule]
+    saved = getattr(module, setting)
+    setattr(module, setting, value)
     stdout = io.StringIO()
     try:
         with contextlib.redirect_stdout(stdout):
             status = xfc_main(["model", str(onnx), "--hw", "host", "--threads", str(threads), "--emit", "lib",
                                "-o", str(out)])
     finally:
-        cpu_synth.PACKED_B_L2_FILL = saved
+        setattr(module, setting, saved)
     if status != 0:
         raise SystemExit(f"packed-panel: xfc model {onnx.name} exited {status}: {stdout.getvalue()[-400:]}")
 
@@ -105,7 +125,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
     parser.add_argument("--runs", type=int, default=40, help="timed runs per round (default 40)")
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--rule", choices=sorted(RULES), default="packed_panel",
+                        help="the rule timed on and off (default packed_panel)")
+    parser.add_argument("--out-name", help="the results file's name in benchmarks/results (default <rule>.json)")
     args = parser.parse_args(argv)
+    variants = RULES[args.rule][2]
+    on, off = list(variants)
     archs = networks_or_status("packed-panel", args.only)
     if isinstance(archs, int):
         return archs
@@ -117,18 +142,18 @@ def main(argv=None) -> int:
             export(arch, onnx, args.size)
             for threads in [int(t) for t in args.threads.split(",")]:
                 exes = {}
-                for variant, fill in VARIANTS.items():
+                for variant, value in variants.items():
                     out = tmp / f"{arch}-t{threads}-{variant}"
-                    emit(onnx, threads, fill, out)
+                    emit(onnx, threads, args.rule, value, out)
                     exes[variant] = build(out, onnx.stem)   # CMake puts the weights file beside it
-                changed = changed_steps([tmp / f"{arch}-t{threads}-{v}" for v in VARIANTS])
+                changed = changed_steps([tmp / f"{arch}-t{threads}-{v}" for v in variants])
                 outputs = {}
                 for variant, exe in exes.items():
                     (exe.parent / "out").mkdir(exist_ok=True)
                     run(exe, "--runs", "1", "--warmup", "0", "--threads", str(threads), "--outputs",
                         str(exe.parent / "out"))
                     outputs[variant] = sorted((p.name, p.read_bytes()) for p in (exe.parent / "out").glob("*.f32"))
-                identical = outputs["l2_panel"] == outputs["l3_panel"]
+                identical = outputs[on] == outputs[off]
                 if not identical:
                     status = 1
                 timed = {v: [] for v in exes}
@@ -142,33 +167,32 @@ def main(argv=None) -> int:
                 changed_ms = {v: sum(steps[v][i] for i in changed) for v in steps}
                 rows.append({"net": arch, "threads": threads, "changed_steps": changed,
                              "outputs_identical": identical,
-                             "l2_panel_median_ms": medians["l2_panel"], "l3_panel_median_ms": medians["l3_panel"],
-                             "speedup": medians["l3_panel"] / medians["l2_panel"],
-                             "changed_steps_l2_panel_ms": changed_ms["l2_panel"],
-                             "changed_steps_l3_panel_ms": changed_ms["l3_panel"],
-                             "changed_steps_speedup": (changed_ms["l3_panel"] / changed_ms["l2_panel"]
-                                                       if changed else None),
+                             f"{on}_median_ms": medians[on], f"{off}_median_ms": medians[off],
+                             "speedup": medians[off] / medians[on],
+                             f"changed_steps_{on}_ms": changed_ms[on], f"changed_steps_{off}_ms": changed_ms[off],
+                             "changed_steps_speedup": changed_ms[off] / changed_ms[on] if changed else None,
                              "round_medians_ms": {v: [r["median_ms"] for r in rs] for v, rs in timed.items()},
                              "steps_ms": steps})
                 r = rows[-1]
-                print(f"{arch:14s} t{threads}: network L2 panel {r['l2_panel_median_ms']:7.2f} ms  L3 panel "
-                      f"{r['l3_panel_median_ms']:7.2f} ms  x{r['speedup']:.3f};  the {len(changed)} steps whose "
-                      f"kernel differs {changed_ms['l2_panel']:7.2f} ms vs {changed_ms['l3_panel']:7.2f} ms  "
-                      f"x{r['changed_steps_speedup'] or 1:.3f}  (outputs {'identical' if identical else 'DIFFER'})",
-                      flush=True)
+                print(f"{arch:14s} t{threads}: network {on} {medians[on]:7.2f} ms  {off} {medians[off]:7.2f} ms  "
+                      f"x{r['speedup']:.3f};  the {len(changed)} steps whose kernel differs {changed_ms[on]:7.2f} ms "
+                      f"vs {changed_ms[off]:7.2f} ms  x{r['changed_steps_speedup'] or 1:.3f}  "
+                      f"(outputs {'identical' if identical else 'DIFFER'})", flush=True)
     load = warn_if_loaded()
-    doc = {"benchmark": "packed_panel", "machine": machine_facts(), "load_average_at_end": load,
+    module, setting, _ = RULES[args.rule]
+    doc = {"benchmark": args.rule, "machine": machine_facts(), "load_average_at_end": load,
            "rounds": args.rounds, "runs_per_round": args.runs, "size": args.size,
-           "packed_b_l2_fill": cpu_synth.PACKED_B_L2_FILL, "rows": rows,
+           setting.lower(): getattr(module, setting), "rows": rows,
            "command": "benchmarks/packed_panel.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     for threads in sorted({r["threads"] for r in rows}):
         for key, what in (("speedup", "whole network"), ("changed_steps_speedup", "the steps whose kernel differs")):
             s = [r[key] for r in rows if r["threads"] == threads and r[key]]
             geo = math.exp(sum(map(math.log, s)) / len(s))
             doc[f"geomean_{key}_t{threads}"] = geo
-            print(f"threads {threads}, {what}: geomean x{geo:.3f} (L2 panel over L3 panel), min x{min(s):.3f}")
-    write_json_result(OUT, doc, kind="packed_panel")
-    print(f"wrote {OUT.relative_to(REPO)}")
+            print(f"threads {threads}, {what}: geomean x{geo:.3f} ({on} over {off}), min x{min(s):.3f}")
+    out_path = RESULTS / (args.out_name or f"{args.rule}.json")
+    write_json_result(out_path, doc, kind=args.rule)
+    print(f"wrote {out_path}")
     return status
 
 

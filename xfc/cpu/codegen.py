@@ -158,6 +158,9 @@ def validate_plan(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule prefetch_b_distance={g.prefetch_b_distance} must be >= 0 and "
                             f"pack_a_kb={g.pack_a_kb} >= 1")
     transposed = plan.lowering == "implicit_gemm_t"
+    if g.prefetch_next_panel_lines < 0 or (g.prefetch_next_panel_lines and g.loop_order != "jr_ir"):
+        raise OperatorError(f"gemm schedule prefetch_next_panel_lines={g.prefetch_next_panel_lines} must be >= 0, "
+                            f"and 0 unless the loop order is jr_ir (it prefetches the panel after the current one)")
     if (g.c_store == "direct") == transposed:
         raise OperatorError(f"gemm schedule c_store '{g.c_store}' does not fit lowering '{plan.lowering}' "
                             f"({'a transposed C is stored through a tile' if transposed else 'C is stored directly'})")
@@ -325,6 +328,8 @@ def gemm_context(plan: CpuKernelPlan) -> dict:
         "loop_order": g.loop_order,
         "prefetch_c": g.prefetch_c,
         "prefetch_b_distance": g.prefetch_b_distance,
+        "prefetch_next_panel_lines": g.prefetch_next_panel_lines,
+        "elem_bytes": ISA_TABLE[plan.isa].elem_bytes,
         "pack_a_kb": g.pack_a_kb,
         "stage_copy": g.stage_copy,
         "ldc": m if transposed else n,   # floats between output rows of C (C transposed: rows are channels)

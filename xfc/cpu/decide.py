@@ -110,6 +110,41 @@ def loop_order(row: IsaRow, transposed: bool, k: int, kc: int, mr: int, mc: int,
                      f"not {mc}); the KC x NC block of B stays in L2")
 
 
+# Dialects whose kernels were timed with the weights streamed from memory, as a network runs them
+# (the x86 host; NEON cores were not).
+NEXT_PANEL_PREFETCH_DIALECTS = ("avx512", "avx2")
+CACHE_LINE_BYTES = 64
+# Row tiles per panel where it pays. One tile streams its panel whatever it does (a matrix-vector
+# layer: a classifier lost 6-10% to the extra instructions); past 16 the first tile's wait is a
+# small part of the panel's time (56x56 and 28x28 layers, 36 or more tiles, lost 0-2%), at 9-14 tiles
+# (14x14 layers) it gained 1-10%, at 4 (7x7) 20-35%: benchmarks/packed_panel.py --rule
+# next_panel_prefetch, docs/host-kernel-notes.md.
+NEXT_PANEL_PREFETCH_TILES = (2, 16)
+
+
+def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool, m: int, mr: int, nr: int,
+                              kc: int, mc: int, k_unroll: int, order: str, ukernel: str, elem_bytes: int) -> int:
+    """Cache lines of the next weight micro-panel (B at jr + NR) each unrolled k step prefetches into
+    L2; 0 = off. In the BLIS order the row tiles of a block pass one KC x NR panel of B in turn, and
+    only the first finds it missing: in a network the weights of a layer come from memory (every
+    other layer's data passed through the caches since its last call), so that tile runs at the rate
+    memory delivers the panel while the others run at the FMA rate. Prefetching the next panel
+    during the current one's tiles spreads the stream over all of them: ResNet-50's 2048 -> 512 1x1
+    conv at 7x7 (4 row tiles of 14 pixels, KC 2048) went from 0.67 ms to 0.46 ms with its 4 MB of
+    weights cold, 0.42 ms hot (docs/host-kernel-notes.md). Each tile takes an equal share of the
+    panel, at this many lines per unrolled step, so that the shares are done by the tile's last step.
+    On where the weights are B (a transposed conv, a matmul), the BLIS order and the intrinsics loop,
+    with NEXT_PANEL_PREFETCH_TILES row tiles per panel."""
+    weights_are_b = isinstance(spec, MatmulSpec) or transposed
+    tiles = max(1, math.ceil(min(mc, m) / mr))
+    fewest, most = NEXT_PANEL_PREFETCH_TILES
+    if (row.name not in NEXT_PANEL_PREFETCH_DIALECTS or not weights_are_b or order != "jr_ir"
+            or ukernel != "intrinsics" or kc < k_unroll or not fewest <= tiles <= most):
+        return 0
+    panel_lines = math.ceil(kc * nr * elem_bytes / CACHE_LINE_BYTES)
+    return max(1, math.ceil(panel_lines / (tiles * (kc // k_unroll))))
+
+
 def gemm_code_shape(row: IsaRow, spec: OperatorSpec, transposed: bool, mr: int,
                     ukernel: str = "intrinsics", order: str = LOOP_ORDER) -> dict:
     """The code-shape fields of a GemmSchedule (ir.GemmSchedule.CODE_SHAPE_FIELDS)."""

@@ -59,6 +59,9 @@ class GemmSchedule:
     loop_order: str = "jr_ir"      # 'jr_ir' (BLIS: the B micro-panel stays in L1) or 'ir_jr'
     prefetch_c: bool = True        # prefetch the C tile for writing before the k loop
     prefetch_b_distance: int = 0   # k steps ahead to prefetch the packed B panel (0 = off)
+    prefetch_next_panel_lines: int = 0  # cache lines of the next B micro-panel (the weights, jr + NR) each
+                                        # unrolled k step prefetches into L2, spread over the row tiles that
+                                        # read the current one (0 = off; decide.next_panel_prefetch_lines)
     pack_a_kb: int = 16            # k values per row copied together when packing A (blocked transpose)
     stage_copy: str = "none"       # staging the padded input: 'none' (not staged), 'run' (contiguous copies,
                                    # stride 1) or 'strided' (column phases of a strided window)
@@ -69,7 +72,8 @@ class GemmSchedule:
     TILE_FIELDS: ClassVar[tuple[str, ...]] = ("mr", "nr", "k_unroll", "kc", "mc", "nc", "threads", "parallel_axis",
                                                "a_load_bits", "a_pack")
     CODE_SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("c_store", "loop_order", "prefetch_c", "prefetch_b_distance",
-                                                     "pack_a_kb", "stage_copy", "ukernel")
+                                                     "prefetch_next_panel_lines", "pack_a_kb", "stage_copy",
+                                                     "ukernel")
 
     def tiles(self) -> dict:
         return {k: getattr(self, k) for k in self.TILE_FIELDS}

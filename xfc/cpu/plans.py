@@ -26,7 +26,8 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
               qemu_cpu: str = "", transposed: bool = False, function_name: Optional[str] = None,
               loop_order: str = decide.LOOP_ORDER, prefetch_c: bool = decide.PREFETCH_C,
               prefetch_b_distance: int = decide.PREFETCH_B_DISTANCE, pack_a_kb: int = decide.PACK_A_KB,
-              ukernel: str = "intrinsics", extra: tuple = ()) -> CpuKernelPlan:
+              prefetch_next_panel_lines: Optional[int] = None, ukernel: str = "intrinsics",
+              extra: tuple = ()) -> CpuKernelPlan:
     """A reasonable hand-picked plan; every field can be overridden (used by tests and benchmarks)."""
     row = isa_row(isa)
     lanes = row.hand_lanes
@@ -55,11 +56,15 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
         conv = isinstance(spec, Conv2dSpec)
         a_pack, _ = decide.default_a_pack(row, transposed, mr, spec.out_w if conv else None,
                                           pointwise=conv and spec.pointwise)
+    if prefetch_next_panel_lines is None:
+        m_size = gemm_view(spec, transposed)[0]
+        prefetch_next_panel_lines = decide.next_panel_prefetch_lines(row, spec, transposed, m_size, mr, nr, kc, mc,
+                                                                     k_unroll, loop_order, ukernel, row.elem_bytes)
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits, a_pack=a_pack,
                      **{**decide.gemm_code_shape(row, spec, transposed, mr), "loop_order": loop_order,
                         "prefetch_c": prefetch_c, "prefetch_b_distance": prefetch_b_distance, "pack_a_kb": pack_a_kb,
-                        "ukernel": ukernel})
+                        "prefetch_next_panel_lines": prefetch_next_panel_lines, "ukernel": ukernel})
     header += (f"gemm tile: MR={mr} NR={nr} KU={k_unroll} KC={kc} MC={mc} NC={nc} split={parallel_axis} "
                f"A={g.a_pack}",)
     lowering = "gemm" if isinstance(spec, MatmulSpec) else ("implicit_gemm_t" if transposed else "implicit_gemm")

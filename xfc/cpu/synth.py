@@ -159,12 +159,13 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
                                             (spec.batch if isinstance(spec, MatmulSpec) else spec.n)
                                             * m * n * elem_bytes / threads,
                                             l2_per_core * L2_FILL, elem_bytes)
+    ukernel = decide.gemm_ukernel(row, core if row.asm_ukernels else None, tile.registers(row.name))
     sched = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                          parallel_axis=axis, a_load_bits=tile.a_load_bits if row.lane_indexed else 128,
-                         a_pack=a_pack, **decide.gemm_code_shape(
-                             row, spec, transposed, mr,
-                             ukernel=decide.gemm_ukernel(row, core if row.asm_ukernels else None,
-                                                         tile.registers(row.name)), order=order))
+                         a_pack=a_pack, **decide.gemm_code_shape(row, spec, transposed, mr, ukernel=ukernel,
+                                                                 order=order),
+                         prefetch_next_panel_lines=decide.next_panel_prefetch_lines(
+                             row, spec, transposed, m, mr, nr, kc, mc, k_unroll, order, ukernel, elem_bytes))
     reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
                           loop_order=order_reason, imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
     return sched, reasons

@@ -703,7 +703,7 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
                                        if plan.winograd_vectors == "channels" else spec.k * th * tw),
         # the micro-kernel macro's keys (gemm_ukernel.j2): C direct, epilogue never on
         "variants": variants, "a_pack": g.a_pack, "prefetch_c": g.prefetch_c,
-        "prefetch_b_distance": g.prefetch_b_distance, "transposed": False, "vector_transpose": False,
+        "prefetch_b_distance": g.prefetch_b_distance, "prefetch_next_panel_lines": 0, "transposed": False, "vector_transpose": False,
         "bias_axis": "m",
     })
     return ctx
