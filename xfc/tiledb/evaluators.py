@@ -189,7 +189,9 @@ class HostMicroKernelEvaluator:
         if isa not in HOST_ISAS:
             raise XfcError(f"the host evaluator times x86 kernels; isa {isa!r} is not one of {', '.join(HOST_ISAS)}")
         spec = make_spec("matmul", dict(m=4 * tile.mr, n=4 * tile.nr, k=kc))
-        plan = hand_plan(spec, isa, 1, mr=tile.mr, nr=tile.nr, kc=kc, a_pack="packed", function_name="xfc_tiledb_uk")
+        # the register tile's loop alone: the driver calls xfc_ukernel itself, with no next panel to prefetch
+        plan = hand_plan(spec, isa, 1, mr=tile.mr, nr=tile.nr, kc=kc, a_pack="packed", function_name="xfc_tiledb_uk",
+                         prefetch_next_panel_lines=0)
         return render_cpu_kernel(plan).source, plan.gcc_march
 
     def measure(self, tile: MicroTile, cluster: CpuCluster, isa: str) -> TileResult:
