@@ -489,6 +489,10 @@ POOLS = (
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0)),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)),
     ("AveragePool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 2], count_include_pad=1)),
+    # 3-wide windows take three column loops: stride 1, stride 2 (above), any other stride or dilation
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=0)),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 2, 0, 2], dilations=[1, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 3], pads=[1, 1, 1, 1])),
     ("AveragePool", dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2], count_include_pad=0)),
 )
 
