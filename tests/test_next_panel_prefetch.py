@@ -76,8 +76,10 @@ def test_off_where_not_timed_or_not_weights_as_b():
 
 @pytest.mark.unit
 def test_synthesized_host_plan_carries_it_and_the_kernel_spells_it():
-    plan = synthesize_cpu(_pointwise(2048, 7, 512), recorded_host("avx512"), threads=1).plan
+    result = synthesize_cpu(_pointwise(2048, 7, 512), recorded_host("avx512"), threads=1)
+    plan = result.plan
     assert plan.lowering == "implicit_gemm_t" and plan.gemm.prefetch_next_panel_lines == 2
+    assert "prefetch the next B micro-panel into L2 (2 line(s) per unrolled k step" in result.explain()
     source = render_cpu_kernel(plan).source
     assert "#define XFC_NEXT_PANEL_LINES 2" in source and "XFC_PREFETCH_L2(pf + 1 * XFC_LINE_ELEMS)" in source
     off = dataclasses.replace(plan, gemm=dataclasses.replace(plan.gemm, prefetch_next_panel_lines=0))

@@ -155,7 +155,10 @@ def gemm_levels(tile: MicroTile, score: MicroTileScore, sched: GemmSchedule, rea
         TileLevel("L2", f"mc={mc}: {'packed ' if sched.a_pack == 'packed' else ''}A block {mc}x{kc}",
                   f"{mc * kc * eb / 1024:.1f} KiB of {cluster.l2.size_bytes // 1024} KiB L2",
                   reasons.mc + ("" if sched.loop_order == "jr_ir" else f"; row tiles outside B micro-panels: "
-                                                                       f"{reasons.loop_order}")),
+                                                                       f"{reasons.loop_order}")
+                  + (f"; its row tiles prefetch the next B micro-panel into L2 ({sched.prefetch_next_panel_lines} "
+                     f"line(s) per unrolled k step: the weights of a network's layer come from memory)"
+                     if sched.prefetch_next_panel_lines else "")),
         TileLevel("L3", f"nc={nc}: packed B panel {kc}x{nc}",
                   f"{kc * nc * eb / 1024:.1f} KiB of {reasons.shared_bytes // 1024} KiB "
                   f"{reasons.shared_name.split()[0]}", reasons.nc),
