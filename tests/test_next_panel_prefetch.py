@@ -132,3 +132,51 @@ def test_kernels_that_prefetch_the_next_panel_are_exact(isa, kind, shape, tiles,
     a, b, bias = support.make_inputs(plan.spec, seed=11)
     packed = kernel.run_packed(a, kernel.prepack(b), bias)    # the network's path: weights packed once
     np.testing.assert_array_equal(packed, out)
+
+
+# Winograd over channels: U (the weights) is the GEMMs' B operand, and its panels are prefetched the same way.
+WINOGRAD = [(conv_spec, m, threads) for conv_spec in (dict(c=37, h=25, w=23, k=45), dict(c=20, h=21, w=30, k=70))
+            for m, threads in ((2, 1), (4, 2))]
+
+
+def _winograd_plan(isa, shape, m, threads):
+    from xfc.cpu.winograd import hand_winograd_plan
+    mr, nr = isa_row(isa).hand_tile
+    spec = make_spec("conv2d", dict(n=1, r=3, s=3, **shape), pad=1, bias=True, activation="relu")
+    return hand_winograd_plan(spec, m, isa, threads, gcc_march=support.host_march(isa), vectors="channels",
+                              mr=mr, nr=nr, kc=16, mc=3 * mr, nc=2 * nr,
+                              function_name=f"xfc_next_panel_wino{m}_{isa}_t{threads}")
+
+
+@pytest.mark.unit
+def test_winograd_plans_prefetch_u_over_channels_only():
+    from xfc.cpu.winograd import hand_winograd_plan
+    spec = make_spec("conv2d", dict(n=1, c=64, h=14, w=14, k=64, r=3, s=3), pad=1)
+    channels = hand_winograd_plan(spec, 2, "avx512", vectors="channels", mr=6, nr=32, mc=18)
+    assert channels.gemm.prefetch_next_panel_lines > 0
+    assert "XFC_PREFETCH_L2(pf)" in render_cpu_kernel(channels).source
+    assert hand_winograd_plan(spec, 2, "avx512", vectors="tiles").gemm.prefetch_next_panel_lines == 0
+    bad = dataclasses.replace(channels, winograd_vectors="tiles",
+                              gemm=dataclasses.replace(channels.gemm, a_pack="packed"))
+    with pytest.raises(OperatorError, match="prefetch the next panel of U"):
+        render_cpu_kernel(bad)
+
+
+@pytest.mark.host
+@pytest.mark.parametrize("isa", PREFETCH_ISAS)
+@pytest.mark.parametrize("shape,m,threads", WINOGRAD,
+                         ids=[f"{'x'.join(map(str, s.values()))}-m{m}-t{t}" for s, m, t in WINOGRAD])
+def test_winograd_kernels_that_prefetch_u_are_within_their_bound(isa, shape, m, threads, tmp_path):
+    from xfc.ops.reference import check_winograd_output
+    plan = _winograd_plan(isa, shape, m, threads)
+    assert plan.gemm.prefetch_next_panel_lines > 0, plan.gemm
+    rendered = render_cpu_kernel(plan)
+    if isa not in support.RUNNABLE_ISAS:
+        support.compile_if_sampled(rendered, tmp_path)
+        return
+    kernel = support.host_kernel(rendered, tmp_path)
+    support.record(isa, "ran")
+    a, b, bias = support.make_inputs(plan.spec, seed=13)
+    for what, out in (("normal", kernel(a, b, bias)), ("pre-packed", kernel.run_packed(a, kernel.prepack(b), bias))):
+        verdict = check_winograd_output(plan.spec, m, out, a, b, bias)
+        assert verdict.ok, f"{isa} {what}: {verdict.describe()}"

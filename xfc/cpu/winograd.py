@@ -489,8 +489,19 @@ def rows_within(sched: GemmSchedule, rows: int, isa: str, core) -> GemmSchedule:
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
               header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
               qemu_cpu: str = "", vectors: str = "tiles") -> CpuKernelPlan:
+    """The plan; its GEMMs prefetch the next panel of U where the decision for a matmul would
+    (decide.next_panel_prefetch_lines): over channels U is the B operand, the weights, streamed
+    from memory by every call whose U passes the caches."""
+    gemm = winograd_schedule(sched, vectors, isa)
+    lines = 0
+    if vectors == "channels":
+        problem = gemm_problem(spec, m, vectors)
+        row = isa_row(isa)
+        lines = decide.next_panel_prefetch_lines(row, problem, False, problem.m, gemm.mr, gemm.nr, gemm.kc, gemm.mc,
+                                                 gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes)
+    gemm = replace(gemm, prefetch_next_panel_lines=lines)
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING,
-                         gemm=winograd_schedule(sched, vectors, isa), depthwise=None, function_name=function_name,
+                         gemm=gemm, depthwise=None, function_name=function_name,
                          header_lines=header_lines, hardware_name=hardware_name, gcc_march=gcc_march,
                          qemu_cpu=qemu_cpu, winograd_m=m, winograd_vectors=vectors)
 
@@ -610,6 +621,10 @@ def validate(plan: CpuKernelPlan) -> None:
         raise OperatorError(f"gemm schedule loop_order '{g.loop_order}' / ukernel '{g.ukernel}' not known")
     if g.parallel_axis not in ("n", "m"):
         raise OperatorError(f"gemm schedule parallel_axis '{g.parallel_axis}' must be 'n' or 'm'")
+    if g.prefetch_next_panel_lines and (plan.winograd_vectors != "channels" or g.loop_order != "jr_ir"
+                                        or g.prefetch_next_panel_lines < 0):
+        raise OperatorError(f"gemm schedule prefetch_next_panel_lines={g.prefetch_next_panel_lines}: the winograd "
+                            f"GEMMs prefetch the next panel of U with vectors over channels in the jr_ir order only")
     if g.ukernel != "intrinsics" and plan.winograd_vectors == "channels" and plan.isa not in x86_asm.DIALECTS:
         raise OperatorError(f"gemm schedule ukernel '{g.ukernel}' reads packed A; the winograd GEMMs with vectors "
                             f"over channels read V in place (ukernel 'intrinsics')")
@@ -703,7 +718,8 @@ def context(plan: CpuKernelPlan, common: dict, variants: list[dict]) -> dict:
                                        if plan.winograd_vectors == "channels" else spec.k * th * tw),
         # the micro-kernel macro's keys (gemm_ukernel.j2): C direct, epilogue never on
         "variants": variants, "a_pack": g.a_pack, "prefetch_c": g.prefetch_c,
-        "prefetch_b_distance": g.prefetch_b_distance, "prefetch_next_panel_lines": 0, "transposed": False, "vector_transpose": False,
+        "prefetch_b_distance": g.prefetch_b_distance, "prefetch_next_panel_lines": g.prefetch_next_panel_lines,
+        "elem_bytes": isa_row(plan.isa).elem_bytes, "transposed": False, "vector_transpose": False,
         "bias_axis": "m",
     })
     return ctx
