@@ -13,8 +13,9 @@ import pytest
 
 from xfc.cpu.cost_model import (COST_MODEL_VERSION, DEFAULT_CONSTANTS, StaticEvaluator, cold_stream_bytes_per_second,
                                 dram_bytes_per_second)
+from xfc.cpu.cost_model import L2_FILL, l2_per_core_bytes
 from xfc.cpu.synth import synthesize_cpu
-from xfc.cpu.tiles import MicroTileScore
+from xfc.cpu.tiles import MicroTileScore, round_up
 from xfc.cpu.winograd import gemm_problem, plan_stages, stages_of_plan, weights_memory, winograd_estimate
 from xfc.ops.spec import make_spec
 from xfc.ops.winograd import admissible_tile_sizes
@@ -160,6 +161,27 @@ def test_a_u_past_the_shared_cache_is_read_once_per_image_from_dram():
     assert past_the_cache == pytest.approx(2 * (4 * 36 * 513 * 512 - shared) / dram_bytes_per_second(HW), rel=1e-12)
     small = make_spec("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), pad=1)
     assert weights_memory(small, 4, 14, HW, CLUSTER, 1, tile_bytes=0) == ("L3", 0.0)
+
+
+def test_split_over_tiles_every_thread_streams_the_part_of_u_past_the_shared_cache():
+    """Split over tiles (owned), each thread multiplies its tiles by all of U: the part past the
+    shared cache comes from DRAM once per thread, and U stays in L2 only if each thread's share
+    holds all of it. Split over output channels (or one thread) it is read once."""
+    spec = make_spec("conv2d", dict(n=1, c=512, h=7, w=7, k=512, r=3, s=3), pad=1)
+    _, once = weights_memory(spec, 2, 9, HW, CLUSTER, 2, tile_bytes=0)
+    level, owned = weights_memory(spec, 2, 9, HW, CLUSTER, 2, tile_bytes=0, owned=True)
+    assert level == "DRAM" and owned == pytest.approx(2 * once, rel=1e-12)
+    assert weights_memory(spec, 2, 9, HW, CLUSTER, 1, tile_bytes=0, owned=True) == \
+        weights_memory(spec, 2, 9, HW, CLUSTER, 1, tile_bytes=0)
+    # the cold stream keeps its fitted constants: no copies
+    assert weights_memory(spec, 2, 9, HW, CLUSTER, 2, tile_bytes=0, from_memory=True, owned=True) == \
+        weights_memory(spec, 2, 9, HW, CLUSTER, 2, tile_bytes=0, from_memory=True)
+    # a U that fits two L2 shares but not one: L2 split over output channels, not over tiles
+    l2_share = l2_per_core_bytes(CLUSTER) * L2_FILL
+    tiny = next(make_spec("conv2d", dict(c=c, h=14, w=14, k=c, r=3, s=3), pad=1) for c in range(8, 512, 8)
+                if l2_share < 4 * 16 * round_up(c, 9) * c <= 2 * l2_share)
+    assert weights_memory(tiny, 2, 9, HW, CLUSTER, 2, tile_bytes=0)[0] == "L2"
+    assert weights_memory(tiny, 2, 9, HW, CLUSTER, 2, tile_bytes=0, owned=True)[0] != "L2"
 
 
 def test_weights_from_memory_read_all_of_u_from_dram_on_every_call():

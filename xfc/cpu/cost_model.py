@@ -41,8 +41,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # stream at the static DRAM efficiency; 8: that stream at one chip-wide fitted rate, whatever the
 # threads, and added to the FMAs it does not overlap at every thread count; 9: only the part of a
 # filter transform past the cache share streamed, also past the whole cache, and the share of that
-# stream the FMAs do not hide fitted with its rate).
-COST_MODEL_VERSION = 9
+# stream the FMAs do not hide fitted with its rate; 10: split over tiles, each thread streams that
+# part of the filter transform itself, and holds all of it when it is to stay in L2).
+COST_MODEL_VERSION = 10
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth

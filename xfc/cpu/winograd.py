@@ -197,7 +197,7 @@ def transform_cycles(spec: Conv2dSpec, m: int, core, lanes: int,
 
 def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int, tile_bytes: int,
                    constants: CostConstants = DEFAULT_CONSTANTS, vectors: str = "tiles",
-                   nr: int = 1, from_memory: bool = False) -> tuple[str, float]:
+                   nr: int = 1, from_memory: bool = False, owned: bool = False) -> tuple[str, float]:
     """(level, seconds) for the GEMMs to read the transformed filter U once per image from where it
     lives between calls, as a depthwise call's tensors (cost_model.depthwise_memory): the threads'
     L2 shares, else the shared cache with the transformed tiles beside it, else DRAM. Only DRAM is
@@ -210,11 +210,19 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     Each GEMM's roofline alone would charge DRAM for its U, V and M on every one of the a^2 GEMMs
     (gemm_estimate's "every tensor once"). V and M are written and read within the call (the tile
     traffic term), and U is read once: on the host the a^2 DRAM terms bounded the 2-thread GEMM
-    stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time)."""
+    stage at its 1-thread time (r18_l3 m=4, r18_l4 m=2: predicted 1.6-2.3x the measured time).
+
+    owned (a split over tiles, tile_split): every thread multiplies its tiles by all of U, so each
+    holds all of U in its own L2 share, and the part of U past the shared cache is streamed by each
+    thread, not once: the threads do not run in step closely enough to share one stream (on the Zen 5
+    VM at 2 threads, vgg_7 F(4,3), U 19 MB: split over tiles 0.415 ms, over output channels 0.362;
+    regret_winograd_zen5_2t.json, the fitting set). The cold stream (from_memory) keeps its fitted
+    constants (session 52: two threads streaming a cold U no faster than one)."""
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if from_memory:
         return "DRAM", spec.n * u_bytes / cold_stream_bytes_per_second(hw, constants)
-    if u_bytes <= l2_per_core_bytes(cluster) * threads * L2_FILL:
+    copies = max(threads, 1) if owned else 1
+    if u_bytes * copies <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
     capacity = hw.l3_bytes or hw.slc_bytes or 0
     shared = capacity * L3_FILL
@@ -232,7 +240,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # part past the share at the probe's rate. Charging all of it (until issue 34) chose F(2,3) for
     # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the tiles' own traffic is the
     # tile-traffic term (and with no shared cache, all of U streams).
-    dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared)
+    dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared) * copies
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
 
@@ -300,7 +308,7 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     on_chip = [(name, s) for name, s in gemm_estimate.seconds_by_bound if name != "DRAM"]
     gemm_bound, per_gemm_s = max(on_chip, key=lambda p: p[1])
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
-                                              vectors, nr, weights_from_memory)
+                                              vectors, nr, weights_from_memory, owned=owned)
     gemm_s = a * a * per_gemm_s
     if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the exposed share adds up
         hidden = min(gemm_s, weights_s)
