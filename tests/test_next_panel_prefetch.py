@@ -70,6 +70,18 @@ def test_off_where_not_timed_or_not_weights_as_b():
     assert _lines(m=16 * 14, mc=16 * 14) > 0                # sixteen
     assert _lines(m=17 * 14, mc=17 * 14) == 0               # seventeen: the first tile's wait is small
     assert _lines(m=784, mc=56) > 0                         # the tiles of one MC block count
+
+
+@pytest.mark.unit
+def test_split_over_rows_counts_the_row_tiles_of_one_threads_share():
+    """ResNet-18's 14x14 Winograd GEMMs at 2 threads: 16 rows in 2 row tiles of 9, one per thread."""
+    spec = make_spec("matmul", dict(m=16, n=256, k=256))
+    args = (isa_row("avx512"), spec, False, 16, 9, 32, 128, 18, 4, "jr_ir", "intrinsics", 4)
+    assert decide.next_panel_prefetch_lines(*args) > 0
+    assert decide.next_panel_prefetch_lines(*args, threads=2, parallel_axis="m") == 0
+    assert decide.next_panel_prefetch_lines(*args, threads=2, parallel_axis="n") > 0   # each thread all rows
+    wide = (isa_row("avx512"), spec, False, 64, 8, 32, 128, 64, 4, "jr_ir", "intrinsics", 4)
+    assert decide.next_panel_prefetch_lines(*wide, threads=2, parallel_axis="m") > 0   # 4 row tiles each
     matmul = make_spec("matmul", dict(m=49, n=512, k=2048))
     assert _lines(transposed=False, spec=matmul) == 2       # a matmul's weights are B
 

@@ -123,7 +123,8 @@ NEXT_PANEL_PREFETCH_TILES = (2, 16)
 
 
 def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool, m: int, mr: int, nr: int,
-                              kc: int, mc: int, k_unroll: int, order: str, ukernel: str, elem_bytes: int) -> int:
+                              kc: int, mc: int, k_unroll: int, order: str, ukernel: str, elem_bytes: int,
+                              threads: int = 1, parallel_axis: str = "n") -> int:
     """Cache lines of the next weight micro-panel (B at jr + NR) each unrolled k step prefetches into
     L2; 0 = off. In the BLIS order the row tiles of a block pass one KC x NR panel of B in turn, and
     only the first finds it missing: in a network the weights of a layer come from memory (every
@@ -134,9 +135,12 @@ def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool,
     weights cold, 0.42 ms hot (docs/host-kernel-notes.md). Each tile takes an equal share of the
     panel, at this many lines per unrolled step, so that the shares are done by the tile's last step.
     On where the weights are B (a transposed conv, a matmul), the BLIS order and the intrinsics loop,
-    with NEXT_PANEL_PREFETCH_TILES row tiles per panel."""
+    with NEXT_PANEL_PREFETCH_TILES row tiles per panel in one thread's block: split over rows (M),
+    each thread passes the panels with its own share of the row tiles (ResNet-18's Winograd GEMMs at
+    2 threads, one row tile of 16 tiles each, ran 8-15% slower with it)."""
     weights_are_b = isinstance(spec, MatmulSpec) or transposed
-    tiles = max(1, math.ceil(min(mc, m) / mr))
+    rows = m if parallel_axis != "m" or threads <= 1 else math.ceil(math.ceil(m / mr) / threads) * mr
+    tiles = max(1, math.ceil(min(mc, rows) / mr))
     fewest, most = NEXT_PANEL_PREFETCH_TILES
     if (row.name not in NEXT_PANEL_PREFETCH_DIALECTS or not weights_are_b or order != "jr_ir"
             or ukernel != "intrinsics" or kc < k_unroll or not fewest <= tiles <= most):

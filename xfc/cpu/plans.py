@@ -59,7 +59,8 @@ def hand_plan(spec, isa: str = "avx512", threads: int = 1, *, mr: Optional[int] 
     if prefetch_next_panel_lines is None:
         m_size = gemm_view(spec, transposed)[0]
         prefetch_next_panel_lines = decide.next_panel_prefetch_lines(row, spec, transposed, m_size, mr, nr, kc, mc,
-                                                                     k_unroll, loop_order, ukernel, row.elem_bytes)
+                                                                     k_unroll, loop_order, ukernel, row.elem_bytes,
+                                                                     threads, parallel_axis)
     g = GemmSchedule(mr=mr, nr=nr, k_unroll=k_unroll, kc=kc, mc=mc, nc=nc, threads=threads,
                      parallel_axis=parallel_axis, a_load_bits=a_load_bits, a_pack=a_pack,
                      **{**decide.gemm_code_shape(row, spec, transposed, mr), "loop_order": loop_order,

@@ -165,7 +165,8 @@ def grow_gemm(tile: MicroTile, spec: OperatorSpec, hw: HardwareDescription, clus
                          a_pack=a_pack, **decide.gemm_code_shape(row, spec, transposed, mr, ukernel=ukernel,
                                                                  order=order),
                          prefetch_next_panel_lines=decide.next_panel_prefetch_lines(
-                             row, spec, transposed, m, mr, nr, kc, mc, k_unroll, order, ukernel, elem_bytes))
+                             row, spec, transposed, m, mr, nr, kc, mc, k_unroll, order, ukernel, elem_bytes,
+                             threads, axis))
     reasons = GemmReasons(kc=kc_reason, mc=mc_reason, nc=nc_reason, split=split_reason, a_pack=a_reason,
                           loop_order=order_reason, imbalance=imbalance, shared_bytes=shared_bytes, shared_name=shared_name)
     return sched, reasons

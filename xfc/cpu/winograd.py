@@ -506,7 +506,8 @@ def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedul
         problem = gemm_problem(spec, m, vectors)
         row = isa_row(isa)
         lines = decide.next_panel_prefetch_lines(row, problem, False, problem.m, gemm.mr, gemm.nr, gemm.kc, gemm.mc,
-                                                 gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes)
+                                                 gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes,
+                                                 gemm.threads, gemm.parallel_axis)
     gemm = replace(gemm, prefetch_next_panel_lines=lines)
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING,
                          gemm=gemm, depthwise=None, function_name=function_name,
