@@ -134,8 +134,8 @@ def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool,
     conv at 7x7 (4 row tiles of 14 pixels, KC 2048) went from 0.67 ms to 0.46 ms with its 4 MB of
     weights cold, 0.42 ms hot (docs/host-kernel-notes.md). Each tile takes an equal share of the
     panel, at this many lines per unrolled step, so that the shares are done by the tile's last step.
-    On where the weights are B (a transposed conv, a matmul), the BLIS order and the intrinsics loop,
-    with NEXT_PANEL_PREFETCH_TILES row tiles per panel in one thread's block: split over rows (M),
+    On where the weights are B (a transposed conv, a matmul), in the BLIS order with the intrinsics
+    loop, and NEXT_PANEL_PREFETCH_TILES row tiles per panel in one thread's block: split over rows (M),
     each thread passes the panels with its own share of the row tiles (ResNet-18's Winograd GEMMs at
     2 threads, one row tile of 16 tiles each, ran 8-15% slower with it)."""
     weights_are_b = isinstance(spec, MatmulSpec) or transposed

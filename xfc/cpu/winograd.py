@@ -216,7 +216,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     holds all of U in its own L2 share, and the part of U past the shared cache is streamed by each
     thread, not once: the threads do not run in step closely enough to share one stream (on the Zen 5
     VM at 2 threads, vgg_7 F(4,3), U 19 MB: split over tiles 0.415 ms, over output channels 0.362;
-    regret_winograd_zen5_2t.json, the fitting set). The cold stream (from_memory) keeps its fitted
+    regret_winograd_zen5_2t_before_split_copies.json, the fitting set). The cold stream (from_memory) keeps its fitted
     constants (session 52: two threads streaming a cold U no faster than one)."""
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if from_memory:
