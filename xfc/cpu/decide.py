@@ -130,10 +130,11 @@ def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool,
     only the first finds it missing: in a network the weights of a layer come from memory (every
     other layer's data passed through the caches since its last call), so that tile runs at the rate
     memory delivers the panel while the others run at the FMA rate. Prefetching the next panel
-    during the current one's tiles spreads the stream over all of them: ResNet-50's 2048 -> 512 1x1
-    conv at 7x7 (4 row tiles of 14 pixels, KC 2048) went from 0.67 ms to 0.46 ms with its 4 MB of
-    weights cold, 0.42 ms hot (docs/host-kernel-notes.md). Each tile takes an equal share of the
-    panel, at this many lines per unrolled step, so that the shares are done by the tile's last step.
+    during the current one's tiles spreads the stream over all of them: ResNet-50's 1x1 convs at 7x7
+    (4 row tiles of 14 pixels) took 0.63-0.64 ms as steps of the network without it, 0.40-0.45 ms
+    with it, 0.42 ms timed alone with their weights hot (docs/host-kernel-notes.md, rule 7). Each
+    tile takes an equal share of the panel, at this many lines per unrolled step, so that the shares
+    are done by the tile's last step.
     On where the weights are B (a transposed conv, a matmul), in the BLIS order with the intrinsics
     loop, and NEXT_PANEL_PREFETCH_TILES row tiles per panel in one thread's block: split over rows (M),
     each thread passes the panels with its own share of the row tiles (ResNet-18's Winograd GEMMs at
