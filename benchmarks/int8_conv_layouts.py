@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""int8 conv2d column layouts on this host: the planner's choice against each layout forced.
+"""int8 conv2d column layouts and depthwise layouts on this host: the planner's choice against each forced.
 
 For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
 7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 (expansions and projections) and its
@@ -10,8 +10,13 @@ both; 'im2col' for stride 2; 'channels': the GEMM turned around, output channels
 built, verified byte for byte against the exact reference and timed with weights pre-packed in
 its C timing loop, 1 thread, best of --rounds medians (rounds interleave the variants). Kernel
 figures, not whole networks (benchmarks/net_bench.py --quantize measures those).
+With --op depthwise: MobileNetV2's ten depthwise layers and MobileNetV3-style ones (5x5, channel counts
+off a multiple of 16), each planned as the planner chooses, 'tap_pairs' (planes of int16 tap pairs) and
+'channels' (16 channels in the lanes; needs avx512vbmi), uint8 activations with a zero point of 128,
+bias and ReLU6.
 
-    .venv/bin/python benchmarks/int8_conv_layouts.py [--rounds 3] [--only LAYER,...] [--out-name NAME]
+    .venv/bin/python benchmarks/int8_conv_layouts.py [--op conv2d|depthwise] [--rounds 3] [--only LAYER,...]
+                                                     [--threads 1] [--out-name NAME]
 
 writes benchmarks/results/int8_conv_layouts.json or NAME (the machine named).
 """
@@ -27,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from machine import machine_facts  # noqa: E402
+from xfc.ops.workloads import MOBILENETV2_DEPTHWISE  # noqa: E402
 
 LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
     "r18_56x56_c64": (56, 64, 64, 3, 1, 1),
@@ -53,23 +59,45 @@ VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force
                 "channels": {"force_layout": "channels"}},
             2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"},
                 "channels": {"force_layout": "channels"}}}
+DEPTHWISE_LAYERS = {   # name -> (h = w, c, r = s, pad, stride): MobileNetV2's (xfc.ops.workloads) and V3-style
+    **{name.replace("dw_", ""): (shape["h"], shape["c"], shape["r"], kw["pad"], kw["stride"])
+       for name, (_op, shape, kw) in MOBILENETV2_DEPTHWISE.items()},
+    "mbv3_c72_28_s1_5x5": (28, 72, 5, 2, 1),
+    "mbv3_c120_28_s1_5x5": (28, 120, 5, 2, 1),
+    "mbv3_c200_14_s1": (14, 200, 3, 1, 1),
+    "mbv3_c184_14_s1": (14, 184, 3, 1, 1),
+    "mbv3_c672_14_s2_5x5": (14, 672, 5, 2, 2),
+    "mbv3_c960_7_s1_5x5": (7, 960, 5, 2, 1),
+}
+DEPTHWISE_VARIANTS = {"planner": {}, "tap_pairs": {"force_layout": "tap_pairs"},
+                      "channels": {"force_layout": "channels"}}
 REPEAT = 50
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", choices=("conv2d", "depthwise"), default="conv2d")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated layer names (default: all): " + ", ".join(LAYERS))
-    parser.add_argument("--out-name", default="int8_conv_layouts.json", help="the results file's name in --results")
+    parser.add_argument("--only", default="", help="comma-separated layer names (default: all): "
+                                                   + ", ".join([*LAYERS, *DEPTHWISE_LAYERS]))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out-name", default=None, help="the results file's name in --results (default "
+                                                         "int8_conv_layouts.json, --op depthwise: int8_dw_layouts.json)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    layers = LAYERS if args.op == "conv2d" else DEPTHWISE_LAYERS
     only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in only if name not in LAYERS]
+    unknown = [name for name in only if name not in layers]
     if unknown:
-        print(f"int8-conv-layouts: --only: no layer {', '.join(unknown)} (layers: {', '.join(LAYERS)})",
+        print(f"int8-conv-layouts: --only: no {args.op} layer {', '.join(unknown)} (layers: {', '.join(layers)})",
               file=sys.stderr)
         return 2
+    if args.threads < 1:
+        print(f"int8-conv-layouts: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+    out_name = args.out_name or ("int8_conv_layouts.json" if args.op == "conv2d" else "int8_dw_layouts.json")
     from xfc.cpu.int8_synth import plan_int8
+    from xfc.errors import XfcError
     from xfc.hardware.host import read_flags
     from xfc.ops.dtypes import INT8, make_operands
     from xfc.ops.quant import QuantParams
@@ -81,13 +109,26 @@ def main(argv=None) -> int:
     flags = frozenset(read_flags())
     built, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="xfc-int8-layouts-") as tmp:
-        for name, (size, c, k, r, pad, stride) in LAYERS.items():
+        for name, geometry in layers.items():
             if only and name not in only:
                 continue
-            spec = make_spec("conv2d", dict(n=1, c=c, h=size, w=size, k=k, r=r, s=r), pad=(pad,) * 4,
-                             stride=(stride, stride), bias=True)
-            for variant, forced in VARIANTS[stride].items():
-                plan = plan_int8(spec, QuantParams(a_zero_point=128), hw, threads=1, host_flags=flags, **forced)
+            if args.op == "conv2d":
+                size, c, k, r, pad, stride = geometry
+                spec = make_spec("conv2d", dict(n=1, c=c, h=size, w=size, k=k, r=r, s=r), pad=(pad,) * 4,
+                                 stride=(stride, stride), bias=True)
+                variants = VARIANTS[stride]
+            else:
+                size, c, r, pad, stride = geometry
+                spec = make_spec("depthwise", dict(n=1, c=c, h=size, w=size, r=r, s=r), pad=(pad,) * 4,
+                                 stride=(stride, stride), bias=True, activation="relu6")
+                variants = DEPTHWISE_VARIANTS
+            for variant, forced in variants.items():
+                try:
+                    plan = plan_int8(spec, QuantParams(a_zero_point=128), hw,
+                                     threads=args.threads, host_flags=flags, **forced)
+                except XfcError as exc:      # a layout this machine cannot run (channels without avx512vbmi)
+                    print(f"{name:28s} {variant:14s} not planned: {exc}", file=sys.stderr)
+                    continue
                 kernel = stages.realize(plan, Path(tmp) / f"{name}_{variant}")
                 operands = make_operands(spec, INT8, seed=0, quant=plan.quant)
                 ok = stages.verify(kernel, operands).ok
@@ -99,15 +140,17 @@ def main(argv=None) -> int:
                 best[key] = max(best[key], m.gflops)
             print(f"[int8-conv-layouts] round {round_index + 1} of {args.rounds}", file=sys.stderr, flush=True)
     for (name, variant), (plan, _kernel, _operands, ok) in built.items():
-        rows.append({"layer": name, "variant": variant, "column_layout": plan.column_layout, "dialect": plan.dialect,
+        layout = plan.column_layout if args.op == "conv2d" else plan.depthwise_layout
+        rows.append({"layer": name, "variant": variant, "layout": layout, "dialect": plan.dialect,
                      "tile": [plan.mr, plan.nr], "verified": ok, "gops": round(best[(name, variant)], 1),
+                     "us": round(plan.spec.flops / best[(name, variant)] / 1e3, 2) if best[(name, variant)] else None,
                      "spec": plan.spec.describe()})
-        print(f"{name:28s} {variant:14s} {plan.column_layout:8s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
+        print(f"{name:28s} {variant:14s} {layout:9s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
               f"{'ok' if ok else 'WRONG'} {best[(name, variant)]:7.1f} GOP/s")
-    out = args.results / args.out_name
-    write_json_result(out, {"benchmark": "int8 conv2d column layouts, kernel with pre-packed weights, C timing loop, "
-                                         "1 thread, best of the round medians",
-                            "machine": machine_facts(), "rounds": args.rounds, "rows": rows,
+    out = args.results / out_name
+    write_json_result(out, {"benchmark": f"int8 {args.op} layouts, kernel with pre-packed weights, C timing loop, "
+                                         f"{args.threads} thread(s), best of the round medians",
+                            "machine": machine_facts(), "rounds": args.rounds, "threads": args.threads, "rows": rows,
                             "command": "benchmarks/int8_conv_layouts.py "
                                        + " ".join(argv if argv is not None else sys.argv[1:])},
                       kind="int8-conv-layouts")

@@ -307,7 +307,7 @@ def test_cli_int8_bad_input_exits_2_with_one_line(argv, contains, tmp_path, capf
 # asymmetric padding, dilation, both activation types with zero points at both ends.
 TAP_PAIRS_CASES = [
     # shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads, staging
-    ({"c": 5, "h": 13, "w": 37, "r": 3, "s": 3, "n": 2}, {"stride": "1", "pad": "1,0,2,1"}, ("int8", -128, 127),
+    ({"c": 5, "h": 13, "w": 37, "r": 3, "s": 3, "n": 2}, {"stride": "1", "pad": "1,0,2,1"}, ("int8", -128, -100),
      "relu6", True, True, 2, "pairs"),
     ({"c": 7, "h": 15, "w": 23, "r": 3, "s": 3}, {"stride": "2", "pad": "0,1,1,0"}, ("uint8", 255, 0),
      "none", False, False, 1, "direct"),
@@ -317,7 +317,7 @@ TAP_PAIRS_CASES = [
      ("int8", 127, -128), "relu6", True, False, 1, "gather"),
     ({"c": 4, "h": 3, "w": 3, "r": 3, "s": 3, "n": 2}, {"stride": "1", "pad": "1"}, ("int8", 0, -7),
      "none", False, True, 2, "pairs"),
-    ({"c": 17, "h": 7, "w": 7, "r": 3, "s": 3}, {"stride": "1", "pad": "1", "dilation": "2,3"}, ("uint8", 0, 255),
+    ({"c": 17, "h": 7, "w": 7, "r": 3, "s": 3}, {"stride": "1", "pad": "1", "dilation": "2,3"}, ("uint8", 0, 0),
      "relu6", True, True, 1, "pairs"),
     ({"c": 2, "h": 9, "w": 70, "r": 7, "s": 7}, {"stride": "2,1", "pad": "3,2,1,3"}, ("uint8", 7, 128),
      "none", True, True, 2, "pairs"),
@@ -341,6 +341,8 @@ def test_depthwise_tap_pairs_matches_the_reference_exactly(case, tmp_path):
     for seed, mode in ((11, "random"), (12, "extreme")):
         verdict = verify_int8(kernel, seed=seed, mode=mode)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), mode, verdict)
+        if mode == "random":    # outputs that all clamp to one value would hide a wrong sum
+            assert verdict["saturated_share"] < 0.9, verdict
 
 
 @pytest.mark.skipif("avx2" not in available_isas(), reason="no AVX2 here")
@@ -455,3 +457,107 @@ def test_a_kernel_planned_for_narrow_weights_refuses_a_wide_one(tmp_path):
     w[0, 0, 1, 1] = 65
     with pytest.raises(XfcError, match="pre-packing the weights failed"):
         run_int8_entry(kernel, x, w, bias, multipliers(spec, q))
+
+
+# Depthwise 'channels' layout (vnni with avx512vbmi: 16 channels in the lanes, vpdpbusd on quads of
+# adjacent taps, the planes transposed in registers). Ragged: channel counts off a multiple of 16 (a
+# last group of 1, 3, 5 channels), planes of fewer than 4 columns and of several 64-pixel chunks,
+# strides 1 to 4 (2 and 4 build every 2nd / 4th Q column, 3 every one), filters of 1 to 9 columns (1
+# to 3 weight quads per row), asymmetric padding, vertical dilation, batch 2, 2 threads, no bias,
+# both activation types with zero points at both ends.
+HAS_VBMI = HAS_VNNI and "avx512vbmi" in FLAGS
+CHANNELS_CASES = [
+    # shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads
+    ({"c": 21, "h": 9, "w": 13, "r": 3, "s": 3, "n": 2}, {"stride": "2", "pad": "1"}, ("int8", -128, -100),
+     "relu6", True, True, 2),
+    ({"c": 19, "h": 5, "w": 4, "r": 5, "s": 5}, {"pad": "2,1"}, ("int8", 127, -128), "relu6", False, True, 1),
+    ({"c": 33, "h": 11, "w": 10, "r": 3, "s": 7}, {"stride": "2,1", "pad": "1,3,0,2", "dilation": "2,1"},
+     ("uint8", 0, 255), "none", True, False, 2),
+    ({"c": 16, "h": 14, "w": 14, "r": 3, "s": 3}, {"stride": "1", "pad": "1"}, ("uint8", 255, 0), "relu", False, True, 1),
+    ({"c": 5, "h": 3, "w": 2, "r": 3, "s": 3}, {"stride": "1", "pad": "1"}, ("int8", 0, -7), "none", True, True, 1),
+    ({"c": 40, "h": 23, "w": 37, "r": 3, "s": 3}, {"stride": "3", "pad": "1,2,0,1"}, ("uint8", 128, 3),
+     "relu6", True, True, 2),
+    ({"c": 17, "h": 17, "w": 29, "r": 2, "s": 9}, {"stride": "4", "pad": "0,4,1,3"}, ("int8", -9, 4),
+     "none", False, True, 1),
+    ({"c": 18, "h": 6, "w": 70, "r": 1, "s": 1}, {"stride": "2,1"}, ("uint8", 7, 128), "relu", True, True, 2),
+]
+
+
+@pytest.mark.skipif(not HAS_VBMI, reason="needs a CPU with avx512_vnni and avx512vbmi")
+@pytest.mark.parametrize("case", CHANNELS_CASES, ids=[f"{c[0]['c']}x{c[0]['h']}x{c[0]['w']}-{c[2][0]}-{i}"
+                                                      for i, c in enumerate(CHANNELS_CASES)])
+def test_depthwise_channels_layout_matches_the_reference_exactly(case, tmp_path):
+    shape, geometry, quant, activation, per_channel, bias, threads = case
+    spec, q = _tap_pairs_spec(shape, geometry, quant, activation, per_channel, bias)
+    plan, kernel = compile_int8(spec, q, load("host"), tmp_path, threads=threads, flags=FLAGS,
+                                force_layout="channels")
+    assert (plan.dialect, plan.depthwise_layout, plan.parallel_axis) == ("vnni", "channels", "channel_groups")
+    assert "_mm512_dpbusd_epi32" in kernel.rendered.source and "_mm512_permutexvar_epi8" in kernel.rendered.source
+    for seed, mode in ((11, "random"), (12, "extreme")):
+        verdict = verify_int8(kernel, seed=seed, mode=mode)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), mode, verdict)
+        if mode == "random":    # outputs that all clamp to one value would hide a wrong sum
+            assert verdict["saturated_share"] < 0.9, verdict
+
+
+def _vbmi_host():
+    """The synthetic AVX-512 VNNI host with avx512vbmi, and its flags."""
+    flags = frozenset(_VNNI_FLAGS) | {"avx512vbmi"}
+    from xfc.hardware.host import describe_host
+    return describe_host({"flags": set(flags), "model name": "AVX-512 VNNI VBMI core"}, {}, 2, "x86_64",
+                         isa="avx512"), flags
+
+
+def test_depthwise_channels_layout_is_planned_where_it_applies_and_pays():
+    """Small planes take channels in the lanes; a plane whose transposed buffers pass the L2 keeps the
+    tap pairs (and says why); so do a horizontal dilation, a core without avx512vbmi and forced blocks;
+    forcing the layout where it cannot run is one clear error."""
+    from xfc.cpu.int8_synth import plan_int8
+    hw, flags = _vbmi_host()
+    q = QuantParams(act_type="uint8", a_zero_point=128, out_zero_point=128)
+
+    def plan(shape, geometry, host=hw, host_flags=flags, **kw):
+        spec = make_spec("depthwise", {"r": 3, "s": 3, **shape}, bias=True, **geometry)
+        return plan_int8(spec, q, host, threads=1, host_flags=host_flags, **kw)
+
+    small = plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"})
+    assert (small.depthwise_layout, small.lanes, small.nv) == ("channels", 16, 7)
+    assert any("depthwise layout 'channels'" in r and "us modelled against" in r for r in small.reasons)
+    big = plan({"c": 32, "h": 112, "w": 112}, {"pad": "1"})
+    assert big.depthwise_layout == "tap_pairs"
+    assert any("more than the core's" in r and "L2" in r for r in big.reasons), big.reasons
+    assert plan({"c": 960, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}).depthwise_layout == "tap_pairs"
+    assert plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"}, host=_vnni_host(),
+                host_flags=_VNNI_FLAGS).depthwise_layout == "tap_pairs"
+    assert plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"}, force_tile=(8, 1)).depthwise_layout == "tap_pairs"
+    assert plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"}, force_layout="tap_pairs").depthwise_layout == "tap_pairs"
+    assert plan({"c": 32, "h": 112, "w": 112}, {"pad": "1"}, force_layout="channels").depthwise_layout == "channels"
+    with pytest.raises(OperatorError, match="avx512vbmi"):
+        plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"}, host=_vnni_host(), host_flags=_VNNI_FLAGS,
+             force_layout="channels")
+    with pytest.raises(OperatorError, match="dilation_w 1"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}, force_layout="channels")
+    with pytest.raises(OperatorError, match="depthwise layout 'rows'"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="rows")
+
+
+@pytest.mark.parametrize("case", CHANNELS_CASES[:3], ids=["s2-int8", "5x5-narrow", "dilated-h"])
+def test_depthwise_channels_layout_compiles(case, tmp_path):
+    """Where this CPU lacks avx512vbmi or VNNI the layout is still compiled (errors and warnings
+    fail) for x86-64-v4 + VNNI + VBMI; it runs in test_depthwise_channels_layout_matches_the_reference_exactly."""
+    import shutil
+    import subprocess
+    from xfc.pipeline import stages
+    from xfc.cpu.int8_synth import plan_int8
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    shape, geometry, quant, activation, per_channel, bias, threads = case
+    spec, q = _tap_pairs_spec(shape, geometry, quant, activation, per_channel, bias)
+    hw, flags = _vbmi_host()
+    plan = plan_int8(spec, q, hw, threads=threads, host_flags=flags, force_layout="channels")
+    source = tmp_path / "k.c"
+    source.write_text(stages.render(plan).source)
+    proc = subprocess.run(["gcc", "-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Werror", "-Wno-unused-function",
+                           "-march=x86-64-v4", "-mavx512vnni", "-mavx512vbmi", "-c", str(source), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -27,7 +27,7 @@ from ..ops.quant import NARROW_WEIGHT_MAX, channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
-from .int8_synth import Int8Plan
+from .int8_synth import Int8Plan, channels_q_columns, channels_q_step
 
 
 _ENV = None
@@ -107,6 +107,57 @@ def _tap_pairs_context(plan: Int8Plan) -> dict:
             "vp": "_mm512" if lanes == 16 else "_mm256", "vnni_madd": plan.dialect == "vnni"}
 
 
+DW_CHANNEL_LANES = 16     # the 'channels' depthwise layout: channels per group (zmm int32 lanes)
+
+
+def _mask64(bits: int) -> str:
+    """A __mmask64 literal of the low `bits` bits."""
+    return f"(__mmask64){(1 << bits) - 1:#x}ULL"
+
+
+def _channels_context(plan: Int8Plan) -> dict:
+    """The geometry of the 'channels' depthwise layout (int8_depthwise.c.j2): Q's rows and columns,
+    its columns that touch the padding (and the mask of the quad bytes there), T's extent, the
+    64-pixel chunks, the output pixels per block."""
+    spec = plan.spec
+    if spec.dilation_w != 1:
+        raise OperatorError(f"{plan.function_name}: the channels depthwise layout reads 4 adjacent columns per "
+                            f"quad (dilation_w 1), not {spec.dilation_w}")
+    lanes = DW_CHANNEL_LANES
+    quads = math.ceil(spec.s / 4)
+    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    step = channels_q_step(spec)
+    q_cols = channels_q_columns(spec)
+    edges, inner = [], []
+    for j in range(q_cols):            # Q column j: the quad at input column j * step - pad_left
+        bad = [k for k in range(4) if not 0 <= j * step - spec.pad_left + k < spec.w]
+        if bad:
+            edges.append((j, "(__mmask64)%#xULL" % sum(0x1111111111111111 << k for k in bad)))
+        else:
+            inner.append(j)
+    # the inner columns are one run (a column inside the row has every column between it and the row's
+    # other inner columns inside too); the edge ones are unrolled with their masks
+    inner_run = (inner[0], inner[-1] + 1) if inner else (0, 0)
+    assert len(inner) == inner_run[1] - inner_run[0]
+    hw_in, hw_out = spec.h * spec.w, spec.out_h * spec.out_w
+    in_chunks, out_chunks = math.ceil(hw_in / 64), math.ceil(hw_out / 64)
+    t_pre = spec.pad_left
+    t_len = t_pre + max(in_chunks * 64, (spec.h - 1) * spec.w - spec.pad_left + (q_cols - 1) * step + 4) + 1
+    # lane c byte k of a Q entry <- byte 16 k + c of T's 64 bytes (_mm512_set_epi8 lists byte 63 first)
+    quad_index = ", ".join(str(16 * (b % 4) + b // 4) for b in reversed(range(64)))
+    pb = plan.nv
+    shift = plan.quant.shift       # int8 activations made u8 by an XOR with 0x80 (x + 128) for vpdpbusd
+    return {"CL": lanes, "groups": math.ceil(spec.c / lanes), "SQ": quads, "QH": q_rows, "QW": q_cols,
+            "q_in_rows": max(0, min(spec.h, q_rows - spec.pad_top)), "q_edges": edges, "q_inner": inner_run,
+            "pad_rows": [r for r in range(q_rows) if not spec.pad_top <= r < spec.pad_top + spec.h],
+            "in_chunks": in_chunks, "out_chunks": out_chunks, "TPRE": t_pre, "TLEN": t_len,
+            "in_last_mask": _mask64(hw_in - 64 * (in_chunks - 1)),
+            "out_last_mask": _mask64(hw_out - 64 * (out_chunks - 1)),
+            "quad_index": quad_index, "PB": pb, "pb_groups": spec.out_w // pb, "pb_tail": spec.out_w % pb,
+            "shift": shift, "zu": plan.quant.a_zero_point + shift, "QSTEP": step,
+            "ow_cols": spec.stride_w // step, "quad_cols": 4 // step}
+
+
 def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                    scratch_symbol: Optional[str] = None) -> tuple[str, dict]:
     """(template, context). threads_symbol: a thread-local `int` defined by the network runtime (the
@@ -135,6 +186,13 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 raise OperatorError(f"{plan.function_name}: unknown depthwise staging '{plan.depthwise_staging}'")
             ctx.update(_tap_pairs_context(plan))
             ctx["packed_bytes"] = spec.c * spec.r * ctx["SJ"] * 4        # int32 tap pairs [C][R][SJ]
+        elif plan.depthwise_layout == "channels":
+            if plan.dialect != "vnni" or plan.parallel_axis != "channel_groups":
+                raise OperatorError(f"{plan.function_name}: the channels depthwise layout is for the vnni dialect, "
+                                    f"threads splitting channel groups (not {plan.dialect}, {plan.parallel_axis})")
+            ctx.update(_channels_context(plan))
+            # per group: R x SQ weight quads of 64 bytes; then one int32 tap sum per channel of every group
+            ctx["packed_bytes"] = ctx["groups"] * (spec.r * ctx["SQ"] * 64 + ctx["CL"] * 4)
         else:
             ctx["packed_bytes"] = spec.c * spec.r * spec.s                # the int8 taps as they are
         return "cpu/int8_depthwise.c.j2", ctx

@@ -42,7 +42,8 @@ class Int8Plan:
                                        # packed columns) or 'weights' (implicit-GEMM conv: M = output
                                        # channels, columns are pixels of the staged input)
     parallel_axis: str = "columns"     # what threads split: 'columns' (GEMM column tiles: a thread owns whole output
-                                       # columns) or 'planes' (depthwise: whole (image, channel) planes)
+                                       # columns), 'planes' (depthwise: whole (image, channel) planes) or
+                                       # 'channel_groups' (depthwise 'channels': (image, 16-channel group) pairs)
     k_unroll: int = 0                  # the k loops' unroll pragma: 0 leaves it to the compiler, 1 forbids it
     target_pragma: str = ""            # depthwise on x86: the `#pragma GCC target` the kernel is compiled for
                                        # ('' none: the -march of the build)
@@ -50,7 +51,9 @@ class Int8Plan:
                                        # vectorized by the compiler: generic, ARM) or 'tap_pairs' (staged as int16
                                        # pairs of horizontally adjacent taps, explicit vpmaddwd / vpdpwssd on
                                        # `lanes` output pixels per vector, blocks of tile_rows output rows x nv
-                                       # vectors; x86 avx2 / vnni: int8_synth.choose_depthwise_block)
+                                       # vectors; x86 avx2 / vnni: int8_synth.choose_depthwise_block) or 'channels'
+                                       # (vnni with avx512vbmi: groups of `lanes` channels in the lanes, quads of
+                                       # adjacent taps, nv output pixels per block: int8_synth.depthwise_channels_block)
     column_layout: str = "rows"        # implicit-GEMM conv columns: 'rows' (a vector holds pixels of one output row;
                                        # a tile spans tile_rows rows) or 'flat' (stride 1: the staged rows, padding
                                        # included, read as one long row, so a vector runs on into the next output
@@ -110,6 +113,8 @@ class Int8Synthesis:
 
     def summary_line(self) -> str:
         plan = self.plan
+        if plan.lowering == "direct_depthwise" and plan.depthwise_layout == "channels":
+            return f"int8 {plan.dialect} depthwise (channels: {plan.lanes} in the lanes, {plan.nv} pixels per block)"
         if plan.lowering == "direct_depthwise":
             return (f"int8 {plan.dialect} depthwise ({plan.depthwise_layout}, {plan.tile_rows} row(s) x {plan.nv} x "
                     f"{plan.lanes} pixels)")

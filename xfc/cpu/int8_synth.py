@@ -46,6 +46,8 @@ MAX_NV = 4
 # u8 x s8 dot products (vpdpbusd, vpmaddwd on zero-extended bytes): int8 activations are made unsigned
 # by x ^ 0x80 = x + 128 (QuantParams.shift), uint8 ones are used as they are.
 DEPTHWISE_TARGET_PRAGMA = {"vnni": "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni", "avx2": "avx2,fma", "generic": ""}
+VBMI_FLAG = "avx512vbmi"                # vpermb: the 'channels' depthwise layout builds its quads with it
+DEPTHWISE_CHANNELS_PRAGMA = DEPTHWISE_TARGET_PRAGMA["vnni"] + ",avx512vbmi"
 # Depthwise on x86 SIMD (layout 'tap_pairs', templates/cpu/int8_depthwise.c.j2): the vector widths each
 # dialect may use (int32 lanes: 8 = ymm, 16 = zmm), and the issue model's per-vector counts.
 DEPTHWISE_LANES = {"vnni": (8, 16), "avx2": (8,)}
@@ -54,6 +56,16 @@ DW_MAX_VECTORS = 4
 DW_EPILOGUE_UOPS = {8: 11, 16: 7}       # requantize + narrow + store one accumulator vector (xfc_store)
 DW_STAGE_UOPS = {"direct": 5, "pairs": 12, "gather": 64}   # per 16 input columns of a staged row
 DW_FIXED_REGISTERS = 3                  # bias, multiplier, one temporary
+# Depthwise 'channels' layout (vnni with avx512_vbmi, dilation_w 1: int8_depthwise.c.j2): 16 channels in the
+# lanes, so a vector is full on any plane; the price is moving every plane in and out of that layout.
+# Instructions per 64-pixel chunk of 16 channels: the transpose in (16 loads, 64 unpacks, 64 stores of
+# 16 bytes; 16 XORs more for int8 activations) and out (16 loads, 64 unpacks, one masked store per
+# channel); per quad-plane column of an input row: load, vpermb, store; per output pixel: R x SQ
+# vpdpbusd (their loads folded) and the requantization (DW_EPILOGUE_UOPS[16]) with its store.
+DW_CHANNELS_IN_CHUNK_UOPS = 144
+DW_CHANNELS_OUT_CHUNK_UOPS = 96
+DW_CHANNELS_Q_COLUMN_UOPS = 3
+DEPTHWISE_LAYOUTS = ("plane", "tap_pairs", "channels")     # Int8Plan.depthwise_layout
 # im2col staging (int8_gemm.c.j2 stage_input): 4 bytes (one pixel of 4 channels) gathered and stored
 # per iteration with a bounds check; 1 byte per cycle is what benchmarks/int8_conv_layouts.py's strided layers
 # rank right with on a Zen 4 host (ranking only: a 28x28 stride-2 layer is a near tie)
@@ -280,6 +292,59 @@ def depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster, thre
     return DepthwiseBlock(lanes, vectors, rows, plane, seconds, worst[0], in_regs)
 
 
+def channels_q_step(spec: DepthwiseSpec) -> int:
+    """Input columns between two columns of the 'channels' layout's quad plane Q: the stride where it
+    divides 4 (then every quad an output reads, at ow x stride + 4q, starts on a multiple of it, and
+    the columns in between are never read), else 1."""
+    return spec.stride_w if 4 % spec.stride_w == 0 else 1
+
+
+def channels_q_columns(spec: DepthwiseSpec) -> int:
+    """Columns of Q: the quads at input columns j x step - pad_left up to the last an output reads."""
+    last = (spec.out_w - 1) * spec.stride_w + 4 * (math.ceil(spec.s / 4) - 1)
+    return last // channels_q_step(spec) + 1
+
+
+@dataclass(frozen=True)
+class DepthwiseChannels:
+    """The 'channels' depthwise layout's modelled time: per group of 16 channels of one image."""
+    pixels_per_block: int
+    cycles_per_group: float
+    seconds: float
+    bound: str                     # 'issue' or 'dots'
+    working_set_bytes: int         # T, Q and O of one group (one thread's buffers)
+
+
+def depthwise_channels_block(spec: DepthwiseSpec, cluster: CpuCluster, threads: int,
+                             int8_activations: bool = False) -> Optional[DepthwiseChannels]:
+    """The 'channels' layout's modelled time (DW_CHANNELS_* instruction counts over the decode width, or
+    the vpdpbusd count over the FMA rate, whichever is longer), None where it does not apply
+    (dilation_w != 1: a quad is 4 adjacent input columns). Output pixels per block: up to 8 of a row,
+    enough independent accumulators to cover the dot product's latency at two per cycle. The model
+    counts no cache misses: _plan_depthwise takes the layout only where its working set (T, Q, O)
+    fits the core's L2."""
+    if spec.dilation_w != 1:
+        return None
+    core = cluster.core
+    quads = math.ceil(spec.s / 4)
+    q_cols = channels_q_columns(spec)
+    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    in_rows = max(0, min(spec.h, q_rows - spec.pad_top))
+    pixels = spec.out_h * spec.out_w
+    dots = pixels * spec.r * quads
+    uops = (math.ceil(spec.h * spec.w / 64) * (DW_CHANNELS_IN_CHUNK_UOPS + (16 if int8_activations else 0))
+            + math.ceil(pixels / 64) * DW_CHANNELS_OUT_CHUNK_UOPS
+            + in_rows * q_cols * DW_CHANNELS_Q_COLUMN_UOPS + dots + pixels * (DW_EPILOGUE_UOPS[16] + 1))
+    terms = {"issue": uops / core.decode_width, "dots": dots / core.fma_per_cycle}
+    bound = max(terms, key=terms.get)
+    groups = spec.n * math.ceil(spec.c / 16)
+    used = max(1, min(threads, groups))
+    seconds = math.ceil(groups / used) * terms[bound] / (cluster.clock_ghz * 1e9)
+    in_chunks, out_chunks = math.ceil(spec.h * spec.w / 64), math.ceil(pixels / 64)
+    working_set = (in_chunks + out_chunks) * 64 * 16 + q_rows * q_cols * 64
+    return DepthwiseChannels(min(8, spec.out_w), terms[bound], seconds, bound, working_set)
+
+
 def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster,
                            threads: int) -> tuple[DepthwiseBlock, int]:
     """The (lanes, vectors, rows) block with the shortest modelled time per call (depthwise_block),
@@ -336,7 +401,9 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               f"dialect={dialect} ({why}) threads={threads}"]
     reasons = [f"dialect: {why}"]
     if isinstance(spec, DepthwiseSpec):
-        return _plan_depthwise(spec, quant, dialect, cl, threads, name, march, header, reasons, force_tile, force_rows)
+        vbmi = VBMI_FLAG in set(cl.core.features) | set(host_flags)
+        return _plan_depthwise(spec, quant, dialect, cl, threads, name, march, header, reasons, force_tile, force_rows,
+                               force_layout, vbmi)
     m, n, k = gemm_view(spec)
     shape = gemm_shape(spec)
     if force_tile is not None:
@@ -440,11 +507,28 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
 
 def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: CpuCluster, threads: int, name: str,
                     march: str, header: list, reasons: list, force_tile: Optional[tuple[int, int]] = None,
-                    force_rows: Optional[int] = None) -> Int8Plan:
-    """Depthwise: the plane layout (generic) or tap pairs (avx2, vnni) with the block the issue model
-    picks; force_tile = (lanes, vectors) and force_rows = output rows (tests) fix the block instead."""
+                    force_rows: Optional[int] = None, force_layout: Optional[str] = None,
+                    vbmi: bool = False) -> Int8Plan:
+    """Depthwise: the plane layout (generic), tap pairs (avx2, vnni) with the block the issue model
+    picks, or channels in the lanes (vnni with vpermb) where the model times it shorter than the tap
+    pairs; force_tile = (lanes, vectors) and force_rows = output rows (tests) fix the tap-pairs block,
+    force_layout ('tap_pairs', 'channels') the layout."""
     threads = min(threads, spec.n * spec.c)
     pragma = DEPTHWISE_TARGET_PRAGMA[dialect]
+    if force_layout not in (None, *DEPTHWISE_LAYOUTS):
+        raise OperatorError(f"int8 depthwise layout '{force_layout}': {', '.join(DEPTHWISE_LAYOUTS)}")
+    channels = depthwise_channels_block(spec, cl, threads, quant.act_type == "int8") \
+        if dialect == "vnni" and vbmi else None
+    l2_bytes = cl.l2.size_bytes // max(cl.l2.shared_by_cores, 1)
+    # beyond the L2 the transposed planes and Q stream from further out, which the model does not count
+    # (MobileNetV2's 32 x 112 x 112 layer, 1.2 MB: 0.91x the tap pairs on a Zen 5 host, int8_dw_layouts_zen5.json)
+    channels_fit = channels is not None and channels.working_set_bytes <= l2_bytes
+    if force_layout == "channels" and channels is None:
+        raise OperatorError(f"{spec.describe()}: the channels depthwise layout needs the vnni dialect with "
+                            f"avx512vbmi (here: {dialect}{'' if vbmi else ', no avx512vbmi'}) and dilation_w 1")
+    if force_layout == "plane" and dialect in DEPTHWISE_LANES:
+        raise OperatorError(f"int8 depthwise layout 'plane' is the generic dialect's; {dialect} plans "
+                            f"'tap_pairs' or 'channels'")
     if dialect not in DEPTHWISE_LANES:
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
         reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
@@ -464,6 +548,10 @@ def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: C
         scored = 0
     else:
         block, scored = choose_depthwise_block(spec, dialect, cl, threads)
+    if channels is not None and force_tile is None and force_rows is None and (
+            force_layout == "channels" or (force_layout is None and channels_fit and channels.seconds < block.seconds)):
+        return _plan_depthwise_channels(spec, quant, cl, threads, name, march, header, reasons, channels, block,
+                                        forced=force_layout == "channels")
     staging, staging_why = depthwise_staging(spec)
     madd = "vpdpwssd" if dialect == "vnni" else "vpmaddwd + vpaddd"
     header.append(f"lowering: direct depthwise, tap pairs ({madd}), blocks of {block.rows} output row(s) x "
@@ -477,11 +565,41 @@ def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: C
                    f"by the issue model ({block.cycles_per_plane:.0f} cycles per plane, bound by "
                    f"{block.bound}; weights {'in registers' if block.weights_in_registers else 'broadcast from memory'}); "
                    f"threads split the {spec.n * spec.c} planes")
+    if channels is not None and not channels_fit:
+        reasons.append(f"depthwise layout 'tap_pairs': 'channels' (16 channels in the lanes) would keep "
+                       f"{channels.working_set_bytes / 1024:.0f} KiB per thread, more than the core's "
+                       f"{l2_bytes / 1024:.0f} KiB L2")
+    elif channels is not None:
+        reasons.append(f"depthwise layout 'tap_pairs': {block.seconds * 1e6:.1f} us modelled, 'channels' (16 channels "
+                       f"in the lanes) {channels.seconds * 1e6:.1f} us")
     ops = 2.0 * spec.n * spec.c * spec.out_h * spec.out_w * spec.r * spec.s
     return Int8Plan(spec, quant, dialect, "direct_depthwise", 1, block.vectors, block.lanes, threads, name, march,
                     ops / 1e9 / block.seconds if block.seconds > 0 else None, tuple(header), tuple(reasons),
                     tile_rows=block.rows, target_pragma=pragma, depthwise_layout="tap_pairs", parallel_axis="planes",
                     depthwise_staging=staging)
+
+
+def _plan_depthwise_channels(spec: DepthwiseSpec, quant: QuantParams, cl: CpuCluster, threads: int, name: str,
+                             march: str, header: list, reasons: list, channels: DepthwiseChannels,
+                             block: Optional[DepthwiseBlock], forced: bool) -> Int8Plan:
+    """The 'channels' depthwise plan (int8_depthwise.c.j2): groups of 16 channels, threads split them."""
+    groups = spec.n * math.ceil(spec.c / 16)
+    threads = max(1, min(threads, groups))
+    quads = math.ceil(spec.s / 4)
+    header.append(f"lowering: direct depthwise, 16 channels in the lanes (vpdpbusd on quads of adjacent taps, "
+                  f"{spec.r} x {quads} per output pixel), {channels.pixels_per_block} output pixels per block")
+    reasons.append(f"depthwise: groups of 16 channels transposed into the lanes and back in registers, quads of "
+                   f"4 adjacent input columns built with vpermb; compiled for `#pragma GCC target(\"{DEPTHWISE_CHANNELS_PRAGMA}\")`")
+    why = "forced by the caller" if forced else (
+        f"{channels.seconds * 1e6:.1f} us modelled against {block.seconds * 1e6:.1f} us for tap pairs "
+        f"({block.rows} row(s) x {block.vectors} x {block.lanes} pixels)")
+    reasons.append(f"depthwise layout 'channels': {why} ({channels.cycles_per_group:.0f} cycles per group, bound by "
+                   f"{channels.bound}); threads split the {groups} channel groups")
+    ops = 2.0 * spec.n * spec.c * spec.out_h * spec.out_w * spec.r * spec.s
+    return Int8Plan(spec, quant, "vnni", "direct_depthwise", 1, channels.pixels_per_block, 16, threads, name, march,
+                    ops / 1e9 / channels.seconds if channels.seconds > 0 else None, tuple(header), tuple(reasons),
+                    target_pragma=DEPTHWISE_CHANNELS_PRAGMA, depthwise_layout="channels",
+                    parallel_axis="channel_groups")
 
 
 def explain(plan: Int8Plan) -> str:
