@@ -52,6 +52,8 @@ LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
     "mbv2_14x14_1x1_c576_k96": (14, 576, 96, 1, 0, 1),
     "mbv2_14x14_1x1_c96_k576": (14, 96, 576, 1, 0, 1),
     "mbv2_7x7_1x1_c320_k1280": (7, 320, 1280, 1, 0, 1),
+    "mbv2_7x7_1x1_c960_k160": (7, 960, 160, 1, 0, 1),
+    "mbv2_7x7_1x1_c160_k960": (7, 160, 960, 1, 0, 1),
 }
 VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"},
                 # the flat rows staged with both side paddings (before one padding run served both)

@@ -365,16 +365,28 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-weights", choices=("cache", "memory"), default="cache",
                     help="winograd part: plan as xfc synth does (cache: a call finds what fits of its weights where "
                          "the call before left it), or with synthesize_cpu(weights_from_memory=True) (memory)")
+    ap.add_argument("--constant", action="append", default=[], metavar="NAME=VALUE",
+                    help="plan with this CostConstants field changed (a model change timed before it is made; "
+                         "benchmarks/winograd_refit.py ranks such changes offline on timed rows)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "regret.json"))
     args = ap.parse_args(argv)
     say = lambda m: print(f"regret: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    overrides = {}
+    for item in args.constant:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = float(value)
+        except ValueError:
+            ap.error(f"--constant {item!r}: expected NAME=NUMBER")
+        if name not in DEFAULT_CONSTANTS.as_dict():
+            ap.error(f"--constant {item!r}: no CostConstants field {name!r}")
     hw = load_hardware("host", os.environ, warn=say)
     threads = [int(t) for t in args.threads.split(",")]
     only = {n for n in args.only.split(",") if n}
     # the evaluator and constants `xfc synth --hw host` plans with (--tile-db auto)
     evaluator, constants, entry = synthesis_inputs("auto", hw, None, os.environ, say)
-    constants = constants or DEFAULT_CONSTANTS
-    source = f"{entry['constants']} ({entry.get('path')})"
+    constants = replace(constants or DEFAULT_CONSTANTS, **overrides)
+    source = f"{entry['constants']} ({entry.get('path')})" + (f", changed: {overrides}" if overrides else "")
     rows, wrows = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="xfc-regret-") as tmp:

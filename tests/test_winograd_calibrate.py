@@ -193,14 +193,22 @@ def test_weights_from_memory_read_all_of_u_from_dram_on_every_call():
     for threads in (1, 2):
         level, seconds = weights_memory(spec, 2, 9, HW, CLUSTER, threads, tile_bytes=0, from_memory=True)
         assert level == "DRAM"
-        assert seconds == pytest.approx(2 * u_bytes / cold_stream_bytes_per_second(HW), rel=1e-12)
-    # at the cold stream's own rate: the description's DRAM figure at its efficiency, no other
+        assert seconds == pytest.approx(2 * u_bytes / cold_stream_bytes_per_second(HW, threads=threads), rel=1e-12)
+    # at the cold stream's own rate: the description's DRAM figure at its efficiency (on several
+    # threads, at its parallel efficiency), no other
     assert cold_stream_bytes_per_second(HW) == pytest.approx(
         HW.memory.peak_bandwidth_gbps * 1e9 * DEFAULT_CONSTANTS.winograd_cold_stream_efficiency)
+    assert cold_stream_bytes_per_second(HW, threads=2) == pytest.approx(
+        HW.memory.peak_bandwidth_gbps * 1e9 * DEFAULT_CONSTANTS.winograd_cold_stream_parallel_efficiency)
+    assert cold_stream_bytes_per_second(HW, threads=2) < cold_stream_bytes_per_second(HW)
+    _, two = weights_memory(spec, 2, 9, HW, CLUSTER, 2, tile_bytes=0, from_memory=True)
+    _, one = weights_memory(spec, 2, 9, HW, CLUSTER, 1, tile_bytes=0, from_memory=True)
+    assert two == pytest.approx(one * DEFAULT_CONSTANTS.winograd_cold_stream_efficiency
+                                / DEFAULT_CONSTANTS.winograd_cold_stream_parallel_efficiency, rel=1e-12)
     half = replace(DEFAULT_CONSTANTS, winograd_cold_stream_efficiency=0.5,
                                winograd_stream_bytes_per_cycle=3.0, dram_efficiency=0.3)
     _, slower = weights_memory(spec, 2, 9, HW, CLUSTER, 1, tile_bytes=0, constants=half, from_memory=True)
-    assert slower == pytest.approx(2 * seconds, rel=1e-12)
+    assert slower == pytest.approx(2 * one, rel=1e-12)
     small = make_spec("conv2d", dict(c=64, h=56, w=56, k=64, r=3, s=3), pad=1)
     level, seconds = weights_memory(small, 4, 14, HW, CLUSTER, 1, tile_bytes=0, from_memory=True)
     assert level == "DRAM" and seconds > 0

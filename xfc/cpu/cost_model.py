@@ -73,6 +73,15 @@ WINOGRAD_STREAM_BYTES_PER_CYCLE = 0.0
 # threads on F(4,3), 14-16% slower. Two threads streamed U no faster than one on these layers.
 COLD_STREAM_EFFICIENCY = 1.0
 COLD_STREAM_EXPOSED = 0.0
+# ... and on more than one thread. On the Zen 5 VM of session 57 (two 512-bit FMAs per cycle: the stream
+# is what a cold Winograd GEMM stage waits for) the 2-thread plans of regret.py's fitting layers, each
+# planned again offline at every rate and looked up among the timed plans
+# (benchmarks/winograd_refit.py -> winograd_refit_zen5_cold.json), ranked best at 0.5-0.7 of the
+# probe's read figure (1.0: mean 14% / max 48% regret on the fitting set, 0.7: 1.1% / 10.5%, no plan
+# moved off the timed ones); the 1-thread plans are the same at 0.7 and 1.0 there, and on the Zen 4
+# VM 0.8 put r18_l4 on F(2,3) at 1 thread, 17% slower: the one-thread rate stays. Timed afresh at 0.7
+# on 2 threads: regret_winograd_zen5_cold_memory_2t_eff07.json.
+COLD_STREAM_PARALLEL_EFFICIENCY = 0.7
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
 # docs/host-kernel-notes.md and the usual BLIS practice of leaving about half of L1 free.
@@ -162,6 +171,7 @@ class CostConstants:
     # the exposed share of the shorter of (compute, stream); see COLD_STREAM_EFFICIENCY
     winograd_cold_stream_efficiency: float = COLD_STREAM_EFFICIENCY
     winograd_cold_stream_exposed: float = COLD_STREAM_EXPOSED
+    winograd_cold_stream_parallel_efficiency: float = COLD_STREAM_PARALLEL_EFFICIENCY   # the rate's share, threads > 1
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -273,12 +283,16 @@ def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluste
     return dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
 
 
-def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS,
+                                 threads: int = 1) -> float:
     """How fast a Winograd GEMM stage streams a transformed filter that every call reads from DRAM
     (weights_from_memory), all threads together: the description's DRAM figure at
-    winograd_cold_stream_efficiency."""
+    winograd_cold_stream_efficiency, on more than one thread at winograd_cold_stream_parallel_efficiency
+    (COLD_STREAM_PARALLEL_EFFICIENCY)."""
     gbps = hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS
-    return gbps * 1e9 * constants.winograd_cold_stream_efficiency
+    share = (constants.winograd_cold_stream_efficiency if threads <= 1
+             else constants.winograd_cold_stream_parallel_efficiency)
+    return gbps * 1e9 * share
 
 
 def _batch(spec: OperatorSpec) -> int:

@@ -217,10 +217,11 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     thread, not once: the threads do not run in step closely enough to share one stream (on the Zen 5
     VM at 2 threads, vgg_7 F(4,3), U 19 MB: split over tiles 0.415 ms, over output channels 0.362;
     regret_winograd_zen5_2t_before_split_copies.json, the fitting set). The cold stream (from_memory) keeps its fitted
-    constants (session 52: two threads streaming a cold U no faster than one)."""
+    constants (session 52: two threads streaming a cold U no faster than one; session 57: slower, on the
+    Zen 5 VM, cost_model.COLD_STREAM_PARALLEL_EFFICIENCY)."""
     u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
     if from_memory:
-        return "DRAM", spec.n * u_bytes / cold_stream_bytes_per_second(hw, constants)
+        return "DRAM", spec.n * u_bytes / cold_stream_bytes_per_second(hw, constants, threads)
     copies = max(threads, 1) if owned else 1
     if u_bytes * copies <= l2_per_core_bytes(cluster) * threads * L2_FILL:
         return "L2", 0.0
