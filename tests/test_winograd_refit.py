@@ -4,30 +4,33 @@ timed row it is looked up in, the twin never counts as the fastest, a plan the r
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import winograd_refit  # noqa: E402
+from support import load_benchmark
 
 pytestmark = pytest.mark.unit
 
-ROW = {"layer": "x", "set": "fitting", "threads": 2, "plans": [
-    {"label": "chosen", "plan": "A", "measured_ms": 1.2},
-    {"label": "kc/2", "plan": "B", "measured_ms": 1.0},
-    {"label": winograd_refit.TWIN, "plan": "A", "measured_ms": 0.9},
-]}
+
+@pytest.fixture(scope="module")
+def winograd_refit():
+    """The script, its sibling imports (machine, cpu_share, regret) put in sys.modules for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("machine", "cpu_share", "regret"):
+            patch.setitem(sys.modules, name, load_benchmark(name))
+        yield load_benchmark("winograd_refit")
+
+def test_a_replanned_plan_is_judged_by_the_row_that_timed_it(winograd_refit):
+    row = {"layer": "x", "set": "fitting", "threads": 2, "plans": [
+        {"label": "chosen", "plan": "A", "measured_ms": 1.2},
+        {"label": "kc/2", "plan": "B", "measured_ms": 1.0},
+        {"label": winograd_refit.TWIN, "plan": "A", "measured_ms": 0.9}]}
+    assert winograd_refit.row_regret(row, "A") == (pytest.approx(0.2), True)
+    assert winograd_refit.row_regret(row, "B") == (0.0, True)
+    assert winograd_refit.row_regret(row, "C") == (None, False)
 
 
-def test_a_replanned_plan_is_judged_by_the_row_that_timed_it():
-    assert winograd_refit.row_regret(ROW, "A") == (pytest.approx(0.2), True)
-    assert winograd_refit.row_regret(ROW, "B") == (0.0, True)
-    assert winograd_refit.row_regret(ROW, "C") == (None, False)
-
-
-def test_untimed_plans_are_counted_and_left_out_of_the_means():
+def test_untimed_plans_are_counted_and_left_out_of_the_means(winograd_refit):
     results = [{"set": "fitting", "threads": 2, "regret": 0.2}, {"set": "fitting", "threads": 2, "regret": None},
                {"set": "fitting", "threads": 2, "regret": 0.0}, {"set": "held-out", "threads": 1, "regret": None}]
     summary = winograd_refit.summarize(results)
@@ -35,7 +38,7 @@ def test_untimed_plans_are_counted_and_left_out_of_the_means():
     assert summary["held-out 1T"] == {"layers": 1, "untimed": 1, "mean": None, "max": None}
 
 
-def test_the_grid_names_constants_fields():
+def test_the_grid_names_constants_fields(winograd_refit):
     names = {"winograd_cold_stream_efficiency", "winograd_cold_stream_exposed"}
     assert winograd_refit.parse_grid(["winograd_cold_stream_efficiency=0.5,1"], names) == {
         "winograd_cold_stream_efficiency": [0.5, 1.0]}
