@@ -279,3 +279,74 @@ def test_cli_arm_refusals_exit_2_with_one_line(argv, contains, tmp_path, capfd):
     lines = [ln for ln in err.splitlines() if ln.startswith("xfc: error")]
     assert code == 2 and len(lines) == 1 and contains in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Depthwise 'channels' layout on AArch64 (16 channels in the lanes, sdot on quads of adjacent taps)
+# ---------------------------------------------------------------------------------------------
+
+# Ragged: channel counts off 16 (last groups of 1, 3, 5 channels), planes narrower than a quad and of
+# several 16-pixel chunks, strides 1 to 4 (Q built on every 2nd / 4th column for 2 and 4), filters of
+# 1 to 9 columns (1 to 3 quads per row), asymmetric padding, vertical dilation, batch 2, 2 threads, no
+# bias, both activation types with zero points at both ends.
+ARM_CHANNELS_CASES = [
+    # shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads
+    ({"c": 21, "h": 9, "w": 13, "r": 3, "s": 3, "n": 2}, {"stride": "2", "pad": "1"}, ("int8", -128, -100),
+     "relu6", True, True, 2),
+    ({"c": 19, "h": 5, "w": 4, "r": 5, "s": 5}, {"pad": "2,1"}, ("int8", 127, -128), "relu6", False, True, 1),
+    ({"c": 33, "h": 11, "w": 10, "r": 3, "s": 7}, {"stride": "2,1", "pad": "1,3,0,2", "dilation": "2,1"},
+     ("uint8", 0, 255), "none", True, False, 2),
+    ({"c": 5, "h": 3, "w": 2, "r": 3, "s": 3}, {"stride": "1", "pad": "1"}, ("int8", 0, -7), "none", True, True, 1),
+    ({"c": 40, "h": 23, "w": 37, "r": 3, "s": 3}, {"stride": "3", "pad": "1,2,0,1"}, ("uint8", 128, 3),
+     "relu6", True, True, 2),
+    ({"c": 17, "h": 17, "w": 29, "r": 2, "s": 9}, {"stride": "4", "pad": "0,4,1,3"}, ("int8", -9, 4),
+     "none", False, True, 1),
+    ({"c": 16, "h": 7, "w": 7, "r": 3, "s": 3}, {"pad": "1"}, ("uint8", 255, 0), "relu", True, True, 1),
+]
+
+
+@emulated
+@pytest.mark.matrix(every=2)
+@pytest.mark.parametrize("hw", ["cortex-a76", "cortex-a55"])
+@pytest.mark.parametrize("case", ARM_CHANNELS_CASES, ids=[f"{c[0]['c']}x{c[0]['h']}x{c[0]['w']}-{c[2][0]}-{i}"
+                                                          for i, c in enumerate(ARM_CHANNELS_CASES)])
+def test_arm_depthwise_channels_layout_matches_the_reference_exactly(hw, case, tmp_path):
+    shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads = case
+    spec = make_spec("depthwise", shape, bias=bias, activation=activation, **geometry)
+    q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=per_channel, out_zero_point=out_zp)
+    plan, kernel = compile_int8(spec, q, load(hw), tmp_path, threads=threads, force_layout="channels")
+    assert (plan.dialect, plan.depthwise_layout, plan.parallel_axis) == ("sdot", "channels", "channel_groups")
+    assert "vdotq_s32" in kernel.rendered.source and "vqtbl4q_u8" in kernel.rendered.source
+    for seed, mode in ((11, "random"), (12, "extreme")):
+        verdict = verify_int8(kernel, seed=seed, mode=mode)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), mode, verdict)
+        if mode == "random":    # outputs that all clamp to one value would hide a wrong sum
+            assert verdict["saturated_share"] < 0.9, verdict
+
+
+@unit
+def test_arm_depthwise_takes_channels_where_its_buffers_fit_the_l2():
+    """Every ARM int8 core has sdot: a depthwise layer takes the channels layout where its buffers fit
+    the core's L2, and the plane layout (saying why) where they do not or where the filter is dilated
+    across; forcing is checked."""
+    q = QuantParams(act_type="uint8", a_zero_point=128, out_zero_point=128)
+    hw = load("cortex-a76")
+
+    def plan(shape, geometry, **kw):
+        spec = make_spec("depthwise", {"r": 3, "s": 3, **shape}, bias=True, **geometry)
+        return plan_arm_int8(spec, q, hw, threads=1, **kw)
+
+    small = plan({"c": 960, "h": 7, "w": 7}, {"pad": "1"})
+    assert (small.dialect, small.depthwise_layout, small.lanes) == ("sdot", "channels", 16)
+    assert 1 <= small.nv <= 7 and "sdot" in " ".join(small.header_lines)
+    l2 = hw.cluster().l2.size_bytes
+    big = plan({"c": 32, "h": 112, "w": 112}, {"pad": "1"})
+    assert 112 * 114 * 64 > l2 and big.depthwise_layout == "plane" and big.dialect == "neon"
+    assert any("more than the core's L2" in r for r in big.reasons), big.reasons
+    assert plan({"c": 8, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}).depthwise_layout == "plane"
+    assert plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="plane").depthwise_layout == "plane"
+    assert plan({"c": 32, "h": 112, "w": 112}, {"pad": "1"}, force_layout="channels").depthwise_layout == "channels"
+    with pytest.raises(OperatorError, match="dilation_w 1"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}, force_layout="channels")
+    with pytest.raises(OperatorError, match="'plane' or 'channels'"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="tap_pairs")

@@ -51,6 +51,7 @@ from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .config import ARM_DOTS, ArmDot, arm_dots, dot_rate
+from .dw_channels import channels_q_columns, channels_q_step
 from .int8_plan import Int8Plan
 
 
@@ -156,13 +157,43 @@ def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> l
     return out
 
 
+DW_CHANNEL_GROUP = 16     # the 'channels' depthwise layout: channels per group (4 sdot parts of 4 lanes)
+
+
+def _pixels_per_block(spec: DepthwiseSpec, core) -> int:
+    """Output pixels per block of the 'channels' layout: 4 accumulator registers each, beside the
+    weight quads (4 registers per filter row and quad) and 4 data registers, within the core's
+    vector registers; where the weights cannot all stay, 4 pixels and the weights reloaded."""
+    weights = spec.r * math.ceil(spec.s / 4) * 4
+    room = core.vector_registers - 4 - weights
+    return max(1, min(spec.out_w, room // 4 if room >= 8 else 4))
+
+
+def _depthwise_channels(spec: DepthwiseSpec, cluster, threads: int) -> Optional[tuple[int, bool]]:
+    """(bytes of the 'channels' layout's per-thread buffers T, Q and O; whether they fit the core's
+    L2), or None where the layout does not apply (dilation_w != 1). The layout is taken where they
+    fit: on the host the same layout ran 1.2-5.4x the tap pairs wherever its buffers fit the L2
+    (benchmarks/results/int8_dw_layouts_zen5.json); ARM cores are not timed here."""
+    if spec.dilation_w != 1:
+        return None
+    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    q_cols = channels_q_columns(spec)
+    t_rows = max(q_rows, spec.pad_top + spec.h)
+    t_cols = max(spec.pad_left + spec.w, (q_cols - 1) * channels_q_step(spec) + 4)
+    out_bytes = math.ceil(spec.out_h * spec.out_w / 16) * 16 * DW_CHANNEL_GROUP
+    total = t_rows * t_cols * DW_CHANNEL_GROUP + q_rows * q_cols * 64 + out_bytes
+    l2_bytes = cluster.l2.size_bytes // max(cluster.l2.shared_by_cores, 1)
+    return total, total <= l2_bytes
+
+
 def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
                   threads: Optional[int] = None, function_name: Optional[str] = None,
                   force_dialect: Optional[str] = None, force_tile: Optional[tuple[int, int]] = None,
-                  force_rows: Optional[int] = None, force_split_loads: Optional[bool] = None):
+                  force_rows: Optional[int] = None, force_split_loads: Optional[bool] = None,
+                  force_layout: Optional[str] = None):
     """The ARM int8 plan. force_dialect ('sdot' on an i8mm core), force_tile (MR, NV), force_rows,
-    force_split_loads (the in-order load variant; any core, it only changes how operands load):
-    tests and sweeps."""
+    force_split_loads (the in-order load variant; any core, it only changes how operands load),
+    force_layout (depthwise: 'plane' or 'channels'): tests and sweeps."""
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
@@ -182,9 +213,41 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
               f"core {core.name} ({cl.role} cluster, {kind}), -march={core.gcc_march}, threads={threads}"]
     reasons = [f"instructions available: {', '.join(f'{d.name} ({d.feature})' for d in arm_dots(core))}"]
     base = "xfc_q_" + re.sub(r"[^A-Za-z0-9_]", "_", spec.key()) + f"_{quant.act_type}"
+    if force_layout not in (None, "plane", "channels") or (force_layout and not isinstance(spec, DepthwiseSpec)):
+        raise OperatorError(f"int8 layout '{force_layout}': ARM depthwise takes 'plane' or 'channels'")
     if isinstance(spec, DepthwiseSpec):
+        channels = _depthwise_channels(spec, cl, threads)
+        if force_layout == "channels" and channels is None:
+            raise OperatorError(f"{spec.describe()}: the channels depthwise layout reads 4 adjacent columns per quad "
+                                f"(dilation_w 1)")
+        if channels is not None and (force_layout == "channels" or (force_layout is None and channels[1])):
+            groups = spec.n * math.ceil(spec.c / DW_CHANNEL_GROUP)
+            used = min(threads, groups)
+            name = function_name or f"{base}_sdot_t{threads}"
+            quads = math.ceil(spec.s / 4)
+            header.append(f"lowering: direct depthwise, {DW_CHANNEL_GROUP} channels in the lanes (sdot on quads of "
+                          f"adjacent taps, {spec.r} x {quads} x 4 per output pixel), {_pixels_per_block(spec, core)} "
+                          f"output pixels per block")
+            reasons.append(f"depthwise: groups of {DW_CHANNEL_GROUP} channels transposed into the lanes and back in "
+                           f"registers, quads of 4 adjacent input columns built with tbl, so every lane holds an output "
+                           f"whatever the plane's width; {'forced by the caller' if force_layout else 'its buffers'} "
+                           f"({channels[0] / 1024:.0f} KiB per thread{'' if force_layout else ' fit the core L2'})")
+            # issue model (ranking and network prediction only): the sdot count per output pixel at the
+            # FMA pipes' rate; transposes, quads and requantization not counted
+            ops_per_s = (2.0 * DW_CHANNEL_GROUP * spec.r * spec.s / (spec.r * quads * 4 / core.fma_per_cycle)
+                         * cl.clock_ghz * 1e9 * used)
+            predicted = ops_per_s / 1e9
+            reasons.append(f"predicted {predicted:.1f} GOP/s: {spec.r * quads * 4} sdot per {DW_CHANNEL_GROUP} outputs, "
+                           f"{core.fma_per_cycle:g} per cycle, {used} thread(s) (an issue-rate ceiling); threads "
+                           f"split the {groups} channel groups")
+            return Int8Plan(spec, quant, "sdot", "direct_depthwise", 1, _pixels_per_block(spec, core), DW_CHANNEL_GROUP, used,
+                            name, core.gcc_march, predicted, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
+                            target_arch="aarch64", parallel_axis="channel_groups", depthwise_layout="channels")
         name = function_name or f"{base}_neon_t{threads}"
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators, NEON by the compiler)")
+        if channels is not None and not force_layout:
+            reasons.append(f"depthwise layout 'plane': 'channels' would keep {channels[0] / 1024:.0f} KiB per thread, "
+                           f"more than the core's L2")
         reasons.append("depthwise: no reduction across channels, so no dot-product instruction applies; direct "
                        "int16 x int16 -> int32 loops along output rows, vectorized by gcc for the core's -march")
         used = min(threads, spec.n * spec.c)

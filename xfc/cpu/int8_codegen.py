@@ -27,7 +27,8 @@ from ..ops.quant import NARROW_WEIGHT_MAX, channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
-from .int8_synth import Int8Plan, channels_q_columns, channels_q_step
+from .dw_channels import channels_q_columns, channels_q_step
+from .int8_synth import Int8Plan
 
 
 _ENV = None
@@ -147,6 +148,12 @@ def _channels_context(plan: Int8Plan) -> dict:
     quad_index = ", ".join(str(16 * (b % 4) + b // 4) for b in reversed(range(64)))
     pb = plan.nv
     shift = plan.quant.shift       # int8 activations made u8 by an XOR with 0x80 (x + 128) for vpdpbusd
+    # AArch64 (sdot, s8 x s8): uint8 activations made s8 by the same XOR (x - 128); T is the padded plane
+    flip = plan.quant.act_type == "uint8"
+    t_rows = max(q_rows, spec.pad_top + spec.h)
+    t_cols = max(spec.pad_left + spec.w, (q_cols - 1) * step + 4)
+    # part p (channels 4p .. 4p + 3) of a Q entry: byte 4c' + k <- byte 16k + 4p + c' of T's 64 bytes
+    neon_quad_index = [[16 * (i % 4) + 4 * p + i // 4 for i in range(16)] for p in range(4)]
     return {"CL": lanes, "groups": math.ceil(spec.c / lanes), "SQ": quads, "QH": q_rows, "QW": q_cols,
             "q_in_rows": max(0, min(spec.h, q_rows - spec.pad_top)), "q_edges": edges, "q_inner": inner_run,
             "pad_rows": [r for r in range(q_rows) if not spec.pad_top <= r < spec.pad_top + spec.h],
@@ -155,7 +162,9 @@ def _channels_context(plan: Int8Plan) -> dict:
             "out_last_mask": _mask64(hw_out - 64 * (out_chunks - 1)),
             "quad_index": quad_index, "PB": pb, "pb_groups": spec.out_w // pb, "pb_tail": spec.out_w % pb,
             "shift": shift, "zu": plan.quant.a_zero_point + shift, "QSTEP": step,
-            "ow_cols": spec.stride_w // step, "quad_cols": 4 // step}
+            "ow_cols": spec.stride_w // step, "quad_cols": 4 // step,
+            "flip": flip, "zs": plan.quant.a_zero_point - (128 if flip else 0), "TH": t_rows, "TW": t_cols,
+            "neon_quad_index": neon_quad_index}
 
 
 def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
@@ -187,9 +196,13 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
             ctx.update(_tap_pairs_context(plan))
             ctx["packed_bytes"] = spec.c * spec.r * ctx["SJ"] * 4        # int32 tap pairs [C][R][SJ]
         elif plan.depthwise_layout == "channels":
-            if plan.dialect != "vnni" or plan.parallel_axis != "channel_groups":
-                raise OperatorError(f"{plan.function_name}: the channels depthwise layout is for the vnni dialect, "
-                                    f"threads splitting channel groups (not {plan.dialect}, {plan.parallel_axis})")
+            if plan.dialect not in ("vnni", "sdot") or plan.parallel_axis != "channel_groups":
+                raise OperatorError(f"{plan.function_name}: the channels depthwise layout is for the vnni and sdot "
+                                    f"dialects, threads splitting channel groups (not {plan.dialect}, "
+                                    f"{plan.parallel_axis})")
+            if (plan.dialect == "sdot") != (plan.target_arch == "aarch64"):
+                raise OperatorError(f"{plan.function_name}: the {plan.dialect} channels layout does not render for "
+                                    f"{plan.target_arch}")
             ctx.update(_channels_context(plan))
             # per group: R x SQ weight quads of 64 bytes; then one int32 tap sum per channel of every group
             ctx["packed_bytes"] = ctx["groups"] * (spec.r * ctx["SQ"] * 64 + ctx["CL"] * 4)

@@ -39,6 +39,7 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .config import DOT_RATE, INT8_DIALECTS, INT8_LANES, int8_dialect, int8_registers
+from .dw_channels import channels_q_columns
 from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
 MAX_MR = 16
@@ -292,19 +293,6 @@ def depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster, thre
     return DepthwiseBlock(lanes, vectors, rows, plane, seconds, worst[0], in_regs)
 
 
-def channels_q_step(spec: DepthwiseSpec) -> int:
-    """Input columns between two columns of the 'channels' layout's quad plane Q: the stride where it
-    divides 4 (then every quad an output reads, at ow x stride + 4q, starts on a multiple of it, and
-    the columns in between are never read), else 1."""
-    return spec.stride_w if 4 % spec.stride_w == 0 else 1
-
-
-def channels_q_columns(spec: DepthwiseSpec) -> int:
-    """Columns of Q: the quads at input columns j x step - pad_left up to the last an output reads."""
-    last = (spec.out_w - 1) * spec.stride_w + 4 * (math.ceil(spec.s / 4) - 1)
-    return last // channels_q_step(spec) + 1
-
-
 @dataclass(frozen=True)
 class DepthwiseChannels:
     """The 'channels' depthwise layout's modelled time: per group of 16 channels of one image."""
@@ -381,7 +369,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     if hw.target_arch == "aarch64":
         from .int8_arm import plan_arm_int8
         return plan_arm_int8(spec, quant, hw, cluster=cluster, threads=threads, function_name=function_name,
-                             force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows)
+                             force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows,
+                             force_layout=force_layout)
     check_spec(spec)
     quant = validate(resolve_out_scale(spec, quant))
     cl = hw.cluster(cluster)
