@@ -158,6 +158,10 @@ def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> l
 
 
 DW_CHANNEL_GROUP = 16     # the 'channels' depthwise layout: channels per group (4 sdot parts of 4 lanes)
+# ... and the vector instructions that requantize one pixel's 16 outputs: per 4-lane part scvtf, fmul,
+# fmax, fmin, fcvtns, add; 3 narrowing steps (the compiled loop: benchmarks/arm_int8_mca.py --depthwise,
+# where they outnumber the sdot 27 to 12 on a 3x3 filter)
+DW_NEON_REQUANT_OPS = 27
 
 
 def _pixels_per_block(spec: DepthwiseSpec, core) -> int:
@@ -232,14 +236,15 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                            f"registers, quads of 4 adjacent input columns built with tbl, so every lane holds an output "
                            f"whatever the plane's width; {'forced by the caller' if force_layout else 'its buffers'} "
                            f"({channels[0] / 1024:.0f} KiB per thread{'' if force_layout else ' fit the core L2'})")
-            # issue model (ranking and network prediction only): the sdot count per output pixel at the
-            # FMA pipes' rate; transposes, quads and requantization not counted
-            ops_per_s = (2.0 * DW_CHANNEL_GROUP * spec.r * spec.s / (spec.r * quads * 4 / core.fma_per_cycle)
+            # issue model (ranking and network prediction only): per output pixel, its sdot and the
+            # requantization's vector instructions at the FMA pipes' rate; transposes and quads not counted
+            vector_ops = spec.r * quads * 4 + DW_NEON_REQUANT_OPS
+            ops_per_s = (2.0 * DW_CHANNEL_GROUP * spec.r * spec.s / (vector_ops / core.fma_per_cycle)
                          * cl.clock_ghz * 1e9 * used)
             predicted = ops_per_s / 1e9
-            reasons.append(f"predicted {predicted:.1f} GOP/s: {spec.r * quads * 4} sdot per {DW_CHANNEL_GROUP} outputs, "
-                           f"{core.fma_per_cycle:g} per cycle, {used} thread(s) (an issue-rate ceiling); threads "
-                           f"split the {groups} channel groups")
+            reasons.append(f"predicted {predicted:.1f} GOP/s: {spec.r * quads * 4} sdot and {DW_NEON_REQUANT_OPS} "
+                           f"requantization instructions per {DW_CHANNEL_GROUP} outputs, {core.fma_per_cycle:g} per cycle, "
+                           f"{used} thread(s) (an issue-rate ceiling); threads split the {groups} channel groups")
             return Int8Plan(spec, quant, "sdot", "direct_depthwise", 1, _pixels_per_block(spec, core), DW_CHANNEL_GROUP, used,
                             name, core.gcc_march, predicted, tuple(header), tuple(reasons), qemu_cpu=core.qemu_cpu,
                             target_arch="aarch64", parallel_axis="channel_groups", depthwise_layout="channels")
