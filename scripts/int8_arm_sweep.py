@@ -64,7 +64,11 @@ def main(argv=None) -> int:
               f"tile={row.get('tile')} exact={row.get('exact_share', 0):.4f} sat={row.get('saturated_share', 0):.2f} "
               f"{status}", flush=True)
     failures = [r for r in rows if not r.get("ok")]
-    summary = {"cases": len(rows), "failures": len(failures),
+    layouts = {}
+    for r in rows:     # which layouts the cases exercised (the planner's choice per case)
+        key = f"{r['op']} {r.get('layout', '?')}"
+        layouts[key] = layouts.get(key, 0) + 1
+    summary = {"cases": len(rows), "failures": len(failures), "layouts": layouts,
                "targets": [f"{hw}:{instr}" for hw, instr in targets],
                "random_shapes_per_operator_per_target": {
                    op: len({(str(r["shape"]), str(r["geometry"])) for r in rows if r["op"] == op and "name" not in r

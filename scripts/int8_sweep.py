@@ -126,7 +126,8 @@ def run_case(case: dict, hw_name: str, dialect: str, flags) -> dict:
             outcome = stages.verify(stages.realize(plan, Path(tmp)),
                                     make_operands(spec, INT8, seed=case["seed"], quant=plan.quant, mode=case["mode"]))
         row.update(ok=outcome.ok, reason=outcome.check.reason or None, **outcome.check.report,
-                   entry_points=list(stages.ENTRY_POINTS), tile=[plan.mr, plan.nr])
+                   entry_points=list(stages.ENTRY_POINTS), tile=[plan.mr, plan.nr],
+                   layout=plan.depthwise_layout if case["op"] == "depthwise" else plan.column_layout)
     except XfcError as exc:
         row.update(ok=False, reason=f"{type(exc).__name__}: {exc}")
     row["seconds"] = round(time.perf_counter() - start, 3)
@@ -160,7 +161,11 @@ def main(argv=None) -> int:
         print(f"[{n}/{len(jobs)}] {d:8s} {row['key']} {case['act']} zp={case['a_zp']}/{case['out_zp']} "
               f"exact={row.get('exact_share', 0):.4f} sat={row.get('saturated_share', 0):.2f} {status}", flush=True)
     failures = [r for r in rows if not r.get("ok")]
-    summary = {"cases": len(rows), "failures": len(failures),
+    layouts = {}
+    for r in rows:     # which layouts the cases exercised (the planner's choice per case)
+        key = f"{r['op']} {r.get('layout', '?')}"
+        layouts[key] = layouts.get(key, 0) + 1
+    summary = {"cases": len(rows), "failures": len(failures), "layouts": layouts,
                "random_shapes_per_operator": {op: len({(str(r["shape"]), str(r["geometry"])) for r in rows
                                                        if r["op"] == op and "name" not in r}) for op in OPS},
                "dialects": [d for _, d in pairs], "all_exact": all(r.get("exact_share") == 1.0 for r in rows),
