@@ -350,3 +350,17 @@ def test_arm_depthwise_takes_channels_where_its_buffers_fit_the_l2():
         plan({"c": 8, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}, force_layout="channels")
     with pytest.raises(OperatorError, match="'plane' or 'channels'"):
         plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="tap_pairs")
+
+
+@emulated
+def test_cli_synth_names_the_channels_layout_and_verifies_under_qemu(tmp_path, capfd):
+    """`xfc synth depthwise --dtype int8` for an ARM SoC: the plan line names the groups of channels and
+    the pixels per block, the reasons say why the layout was taken, and the kernel verifies exactly."""
+    code, out, err = _run(["synth", "depthwise", "--hw", "snapdragon-865", "--shape", "c=40,h=7,w=7,r=3,s=3",
+                           "--pad", "1", "--bias", "--activation", "relu6", "--dtype", "int8", "--threads", "1",
+                           "--explain", "--verify", "-o", str(tmp_path / "o")], capfd)
+    assert code == 0, err
+    text = out + err
+    assert "groups of 16 channels in the lanes, blocks of 4 output pixel(s)" in text, text
+    assert "fit the core's L2" in text and "sdot" in text
+    assert "exact match: 100.00% of outputs" in text, text

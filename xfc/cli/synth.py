@@ -62,7 +62,11 @@ def print_summary(report: dict) -> None:
     print(f"xfc synth {op}{' int8' if int8 else ''} for {report['hardware']} ({target}"
           + (f", {report['gpu']}" if report.get("gpu") else "") + f"): {shape}")
     tiles = report.get("tile_summary") or report.get("tiles")
-    if int8 and "layout" in tiles:   # depthwise: a block of output rows x vectors, no register tile
+    if int8 and tiles.get("layout") == "channels":   # depthwise, channels in the lanes: pixels per block
+        print(f"  plan: {tiles['lowering']} (channels), {tiles['dialect']} dialect, groups of {tiles['lanes']} channels "
+              f"in the lanes, blocks of {tiles['vectors']} output pixel(s), {tiles['threads']} thread(s)")
+        tiles = None
+    elif int8 and "layout" in tiles:   # depthwise: a block of output rows x vectors, no register tile
         print(f"  plan: {tiles['lowering']} ({tiles['layout']}), {tiles['dialect']} dialect, blocks of "
               f"{tiles['tile_rows']} output row(s) x {tiles['vectors']} vector(s) of {tiles['lanes']} pixels, "
               f"{tiles['threads']} thread(s)")

@@ -234,8 +234,10 @@ def plan_arm_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescriptio
                           f"output pixels per block")
             reasons.append(f"depthwise: groups of {DW_CHANNEL_GROUP} channels transposed into the lanes and back in "
                            f"registers, quads of 4 adjacent input columns built with tbl, so every lane holds an output "
-                           f"whatever the plane's width; {'forced by the caller' if force_layout else 'its buffers'} "
-                           f"({channels[0] / 1024:.0f} KiB per thread{'' if force_layout else ' fit the core L2'})")
+                           f"whatever the plane's width; " + (f"forced by the caller ({channels[0] / 1024:.0f} KiB of "
+                                                              f"buffers per thread)" if force_layout else
+                                                              f"its buffers, {channels[0] / 1024:.0f} KiB per thread, "
+                                                              f"fit the core's L2"))
             # issue model (ranking and network prediction only): per output pixel, its sdot and the
             # requantization's vector instructions at the FMA pipes' rate; transposes and quads not counted
             vector_ops = spec.r * quads * 4 + DW_NEON_REQUANT_OPS
