@@ -171,7 +171,9 @@ def main(argv=None) -> int:
                     "the 'plane' layout's hottest multiply-accumulate loop (its requantization and staging not "
                     "included); estimates, not timings; deterministic",
             "machine": {**machine_facts(), "note": "the machine that compiled and analysed the loops"},
-            "compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version(), "rows": rows}, kind="arm_int8_mca")
+            "compiler": mca.compiler_version(), "llvm_mca": mca.llvm_mca_version(), "rows": rows,
+            "command": "benchmarks/arm_int8_mca.py " + " ".join(argv if argv is not None else sys.argv[1:])},
+            kind="arm_int8_mca")
         print(f"results in {out}")
         return 0
     rows = [measure(c, w) for c in args.cores.split(",") for w in args.only.split(",")]

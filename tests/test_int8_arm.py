@@ -361,6 +361,6 @@ def test_cli_synth_names_the_channels_layout_and_verifies_under_qemu(tmp_path, c
                            "--explain", "--verify", "-o", str(tmp_path / "o")], capfd)
     assert code == 0, err
     text = out + err
-    assert "groups of 16 channels in the lanes, blocks of 4 output pixel(s)" in text, text
+    assert "groups of 16 channels in the lanes, blocks of 2 output pixel(s)" in text, text
     assert "fit the core's L2" in text and "sdot" in text
     assert "exact match: 100.00% of outputs" in text, text

@@ -539,6 +539,10 @@ def test_depthwise_channels_layout_is_planned_where_it_applies_and_pays():
         plan({"c": 8, "h": 7, "w": 7}, {"pad": "2", "dilation": "1,2"}, force_layout="channels")
     with pytest.raises(OperatorError, match="depthwise layout 'rows'"):
         plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="rows")
+    with pytest.raises(OperatorError, match="channels layout has none"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, force_layout="channels", force_tile=(8, 1))
+    with pytest.raises(OperatorError, match="needs the avx2 or vnni dialect"):
+        plan({"c": 8, "h": 7, "w": 7}, {"pad": "1"}, host=load("host:generic"), force_layout="tap_pairs")
 
 
 @pytest.mark.parametrize("case", CHANNELS_CASES[:3], ids=["s2-int8", "5x5-narrow", "dilated-h"])

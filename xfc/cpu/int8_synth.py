@@ -510,7 +510,7 @@ def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: C
         if dialect == "vnni" and vbmi else None
     l2_bytes = cl.l2.size_bytes // max(cl.l2.shared_by_cores, 1)
     # beyond the L2 the transposed planes and Q stream from further out, which the model does not count
-    # (MobileNetV2's 32 x 112 x 112 layer, 1.2 MB: 0.91x the tap pairs on a Zen 5 host, int8_dw_layouts_zen5.json)
+    # (MobileNetV2's 32 x 112 x 112 layer, 1.2 MB: 0.90x the tap pairs on a Zen 5 host, int8_dw_layouts_zen5.json)
     channels_fit = channels is not None and channels.working_set_bytes <= l2_bytes
     if force_layout == "channels" and channels is None:
         raise OperatorError(f"{spec.describe()}: the channels depthwise layout needs the vnni dialect with "
@@ -518,6 +518,12 @@ def _plan_depthwise(spec: DepthwiseSpec, quant: QuantParams, dialect: str, cl: C
     if force_layout == "plane" and dialect in DEPTHWISE_LANES:
         raise OperatorError(f"int8 depthwise layout 'plane' is the generic dialect's; {dialect} plans "
                             f"'tap_pairs' or 'channels'")
+    if force_layout == "tap_pairs" and dialect not in DEPTHWISE_LANES:
+        raise OperatorError(f"int8 depthwise layout 'tap_pairs' needs the avx2 or vnni dialect; {dialect} plans "
+                            f"'plane'")
+    if force_layout == "channels" and (force_tile is not None or force_rows is not None):
+        raise OperatorError("int8 depthwise: force_tile / force_rows fix a tap-pairs block; the channels layout "
+                            "has none")
     if dialect not in DEPTHWISE_LANES:
         header.append("lowering: direct depthwise (int16 staged plane, int32 row accumulators)")
         reasons.append("depthwise: direct int32-accumulating loops, vectorized by the compiler along output rows")
