@@ -435,7 +435,9 @@ def main(argv=None) -> int:
                                            rows=rows, target=TARGET, target_met=met,
                                            winograd_rows=wrows, winograd_summary=summary,
                                            winograd_targets=WINOGRAD_TARGETS,
-                                           load_average_at_end=os.getloadavg()), kind="regret")
+                                           load_average_at_end=os.getloadavg(),
+                                           command="benchmarks/regret.py " + " ".join(
+                                               argv if argv is not None else sys.argv[1:])), kind="regret")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(r["verified"] for r in rows + wrows) else 1
 

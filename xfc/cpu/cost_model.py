@@ -76,11 +76,13 @@ COLD_STREAM_EXPOSED = 0.0
 # ... and on more than one thread. On the Zen 5 VM of session 57 (two 512-bit FMAs per cycle: the stream
 # is what a cold Winograd GEMM stage waits for) the 2-thread plans of regret.py's fitting layers, each
 # planned again offline at every rate and looked up among the timed plans
-# (benchmarks/winograd_refit.py -> winograd_refit_zen5_cold.json), ranked best at 0.5-0.7 of the
-# probe's read figure (1.0: mean 14% / max 48% regret on the fitting set, 0.7: 1.1% / 10.5%, no plan
-# moved off the timed ones); the 1-thread plans are the same at 0.7 and 1.0 there, and on the Zen 4
-# VM 0.8 put r18_l4 on F(2,3) at 1 thread, 17% slower: the one-thread rate stays. Timed afresh at 0.7
-# on 2 threads: regret_winograd_zen5_cold_memory_2t_eff07.json.
+# (benchmarks/winograd_refit.py -> winograd_refit_zen5_cold.json), tied best at 0.4-0.7 of the
+# probe's read figure with no exposure (1.0: mean 14% / max 48% regret on the fitting set, 0.7: 1.1% /
+# 10.5%, no plan moved off the timed ones; 1.0 with an exposure of 0.25-0.5 ranked lower on 2 threads
+# but moved a 1-thread plan off the timed ones, and any exposure put 2-thread plans 14-16% slower on
+# the Zen 4 VM); the 1-thread plans are the same from 0.7 to 1.0 there (winograd_refit_zen5_cold_1t.json)
+# and on the Zen 4 VM 0.8 put r18_l4 on F(2,3) at 1 thread, 17% slower: the one-thread rate stays.
+# Timed afresh at 0.7 on 2 threads: regret_winograd_zen5_cold_memory_2t_eff07.json.
 COLD_STREAM_PARALLEL_EFFICIENCY = 0.7
 # Fraction of a cache level a tile may fill: the rest holds the other operands, C lines and
 # whatever the hardware prefetcher brings in. Chosen from the host measurements in
