@@ -51,7 +51,7 @@ from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .config import ARM_DOTS, ArmDot, arm_dots, dot_rate
-from .dw_channels import channels_q_columns, channels_q_step
+from .dw_channels import CHANNEL_GROUP, channels_buffers
 from .int8_plan import Int8Plan
 
 
@@ -157,7 +157,7 @@ def candidates(spec: OperatorSpec, cluster: CpuCluster, threads: int, dots) -> l
     return out
 
 
-DW_CHANNEL_GROUP = 16     # the 'channels' depthwise layout: channels per group (4 sdot parts of 4 lanes)
+DW_CHANNEL_GROUP = CHANNEL_GROUP   # the 'channels' depthwise layout: channels per group (4 sdot parts of 4 lanes)
 # ... and the vector instructions that requantize one pixel's 16 outputs: per 4-lane part scvtf, fmul,
 # fmax, fmin, fcvtns, add; 3 narrowing steps (the compiled loop: benchmarks/arm_int8_mca.py --depthwise,
 # where they outnumber the sdot 27 to 12 on a 3x3 filter)
@@ -183,12 +183,7 @@ def _depthwise_channels(spec: DepthwiseSpec, cluster, threads: int) -> Optional[
     (benchmarks/results/int8_dw_layouts_zen5.json); ARM cores are not timed here."""
     if spec.dilation_w != 1:
         return None
-    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
-    q_cols = channels_q_columns(spec)
-    t_rows = max(q_rows, spec.pad_top + spec.h)
-    t_cols = max(spec.pad_left + spec.w, (q_cols - 1) * channels_q_step(spec) + 4)
-    out_bytes = math.ceil(spec.out_h * spec.out_w / 16) * 16 * DW_CHANNEL_GROUP
-    total = t_rows * t_cols * DW_CHANNEL_GROUP + q_rows * q_cols * 64 + out_bytes
+    total = channels_buffers(spec, aarch64=True).bytes
     l2_bytes = cluster.l2.size_bytes // max(cluster.l2.shared_by_cores, 1)
     return total, total <= l2_bytes
 

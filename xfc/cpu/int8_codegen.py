@@ -27,7 +27,7 @@ from ..ops.quant import NARROW_WEIGHT_MAX, channels, clamp_bounds, np_type
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
-from .dw_channels import channels_q_columns, channels_q_step
+from .dw_channels import CHANNEL_GROUP, channels_buffers, channels_q_step
 from .int8_synth import Int8Plan
 
 
@@ -108,9 +108,6 @@ def _tap_pairs_context(plan: Int8Plan) -> dict:
             "vp": "_mm512" if lanes == 16 else "_mm256", "vnni_madd": plan.dialect == "vnni"}
 
 
-DW_CHANNEL_LANES = 16     # the 'channels' depthwise layout: channels per group (zmm int32 lanes)
-
-
 def _mask64(bits: int) -> str:
     """A __mmask64 literal of the low `bits` bits."""
     return f"(__mmask64){(1 << bits) - 1:#x}ULL"
@@ -124,11 +121,11 @@ def _channels_context(plan: Int8Plan) -> dict:
     if spec.dilation_w != 1:
         raise OperatorError(f"{plan.function_name}: the channels depthwise layout reads 4 adjacent columns per "
                             f"quad (dilation_w 1), not {spec.dilation_w}")
-    lanes = DW_CHANNEL_LANES
+    lanes = CHANNEL_GROUP
     quads = math.ceil(spec.s / 4)
-    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
+    buffers = channels_buffers(spec, plan.target_arch == "aarch64")
+    q_rows, q_cols = buffers.q_rows, buffers.q_cols
     step = channels_q_step(spec)
-    q_cols = channels_q_columns(spec)
     edges, inner = [], []
     for j in range(q_cols):            # Q column j: the quad at input column j * step - pad_left
         bad = [k for k in range(4) if not 0 <= j * step - spec.pad_left + k < spec.w]
@@ -141,29 +138,26 @@ def _channels_context(plan: Int8Plan) -> dict:
     inner_run = (inner[0], inner[-1] + 1) if inner else (0, 0)
     assert len(inner) == inner_run[1] - inner_run[0]
     hw_in, hw_out = spec.h * spec.w, spec.out_h * spec.out_w
-    in_chunks, out_chunks = math.ceil(hw_in / 64), math.ceil(hw_out / 64)
-    t_pre = spec.pad_left
-    t_len = t_pre + max(in_chunks * 64, (spec.h - 1) * spec.w - spec.pad_left + (q_cols - 1) * step + 4) + 1
+    in_chunks, out_chunks = buffers.in_chunks, buffers.out_chunks
     # lane c byte k of a Q entry <- byte 16 k + c of T's 64 bytes (_mm512_set_epi8 lists byte 63 first)
     quad_index = ", ".join(str(16 * (b % 4) + b // 4) for b in reversed(range(64)))
     pb = plan.nv
-    shift = plan.quant.shift       # int8 activations made u8 by an XOR with 0x80 (x + 128) for vpdpbusd
-    # AArch64 (sdot, s8 x s8): uint8 activations made s8 by the same XOR (x - 128); T is the padded plane
-    flip = plan.quant.act_type == "uint8"
-    t_rows = max(q_rows, spec.pad_top + spec.h)
-    t_cols = max(spec.pad_left + spec.w, (q_cols - 1) * step + 4)
+    shift = plan.quant.shift       # x86 (u8 x s8): int8 activations made u8 by an XOR with 0x80 (x + 128)
+    flip = plan.quant.act_type == "uint8"   # AArch64 (s8 x s8): uint8 activations made s8 by it (x - 128)
     # part p (channels 4p .. 4p + 3) of a Q entry: byte 4c' + k <- byte 16k + 4p + c' of T's 64 bytes
     neon_quad_index = [[16 * (i % 4) + 4 * p + i // 4 for i in range(16)] for p in range(4)]
     return {"CL": lanes, "groups": math.ceil(spec.c / lanes), "SQ": quads, "QH": q_rows, "QW": q_cols,
             "q_in_rows": max(0, min(spec.h, q_rows - spec.pad_top)), "q_edges": edges, "q_inner": inner_run,
             "pad_rows": [r for r in range(q_rows) if not spec.pad_top <= r < spec.pad_top + spec.h],
-            "in_chunks": in_chunks, "out_chunks": out_chunks, "TPRE": t_pre, "TLEN": t_len,
-            "in_last_mask": _mask64(hw_in - 64 * (in_chunks - 1)),
-            "out_last_mask": _mask64(hw_out - 64 * (out_chunks - 1)),
+            "in_chunks": in_chunks, "out_chunks": out_chunks, "TPRE": buffers.t_pre, "TLEN": buffers.t_pixels,
+            # x86: the last 64-pixel chunk's bytes
+            "in_last_mask": _mask64(hw_in - 64 * (in_chunks - 1)) if buffers.chunk_pixels == 64 else "",
+            "out_last_mask": _mask64(hw_out - 64 * (out_chunks - 1)) if buffers.chunk_pixels == 64 else "",
             "quad_index": quad_index, "PB": pb, "pb_groups": spec.out_w // pb, "pb_tail": spec.out_w % pb,
             "shift": shift, "zu": plan.quant.a_zero_point + shift, "QSTEP": step,
             "ow_cols": spec.stride_w // step, "quad_cols": 4 // step,
-            "flip": flip, "zs": plan.quant.a_zero_point - (128 if flip else 0), "TH": t_rows, "TW": t_cols,
+            "flip": flip, "zs": plan.quant.a_zero_point - (128 if flip else 0), "TH": buffers.t_rows,
+            "TW": buffers.t_cols,
             "neon_quad_index": neon_quad_index}
 
 

@@ -39,7 +39,7 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .config import DOT_RATE, INT8_DIALECTS, INT8_LANES, int8_dialect, int8_registers
-from .dw_channels import channels_q_columns
+from .dw_channels import CHANNEL_GROUP, channels_buffers
 from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
 MAX_MR = 16
@@ -315,22 +315,20 @@ def depthwise_channels_block(spec: DepthwiseSpec, cluster: CpuCluster, threads: 
         return None
     core = cluster.core
     quads = math.ceil(spec.s / 4)
-    q_cols = channels_q_columns(spec)
-    q_rows = (spec.out_h - 1) * spec.stride_h + (spec.r - 1) * spec.dilation_h + 1
-    in_rows = max(0, min(spec.h, q_rows - spec.pad_top))
+    buffers = channels_buffers(spec, aarch64=False)
+    in_rows = max(0, min(spec.h, buffers.q_rows - spec.pad_top))
     pixels = spec.out_h * spec.out_w
     dots = pixels * spec.r * quads
-    uops = (math.ceil(spec.h * spec.w / 64) * (DW_CHANNELS_IN_CHUNK_UOPS + (16 if int8_activations else 0))
-            + math.ceil(pixels / 64) * DW_CHANNELS_OUT_CHUNK_UOPS
-            + in_rows * q_cols * DW_CHANNELS_Q_COLUMN_UOPS + dots + pixels * (DW_EPILOGUE_UOPS[16] + 1))
+    uops = (buffers.in_chunks * (DW_CHANNELS_IN_CHUNK_UOPS + (16 if int8_activations else 0))
+            + buffers.out_chunks * DW_CHANNELS_OUT_CHUNK_UOPS
+            + in_rows * buffers.q_cols * DW_CHANNELS_Q_COLUMN_UOPS + dots
+            + pixels * (DW_EPILOGUE_UOPS[CHANNEL_GROUP] + 1))
     terms = {"issue": uops / core.decode_width, "dots": dots / core.fma_per_cycle}
     bound = max(terms, key=terms.get)
-    groups = spec.n * math.ceil(spec.c / 16)
+    groups = spec.n * math.ceil(spec.c / CHANNEL_GROUP)
     used = max(1, min(threads, groups))
     seconds = math.ceil(groups / used) * terms[bound] / (cluster.clock_ghz * 1e9)
-    in_chunks, out_chunks = math.ceil(spec.h * spec.w / 64), math.ceil(pixels / 64)
-    working_set = (in_chunks + out_chunks) * 64 * 16 + q_rows * q_cols * 64
-    return DepthwiseChannels(min(8, spec.out_w), terms[bound], seconds, bound, working_set)
+    return DepthwiseChannels(min(8, spec.out_w), terms[bound], seconds, bound, buffers.bytes)
 
 
 def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluster,
@@ -578,7 +576,7 @@ def _plan_depthwise_channels(spec: DepthwiseSpec, quant: QuantParams, cl: CpuClu
                              march: str, header: list, reasons: list, channels: DepthwiseChannels,
                              block: Optional[DepthwiseBlock], forced: bool) -> Int8Plan:
     """The 'channels' depthwise plan (int8_depthwise.c.j2): groups of 16 channels, threads split them."""
-    groups = spec.n * math.ceil(spec.c / 16)
+    groups = spec.n * math.ceil(spec.c / CHANNEL_GROUP)
     threads = max(1, min(threads, groups))
     quads = math.ceil(spec.s / 4)
     header.append(f"lowering: direct depthwise, 16 channels in the lanes (vpdpbusd on quads of adjacent taps, "
@@ -591,7 +589,8 @@ def _plan_depthwise_channels(spec: DepthwiseSpec, quant: QuantParams, cl: CpuClu
     reasons.append(f"depthwise layout 'channels': {why} ({channels.cycles_per_group:.0f} cycles per group, bound by "
                    f"{channels.bound}); threads split the {groups} channel groups")
     ops = 2.0 * spec.n * spec.c * spec.out_h * spec.out_w * spec.r * spec.s
-    return Int8Plan(spec, quant, "vnni", "direct_depthwise", 1, channels.pixels_per_block, 16, threads, name, march,
+    return Int8Plan(spec, quant, "vnni", "direct_depthwise", 1, channels.pixels_per_block, CHANNEL_GROUP, threads,
+                    name, march,
                     ops / 1e9 / channels.seconds if channels.seconds > 0 else None, tuple(header), tuple(reasons),
                     target_pragma=DEPTHWISE_CHANNELS_PRAGMA, depthwise_layout="channels",
                     parallel_axis="channel_groups")
