@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from int8_sweep import OPS, random_case, run_case, suite_cases  # noqa: E402  (the same cases as the host sweep)
+from int8_sweep import OPS, layout_counts, random_case, run_case, suite_cases  # noqa: E402  (the same cases as the host sweep)
 from machine import machine_facts  # noqa: E402
 from xfc.outputs import write_json_result  # noqa: E402
 
@@ -64,12 +64,7 @@ def main(argv=None) -> int:
               f"tile={row.get('tile')} exact={row.get('exact_share', 0):.4f} sat={row.get('saturated_share', 0):.2f} "
               f"{status}", flush=True)
     failures = [r for r in rows if not r.get("ok")]
-    layouts, clamped = {}, {}
-    for r in rows:     # which layouts the cases exercised (the planner's choice per case)
-        key = f"{r['op']} {r.get('layout', '?')}"
-        layouts[key] = layouts.get(key, 0) + 1
-        if r.get("saturated_share", 0) > 0.9:   # nearly every output at a clamp bound: a wrong sum could pass
-            clamped[key] = clamped.get(key, 0) + 1
+    layouts, clamped = layout_counts(rows)
     summary = {"cases": len(rows), "failures": len(failures), "layouts": layouts,
                "layouts_with_over_90pct_outputs_clamped": clamped,
                "targets": [f"{hw}:{instr}" for hw, instr in targets],

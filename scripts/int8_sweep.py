@@ -109,6 +109,18 @@ def suite_cases() -> list[dict]:
     return cases
 
 
+def layout_counts(rows: list[dict]) -> tuple[dict, dict]:
+    """({"op layout": cases}, the same of the cases whose outputs nearly all clamp): which layouts the
+    cases exercised (the planner's choice per case), and where a wrong sum could have passed."""
+    layouts, clamped = {}, {}
+    for r in rows:
+        key = f"{r['op']} {r.get('layout', '?')}"
+        layouts[key] = layouts.get(key, 0) + 1
+        if r.get("saturated_share", 0) > 0.9:   # nearly every output at a clamp bound
+            clamped[key] = clamped.get(key, 0) + 1
+    return layouts, clamped
+
+
 def run_case(case: dict, hw_name: str, dialect: str, flags) -> dict:
     spec = make_spec(case["op"], case["shape"], bias=case["bias"], activation=case["activation"], **case["geometry"])
     q = QuantParams(act_type=case["act"], a_zero_point=case["a_zp"], out_zero_point=case["out_zp"],
@@ -161,12 +173,7 @@ def main(argv=None) -> int:
         print(f"[{n}/{len(jobs)}] {d:8s} {row['key']} {case['act']} zp={case['a_zp']}/{case['out_zp']} "
               f"exact={row.get('exact_share', 0):.4f} sat={row.get('saturated_share', 0):.2f} {status}", flush=True)
     failures = [r for r in rows if not r.get("ok")]
-    layouts, clamped = {}, {}
-    for r in rows:     # which layouts the cases exercised (the planner's choice per case)
-        key = f"{r['op']} {r.get('layout', '?')}"
-        layouts[key] = layouts.get(key, 0) + 1
-        if r.get("saturated_share", 0) > 0.9:   # nearly every output at a clamp bound: a wrong sum could pass
-            clamped[key] = clamped.get(key, 0) + 1
+    layouts, clamped = layout_counts(rows)
     summary = {"cases": len(rows), "failures": len(failures), "layouts": layouts,
                "layouts_with_over_90pct_outputs_clamped": clamped,
                "random_shapes_per_operator": {op: len({(str(r["shape"]), str(r["geometry"])) for r in rows
