@@ -621,6 +621,17 @@ def verify_int8(built, seed: int = 0, mode: str = "random") -> dict:
     return {"ok": outcome.ok, "reason": outcome.check.reason, **outcome.check.report}
 
 
+def assert_int8_exact(built, seeds=((11, "random"), (12, "extreme"))):
+    """verify_int8 on random and extreme inputs: every output byte exact, and on the random ones fewer
+    than 90% of the outputs at a clamp bound (outputs that all clamp to one value would hide a wrong
+    sum)."""
+    for seed, mode in seeds:
+        verdict = verify_int8(built, seed=seed, mode=mode)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (built.plan.summary(), mode, verdict)
+        if mode == "random":
+            assert verdict["saturated_share"] < 0.9, verdict
+
+
 def run_int8_entry(built, x, w, bias, mult, *, prepacked: bool = True):
     """The output of one entry point of a built int8 kernel on given operands (any runner)."""
     from xfc.ops.dtypes import INT8, Operands

@@ -55,3 +55,23 @@ def gemm_cases(mr: int, nr: int, lanes: int, kc: int, k_unroll: int) -> list[Gem
         cases.append(GemmCase(m=m, n=n, k=k, bias=fused, activation="relu" if fused else "none",
                               why=f"{m_why}; {n_why}; {k_why}"))
     return cases
+
+
+# int8 depthwise 'channels' layout (x86 and AArch64 alike): ragged cases. Channel counts off 16 (last
+# groups of 5, 3, 1 and 8 channels), a plane narrower than a quad, strides 1 to 4 (Q built on every 2nd
+# / 4th column for 2 and 4), filters of 1 to 9 columns (1 to 3 quads per row), asymmetric padding,
+# vertical dilation, batch 2, 2 threads, no bias, both activation types with zero points at both ends;
+# the output zero points keep most outputs off the clamp bounds under ReLU.
+DEPTHWISE_CHANNELS_CASES = [
+    # shape, geometry, (act, a_zp, out_zp), activation, per_channel, bias, threads
+    ({"c": 21, "h": 9, "w": 13, "r": 3, "s": 3, "n": 2}, {"stride": "2", "pad": "1"}, ("int8", -128, -100),
+     "relu6", True, True, 2),
+    ({"c": 19, "h": 5, "w": 4, "r": 5, "s": 5}, {"pad": "2,1"}, ("int8", 127, -128), "relu6", False, True, 1),
+    ({"c": 33, "h": 11, "w": 10, "r": 3, "s": 7}, {"stride": "2,1", "pad": "1,3,0,2", "dilation": "2,1"},
+     ("uint8", 0, 255), "none", True, False, 2),
+    ({"c": 5, "h": 3, "w": 2, "r": 3, "s": 3}, {"stride": "1", "pad": "1"}, ("int8", 0, -7), "none", True, True, 1),
+    ({"c": 40, "h": 23, "w": 37, "r": 3, "s": 3}, {"stride": "3", "pad": "1,2,0,1"}, ("uint8", 128, 3),
+     "relu6", True, True, 2),
+    ({"c": 17, "h": 17, "w": 29, "r": 2, "s": 9}, {"stride": "4", "pad": "0,4,1,3"}, ("int8", -9, 4),
+     "none", False, True, 1),
+]
