@@ -3,11 +3,10 @@ figures (geometric mean, lowest) across the networks in each state. Pure: nothin
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 
-from support import load_benchmark
+from support import benchmark_with_siblings
 
 pytestmark = pytest.mark.unit
 
@@ -15,10 +14,8 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(scope="module")
 def net_states():
     # net_states.py imports its siblings as top-level modules
-    with pytest.MonkeyPatch.context() as mp:
-        for sibling in ("machine", "cpu_share", "nets"):
-            mp.setitem(sys.modules, sibling, load_benchmark(sibling))
-        yield load_benchmark("net_states", "xfc_benchmark_net_states")
+    with benchmark_with_siblings("net_states", ("machine", "cpu_share", "nets"), "xfc_benchmark_net_states") as module:
+        yield module
 
 
 def _round(net, threads, state, xfc_ms, ort_ms):

@@ -3,22 +3,18 @@ timed row it is looked up in, the twin never counts as the fastest, a plan the r
 'untimed' and out of the means, and a grid names CostConstants fields only."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from support import load_benchmark
+from support import benchmark_with_siblings
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
 def winograd_refit():
-    """The script, its sibling imports (machine, cpu_share, regret) put in sys.modules for the module."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("machine", "cpu_share", "regret"):
-            patch.setitem(sys.modules, name, load_benchmark(name))
-        yield load_benchmark("winograd_refit")
+    """The script, with its sibling imports (machine, cpu_share, regret) in sys.modules for the module."""
+    with benchmark_with_siblings("winograd_refit", ("machine", "cpu_share", "regret")) as module:
+        yield module
 
 def test_a_replanned_plan_is_judged_by_the_row_that_timed_it(winograd_refit):
     row = {"layer": "x", "set": "fitting", "threads": 2, "plans": [

@@ -11,6 +11,7 @@ run by conftest.py, so a smaller machine reports what it could not do instead of
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -20,6 +21,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -538,6 +540,16 @@ def load_benchmark(name: str, module_name: Optional[str] = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def benchmark_with_siblings(name: str, siblings: tuple[str, ...], module_name: Optional[str] = None):
+    """benchmarks/<name>.py loaded (load_benchmark) while the benchmarks it imports as top-level
+    modules (`siblings`) stand in sys.modules; they are taken out again on exit."""
+    with pytest.MonkeyPatch.context() as patch:
+        for sibling in siblings:
+            patch.setitem(sys.modules, sibling, load_benchmark(sibling))
+        yield load_benchmark(name, module_name)
 
 
 def listeners_by_tree(roots: dict) -> dict:
