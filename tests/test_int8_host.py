@@ -159,6 +159,38 @@ def test_staged_input_rows_of_16_pixels_and_more_match_the_reference_exactly(isa
     assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+STAGING_S2 = [  # stride-2 columns under the 'rows' layout: the staged rows' two phases formed with SIMD
+    # a stem (3 channels: only a partial group) with a 7x7 filter and odd pads, int8 activations (the XOR)
+    ({"c": 3, "h": 13, "w": 45, "k": 19, "r": 7, "s": 7}, {"stride": "2", "pad": "3"}, "int8", 2),
+    # a 1x1 shortcut: every other row and the even phase only are staged; a whole group and a partial one
+    ({"c": 9, "h": 10, "w": 37, "k": 21, "r": 1, "s": 1, "n": 2}, {"stride": "2"}, "uint8", 1),
+    # a dilation of 2 along the rows reads the even phase only; pads on every side, none on the left
+    ({"c": 8, "h": 9, "w": 41, "k": 16, "r": 3, "s": 3}, {"stride": "2", "pad": "1,0,2,1", "dilation": "1,2"},
+     "uint8", 2),
+    # rows under 16 positions per phase: the scalar loop over the padded copy
+    ({"c": 6, "h": 7, "w": 9, "k": 11, "r": 3, "s": 3}, {"stride": "2", "pad": "1"}, "int8", 1),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, act, threads", STAGING_S2,
+                         ids=["stem-7x7-c3-int8", "1x1-s2-batch2", "dilated-even-phase", "short-rows"])
+def test_stride_2_staging_matches_the_reference_exactly(isa, dialect, shape, geometry, act, threads, tmp_path):
+    """The stride-2 staging of the 'rows' layout on x86 (padded row copies split into even and odd
+    columns with SIMD, rows and phases no tap reads skipped), exact on random and extreme inputs."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu6" if act == "int8" else "none", **geometry)
+    zp = -60 if act == "int8" else 131
+    q = QuantParams(act_type=act, a_zero_point=zp, per_channel=True, out_zero_point=-3 if act == "int8" else 120)
+    plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path, threads=threads, flags=FLAGS,
+                                force_layout="rows")
+    assert plan.column_layout == "rows"
+    source = kernel.rendered.source
+    assert "xfc_phases32(pad" in source or "for (long ph = 0; ph < 2; ph++)" in source, "not the stride-2 staging"
+    if shape["r"] == 1:
+        assert "row_read[" in source and "NULL, flip" in source, "a 1x1 stride-2 conv stages every row or phase"
+    assert_int8_exact(kernel)
+
+
 def test_flat_layout_with_both_paddings_staged_matches_the_reference_exactly(tmp_path):
     """flat_padding='both' (what benchmarks/int8_conv_layouts.py compares against): the staged rows
     keep both side paddings and the kernel is as exact."""

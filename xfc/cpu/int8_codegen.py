@@ -261,6 +261,12 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 col = s * spec.dilation_w
                 taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * kd)
         cg = math.ceil(spec.c / kd)
+        # the staged rows and column phases some tap reads (a 1x1 stride-2 conv reads every other row of
+        # one phase): stage_input skips the others (they keep the zero point)
+        read = {oh * spec.stride_h + r * spec.dilation_h for oh in range(spec.out_h) for r in range(spec.r)}
+        rows_read = [ih + spec.pad_top in read for ih in range(spec.h)]
+        ctx.update({"stage_rows_read": None if all(rows_read) else rows_read,
+                    "stage_phases": sorted({(s * spec.dilation_w) % sw for s in range(spec.s)})})
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
                     "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd, "flat": False, "im2col": False,
                     "boffs": [(v // vpr) * spec.stride_h * row_bytes + (v % vpr) * plan.lanes * kd
