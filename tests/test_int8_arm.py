@@ -178,6 +178,31 @@ def test_arm_int8_kernel_matches_the_reference_exactly(hw, instr, op, shape, geo
     assert verdict["ok"] and verdict["exact_share"] == 1.0, verdict
 
 
+STAGING = [  # the NEON staging (st4 interleaves, ld2 splits the phases): rows of 16 pixels and more
+    ({"c": 3, "h": 13, "w": 45, "k": 19, "r": 7, "s": 7}, {"stride": "2", "pad": "3"}, ("int8", -60, -3)),
+    ({"c": 9, "h": 10, "w": 37, "k": 21, "r": 1, "s": 1, "n": 2}, {"stride": "2"}, ("uint8", 131, 120)),
+    ({"c": 8, "h": 9, "w": 41, "k": 16, "r": 3, "s": 3}, {"stride": "2", "pad": "1,0,2,1", "dilation": "1,2"},
+     ("uint8", 90, 140)),
+    ({"c": 14, "h": 5, "w": 35, "k": 19, "r": 3, "s": 3}, {"pad": "1,2,1,1"}, ("int8", -9, 5)),
+]
+
+
+@emulated
+@pytest.mark.parametrize("shape, geometry, quant", STAGING, ids=["stem-7x7-c3-s2", "1x1-s2-batch2",
+                                                                  "dilated-even-phase", "stride-1-w35"])
+def test_arm_neon_staging_matches_the_reference_exactly(shape, geometry, quant, tmp_path):
+    """sdot conv2d kernels whose input is staged with NEON (stride 1 and 2, a partial channel group,
+    rows and phases no tap reads skipped), under qemu on the Cortex-A76 model, 2 threads."""
+    act, a_zp, out_zp = quant
+    spec = make_spec("conv2d", shape, bias=True, activation="relu6" if act == "int8" else "none", **geometry)
+    q = QuantParams(act_type=act, a_zero_point=a_zp, per_channel=True, out_zero_point=out_zp)
+    plan, kernel = compile_int8(spec, q, load("cortex-a76"), tmp_path, threads=2)
+    assert plan.dialect == "sdot" and plan.column_layout == "rows"
+    source = kernel.rendered.source
+    assert "vst4q_u8" in source and ("xfc_phases32(pad" in source) == (spec.stride_w == 2)
+    assert_int8_exact(kernel)
+
+
 FORCED = [("cortex-a76", "sdot", (24, 1, 1), False), ("cortex-a76", "sdot", (4, 6, 3), False),
           ("cortex-a76", "sdot", (12, 2, 2), True), ("cortex-a715", "smmla", (2, 8, 4), False),
           ("cortex-a715", "smmla", (14, 1, 1), True), ("cortex-a715", "sdot", (8, 3, 1), False)]

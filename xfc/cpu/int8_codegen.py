@@ -265,7 +265,8 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
         # one phase): stage_input skips the others (they keep the zero point)
         read = {oh * spec.stride_h + r * spec.dilation_h for oh in range(spec.out_h) for r in range(spec.r)}
         rows_read = [ih + spec.pad_top in read for ih in range(spec.h)]
-        ctx.update({"stage_rows_read": None if all(rows_read) else rows_read,
+        ctx.update({"simd_stage": kd == 4 and (ctx["x86"] or plan.dialect == "sdot"),   # SSE2 / NEON staging (stride 1, 2)
+                    "stage_rows_read": None if all(rows_read) else rows_read,
                     "stage_phases": sorted({(s * spec.dilation_w) % sw for s in range(spec.s)})})
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
                     "VPR": vpr, "tap_offs": taps, "row_k4": spec.r * spec.s * cg * kd, "flat": False, "im2col": False,
