@@ -193,6 +193,17 @@ def test_stride_2_staging_matches_the_reference_exactly(isa, dialect, shape, geo
     assert_int8_exact(kernel)
 
 
+def test_stride_2_staging_of_very_wide_rows_keeps_the_scalar_loop_and_is_exact(tmp_path):
+    """Rows so wide that the padded copies would not stay small on the stack (codegen.STAGE_PAD_MAX_BYTES)
+    are staged by the scalar loop, as exactly."""
+    spec = make_spec("conv2d", {"c": 5, "h": 3, "w": 16500, "k": 8, "r": 1, "s": 3}, bias=True, stride="2",
+                     pad="0,1")
+    q = QuantParams(act_type="uint8", a_zero_point=77, out_zero_point=130)
+    plan, kernel = compile_int8(spec, q, load("host"), tmp_path, threads=1, flags=FLAGS, force_layout="rows")
+    assert "xfc_phases32(pad" not in kernel.rendered.source
+    assert_int8_exact(kernel)
+
+
 def test_flat_layout_with_both_paddings_staged_matches_the_reference_exactly(tmp_path):
     """flat_padding='both' (what benchmarks/int8_conv_layouts.py compares against): the staged rows
     keep both side paddings and the kernel is as exact."""

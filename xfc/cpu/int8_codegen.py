@@ -47,6 +47,9 @@ ARG_DOC = {"matmul": "in0=x[batch,M,K], in1=w[batch,K,N] int8, bias[N] int32, mu
            "depthwise": "in0=x[N,C,H,W], in1=w[C,1,R,S] int8, bias[C] int32, mult[C] fp32, out[N,C,OH,OW]"}
 
 
+STAGE_PAD_MAX_BYTES = 64 * 1024   # the stride-2 staging's padded rows on the stack (templates/cpu/int8_gemm.c.j2)
+
+
 def _conv(spec) -> dict:
     return {"c": spec.c, "h": spec.h, "w": spec.w, "r": spec.r, "s": spec.s, "sh": spec.stride_h, "sw": spec.stride_w,
             "pt": spec.pad_top, "pl": spec.pad_left, "dh": spec.dilation_h, "dw": spec.dilation_w,
@@ -265,7 +268,10 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
         # one phase): stage_input skips the others (they keep the zero point)
         read = {oh * spec.stride_h + r * spec.dilation_h for oh in range(spec.out_h) for r in range(spec.r)}
         rows_read = [ih + spec.pad_top in read for ih in range(spec.h)]
-        ctx.update({"simd_stage": kd == 4 and (ctx["x86"] or plan.dialect == "sdot"),   # SSE2 / NEON staging (stride 1, 2)
+        # SSE2 / NEON staging (stride 1, 2); at stride 2 through a padded copy of 4 rows on the stack, so
+        # only where that copy stays small (an image thousands of pixels wide keeps the scalar loop)
+        simd_stage = kd == 4 and (ctx["x86"] or plan.dialect == "sdot")
+        ctx.update({"simd_stage": simd_stage and (sw != 2 or 4 * (2 * wph + 16) <= STAGE_PAD_MAX_BYTES),
                     "stage_rows_read": None if all(rows_read) else rows_read,
                     "stage_phases": sorted({(s * spec.dilation_w) % sw for s in range(spec.s)})})
         ctx.update({"CG": cg, "TAPS": spec.r * spec.s, "HP": hp, "WPH": wph, "OWC": owc, "OHC": ohc, "RV": rv,
