@@ -24,6 +24,13 @@ the first row tile of each panel waits for the panel alone.
   prefetch      as xfc synthesizes it today
   no_prefetch   NEXT_PANEL_PREFETCH_DIALECTS emptied: no kernel prefetches the next panel
 
+int8_next_panel_prefetch: the same for the int8 GEMMs whose weights are the column panels (matmul and
+the 'channels' conv layout, xfc.cpu.int8_synth.next_panel_prefetch); with --quantize qdq|qoperator
+(the networks quantized by onnxruntime.quantization first, as benchmarks/net_bench.py does).
+
+  prefetch      as xfc synthesizes it today
+  no_prefetch   INT8_PREFETCH_DIALECTS emptied
+
 Per network (benchmarks/nets.py, exported at run time with seeded random weights) and thread count,
 in this process, the two variants:
 
@@ -35,7 +42,7 @@ the steps whose kernel source differs (the other steps run the same code in both
 differences are the machine's noise, large at 2 threads on a shared 2-vCPU VM).
 
     .venv/bin/python benchmarks/packed_panel.py [--rule next_panel_prefetch] [--only mobilenet_v2,...]
-        [--threads 1,2] [--rounds 6] [--out-name NAME.json]
+        [--threads 1,2] [--rounds 6] [--quantize qdq|qoperator] [--out-name NAME.json]
 
 Writes a table and benchmarks/results/<rule>.json (or --out-name; the machine named). Needs torch
 (export) and cmake. Exit 0, 1 when the two variants' outputs differ, 3 without torch.
@@ -57,6 +64,7 @@ from machine import machine_facts, warn_if_loaded
 from nets import ALL, export, networks_or_status
 
 import xfc.cpu.decide as cpu_decide
+import xfc.cpu.int8_synth as cpu_int8_synth
 import xfc.cpu.synth as cpu_synth
 from xfc.cli.main import main as xfc_main
 from xfc.outputs import write_json_result
@@ -69,6 +77,8 @@ RULES = {
                      {"l2_panel": cpu_synth.PACKED_B_L2_FILL, "l3_panel": 1e6}),   # 1e6 x L2: never below L3
     "next_panel_prefetch": (cpu_decide, "NEXT_PANEL_PREFETCH_DIALECTS",
                             {"prefetch": cpu_decide.NEXT_PANEL_PREFETCH_DIALECTS, "no_prefetch": ()}),
+    "int8_next_panel_prefetch": (cpu_int8_synth, "INT8_PREFETCH_DIALECTS",
+                                 {"prefetch": cpu_int8_synth.INT8_PREFETCH_DIALECTS, "no_prefetch": ()}),
 }
 
 
@@ -128,6 +138,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rule", choices=sorted(RULES), default="packed_panel",
                         help="the rule timed on and off (default packed_panel)")
     parser.add_argument("--out-name", help="the results file's name in benchmarks/results (default <rule>.json)")
+    parser.add_argument("--quantize", choices=("qdq", "qoperator"),
+                        help="quantize each network first (int8, onnxruntime.quantization)")
     args = parser.parse_args(argv)
     variants = RULES[args.rule][2]
     on, off = list(variants)
@@ -140,6 +152,9 @@ def main(argv=None) -> int:
         for arch in archs:
             onnx = tmp / f"{arch}.onnx"
             export(arch, onnx, args.size)
+            if args.quantize:
+                from xfc.model.quantized_peer import quantize_with_onnxruntime
+                onnx = quantize_with_onnxruntime(onnx, tmp / f"{arch}_{args.quantize}.onnx", args.quantize)
             for threads in [int(t) for t in args.threads.split(",")]:
                 exes = {}
                 for variant, value in variants.items():
@@ -181,7 +196,7 @@ def main(argv=None) -> int:
     load = warn_if_loaded()
     module, setting, _ = RULES[args.rule]
     doc = {"benchmark": args.rule, "machine": machine_facts(), "load_average_at_end": load,
-           "rounds": args.rounds, "runs_per_round": args.runs, "size": args.size,
+           "rounds": args.rounds, "runs_per_round": args.runs, "size": args.size, "quantize": args.quantize,
            setting.lower(): getattr(module, setting), "rows": rows,
            "command": "benchmarks/packed_panel.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     for threads in sorted({r["threads"] for r in rows}):

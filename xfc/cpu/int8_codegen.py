@@ -241,7 +241,8 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "boffs": [v * plan.lanes * kd * col_bytes_per_k for v in range(plan.nv)], "conv_rows": conv_rows,
                 "AKD": kd * row_bytes_per_k, "wide_rows": row_bytes_per_k == 2,
                 "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2,
-                "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX})
+                "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX,
+                "prefetch_every": plan.prefetch_every_groups})
     if conv_rows:
         ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
                     # the padded image the rows are gathered from (templates: stage_rows_input)

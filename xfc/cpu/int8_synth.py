@@ -39,6 +39,7 @@ from ..hardware.model import CpuCluster, HardwareDescription
 from ..ops.quant import QuantParams, check_spec, resolve_out_scale, validate
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from .config import DOT_RATE, INT8_DIALECTS, INT8_LANES, int8_dialect, int8_registers
+from .decide import CACHE_LINE_BYTES, NEXT_PANEL_PREFETCH_TILES
 from .dw_channels import CHANNEL_GROUP, channels_buffers
 from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
@@ -80,6 +81,15 @@ CHANNELS_GATHER_BYTES_PER_CYCLE = 4.0
 # kernel); the x86 SIMD dialects transpose 16 x 16 byte blocks in registers, about 4 bytes per cycle
 CHANNELS_STORE_BYTES_PER_CYCLE = {"vnni": 4.0, "avx2": 4.0, "generic": 1.0}
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
+# Next-panel prefetch (Int8Plan.prefetch_every_groups), the fp32 GEMMs' rule (decide.next_panel_prefetch_lines)
+# for the int8 GEMMs whose weights are the column panels: in a network a layer's weights come from memory,
+# and the first row tile of each panel waited for it alone. Each of the panel's row tiles prefetches an
+# equal share of the next panel, spread evenly over its k groups. ResNet-18's int8 7x7 3x3 convs (7 row
+# tiles of 7 pixels per panel) as steps of the network 256-258 -> 248-250 us, its 14 -> 7 stride-2 conv
+# 137 -> 128, the whole network x1.013; MobileNetV2 (small weights) unchanged (benchmarks/packed_panel.py
+# --rule int8_next_panel_prefetch --quantize qoperator, int8_next_panel_prefetch_zen5.json). x86 dialects
+# only (the ARM cores were not timed).
+INT8_PREFETCH_DIALECTS = ("vnni", "avx2")
 FLAT_PADDINGS = ("shared", "both")      # flat_row_width: one padding run between rows, or both staged
 
 
@@ -354,6 +364,18 @@ def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluste
     return best, scored
 
 
+def next_panel_prefetch(dialect: str, row_tiles: int, k_groups: int, panel_bytes: int) -> int:
+    """Int8Plan.prefetch_every_groups: prefetch one line of the next weight panel every this many k groups
+    (so that a row tile's share, panel_bytes / row_tiles, is done by its last group); 0 where off: not an
+    x86 dialect, or row tiles per panel outside decide.NEXT_PANEL_PREFETCH_TILES (one tile streams its panel
+    whatever it does; past 16 the first tile's wait is a small part of the panel's time)."""
+    fewest, most = NEXT_PANEL_PREFETCH_TILES
+    if dialect not in INT8_PREFETCH_DIALECTS or not fewest <= row_tiles <= most:
+        return 0
+    share_lines = math.ceil(panel_bytes / CACHE_LINE_BYTES / row_tiles)
+    return max(1, k_groups // max(share_lines, 1))
+
+
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
@@ -485,9 +507,18 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                   + (", flat columns (padded rows as one run)" if layout == "flat" else "")
                   + (", im2col columns (every tap gathered per output pixel)" if layout == "im2col" else "")
                   + (", channels in the lanes (pixels as rows)" if layout == "channels" else ""))
+    row_operand = "activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights"
+    prefetch_every = 0
+    if row_operand == "activations":     # the weights are the column panels: [N/NR][k groups][NR][4] bytes
+        row_tiles = math.ceil(shape.m / tile.mr)
+        col_bytes = 2 if dialect == "avx2" and not quant.narrow_weights else 1   # avx2 widens the weights to int16
+        prefetch_every = next_panel_prefetch(dialect, row_tiles, shape.groups, shape.groups * 4 * tile.nr * col_bytes)
+        if prefetch_every:
+            reasons.append(f"next weight panel prefetched into L2 by its {row_tiles} row tiles, a line every "
+                           f"{prefetch_every} k group(s) (a layer's weights come from memory in a network)")
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
-                    row_operand="activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights",
+                    prefetch_every_groups=prefetch_every, row_operand=row_operand,
                     column_layout=layout, pair_sums_int16=dialect == "avx2" and quant.narrow_weights,
                     flat_row_pixels=flat_row_width(spec, flat_padding) if layout == "flat" else 0)
 
