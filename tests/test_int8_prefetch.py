@@ -44,14 +44,17 @@ def test_the_prefetch_is_off_outside_its_tile_range_and_off_x86():
 
 @pytest.mark.unit
 def test_the_planner_prefetches_where_the_weights_are_the_column_panels():
-    hw = load("host:avx512")
-    flags = frozenset({"avx512_vnni", "avx512vbmi"})
+    from xfc.hardware.host import X86_64_V4_FLAGS, describe_host
+    flags = frozenset(X86_64_V4_FLAGS) | {"avx512_vnni"}     # a synthetic VNNI core: this CPU need not be one
+    hw = describe_host({"flags": set(flags), "model name": "AVX-512 VNNI core"}, {}, 2, "x86_64", isa="avx512")
     q = QuantParams(a_zero_point=128)
     r18_7x7 = make_spec("conv2d", {"c": 512, "h": 7, "w": 7, "k": 512, "r": 3, "s": 3}, pad="1", bias=True)
     plan = plan_int8(r18_7x7, q, hw, threads=1, host_flags=flags)
-    assert plan.column_layout == "channels" and plan.prefetch_every_groups == 3
+    groups = 9 * 512 // 4
+    assert plan.column_layout == "channels" and plan.prefetch_every_groups > 0
+    assert plan.prefetch_every_groups == next_panel_prefetch("vnni", math.ceil(49 / plan.mr), groups, groups * 4 * plan.nr)
     assert "next weight panel prefetched" in "\n".join(plan.reasons)
-    assert plan.summary()["prefetch_every_groups"] == 3
+    assert plan.summary()["prefetch_every_groups"] == plan.prefetch_every_groups
     classifier = make_spec("matmul", {"m": 1, "n": 1000, "k": 512}, bias=True)   # one row tile: streams anyway
     assert plan_int8(classifier, q, hw, threads=1, host_flags=flags).prefetch_every_groups == 0
     big = make_spec("conv2d", {"c": 64, "h": 56, "w": 56, "k": 64, "r": 3, "s": 3}, pad="1", bias=True)
