@@ -28,7 +28,7 @@ from ..ops.spec import Conv2dSpec, DepthwiseSpec, gemm_view
 from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
 from .dw_channels import CHANNEL_GROUP, channels_buffers, channels_q_step
-from .int8_synth import Int8Plan
+from .int8_plan import Int8Plan, widened_to_int16
 
 
 _ENV = None
@@ -223,7 +223,7 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
     # int16 pairs (what vpmaddwd takes), so the k loop broadcasts them as they are; widening them in
     # the loop took three shifts per row and k group on the two shift ports the adds need
     # (int8_dialect.h.j2).
-    widen = plan.dialect == "avx2" and kd == 4 and not plan.pair_sums_int16
+    widen = widened_to_int16(plan.dialect, plan.pair_sums_int16, kd)
     row_bytes_per_k = 2 if (widen and not row_is_act) else 1
     # likewise the weights when they are the columns (matmul, the 'channels' conv layout): per k group
     # and vector, the even bytes of its lanes as int16 pairs, then the odd ones: two loads, no shifts

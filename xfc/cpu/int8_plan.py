@@ -11,6 +11,13 @@ from ..ops.quant import QuantParams
 from ..ops.spec import OperatorSpec
 
 
+def widened_to_int16(dialect: str, pair_sums_int16: bool, k_depth: int = 4) -> bool:
+    """Whether the GEMM operand that is not broadcast is packed as int16 (avx2 without pair sums: the
+    even and odd bytes as vpmaddwd's int16 pairs, two bytes per k element): the codegen's packing and
+    the planner's panel sizes both read it."""
+    return dialect == "avx2" and k_depth == 4 and not pair_sums_int16
+
+
 @dataclass(frozen=True)
 class Int8Plan:
     spec: OperatorSpec

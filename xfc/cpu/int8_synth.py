@@ -41,7 +41,7 @@ from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm
 from .config import DOT_RATE, INT8_DIALECTS, INT8_LANES, int8_dialect, int8_registers
 from .decide import CACHE_LINE_BYTES, NEXT_PANEL_PREFETCH_TILES
 from .dw_channels import CHANNEL_GROUP, channels_buffers
-from .int8_plan import Int8Synthesis, Int8Plan  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
+from .int8_plan import Int8Synthesis, Int8Plan, widened_to_int16  # noqa: F401  (the plan type lives in qplan.py, shared with qarm.py)
 
 MAX_MR = 16
 MAX_NV = 4
@@ -508,10 +508,11 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                   + (", im2col columns (every tap gathered per output pixel)" if layout == "im2col" else "")
                   + (", channels in the lanes (pixels as rows)" if layout == "channels" else ""))
     row_operand = "activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights"
+    pair_sums = dialect == "avx2" and quant.narrow_weights
     prefetch_every = 0
     if row_operand == "activations":     # the weights are the column panels: [N/NR][k groups][NR][4] bytes
         row_tiles = math.ceil(shape.m / tile.mr)
-        col_bytes = 2 if dialect == "avx2" and not quant.narrow_weights else 1   # avx2 widens the weights to int16
+        col_bytes = 2 if widened_to_int16(dialect, pair_sums) else 1
         prefetch_every = next_panel_prefetch(dialect, row_tiles, shape.groups, shape.groups * 4 * tile.nr * col_bytes)
         if prefetch_every:
             reasons.append(f"next weight panel prefetched into L2 by its {row_tiles} row tiles, a line every "
@@ -519,7 +520,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     prefetch_every_groups=prefetch_every, row_operand=row_operand,
-                    column_layout=layout, pair_sums_int16=dialect == "avx2" and quant.narrow_weights,
+                    column_layout=layout, pair_sums_int16=pair_sums,
                     flat_row_pixels=flat_row_width(spec, flat_padding) if layout == "flat" else 0)
 
 
