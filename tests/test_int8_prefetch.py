@@ -23,23 +23,27 @@ HAS_VNNI = "avx512_vnni" in FLAGS and "avx512" in available_isas()
 
 @pytest.mark.unit
 @pytest.mark.parametrize("tiles, groups, panel_bytes", [(2, 16, 2048), (7, 1152, 147456), (16, 9, 4608),
-                                                         (14, 576, 73728), (3, 7, 100000)])
+                                                         (14, 576, 73728), (3, 7, 100000), (2, 128, 32768),
+                                                         (2, 1, 64), (16, 1000, 64)])
 def test_a_tiles_share_is_prefetched_by_its_last_k_group(tiles, groups, panel_bytes):
-    every = next_panel_prefetch("vnni", tiles, groups, panel_bytes)
-    share_lines = math.ceil(panel_bytes / 64 / tiles)
-    assert every >= 1
-    # the kernel prefetches a line at k groups 0, every, 2 every, ... while its share lasts
-    assert math.ceil(groups / every) >= min(share_lines, groups) or every == 1
+    """What the kernel prefetches (XFC_PF_LINES lines at k groups 0, every, 2 every, ... < groups) covers
+    the tile's share of the next panel, without a step's worth of lines to spare."""
+    rule = next_panel_prefetch("vnni", tiles, groups, panel_bytes)
+    share_lines = math.ceil(panel_bytes / (64 * tiles))
+    steps = math.ceil(groups / rule.every_groups)
+    assert rule.every_groups >= 1 and rule.lines_per_step >= 1
+    assert steps * rule.lines_per_step >= share_lines
+    assert (steps - 1) * rule.lines_per_step < share_lines or rule.every_groups * steps > groups - rule.every_groups
 
 
 @pytest.mark.unit
 def test_the_prefetch_is_off_outside_its_tile_range_and_off_x86():
     fewest, most = NEXT_PANEL_PREFETCH_TILES
-    assert next_panel_prefetch("vnni", fewest - 1, 100, 10000) == 0
-    assert next_panel_prefetch("vnni", most + 1, 100, 10000) == 0
-    assert next_panel_prefetch("avx2", fewest, 100, 10000) > 0
-    assert next_panel_prefetch("generic", fewest, 100, 10000) == 0
-    assert next_panel_prefetch("sdot", fewest, 100, 10000) == 0
+    assert next_panel_prefetch("vnni", fewest - 1, 100, 10000) is None
+    assert next_panel_prefetch("vnni", most + 1, 100, 10000) is None
+    assert next_panel_prefetch("avx2", fewest, 100, 10000) is not None
+    assert next_panel_prefetch("generic", fewest, 100, 10000) is None
+    assert next_panel_prefetch("sdot", fewest, 100, 10000) is None
 
 
 @pytest.mark.unit
@@ -52,7 +56,8 @@ def test_the_planner_prefetches_where_the_weights_are_the_column_panels():
     plan = plan_int8(r18_7x7, q, hw, threads=1, host_flags=flags)
     groups = 9 * 512 // 4
     assert plan.column_layout == "channels" and plan.prefetch_every_groups > 0
-    assert plan.prefetch_every_groups == next_panel_prefetch("vnni", math.ceil(49 / plan.mr), groups, groups * 4 * plan.nr)
+    rule = next_panel_prefetch("vnni", math.ceil(49 / plan.mr), groups, groups * 4 * plan.nr)
+    assert (plan.prefetch_every_groups, plan.prefetch_lines_per_step) == (rule.every_groups, rule.lines_per_step)
     assert "next weight panel prefetched" in "\n".join(plan.reasons)
     assert plan.summary()["prefetch_every_groups"] == plan.prefetch_every_groups
     classifier = make_spec("matmul", {"m": 1, "n": 1000, "k": 512}, bias=True)   # one row tile: streams anyway
@@ -87,5 +92,5 @@ def test_kernels_with_the_prefetch_match_the_reference_exactly(isa, op, shape, g
         plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / f"t{threads}", threads=threads,
                                     flags=FLAGS, **forced)
         assert plan.prefetch_every_groups > 0, plan.summary()
-        assert "__builtin_prefetch(pf, 0, 2)" in kernel.rendered.source
+        assert "__builtin_prefetch(pf + 64 * l, 0, 2)" in kernel.rendered.source
         assert_int8_exact(kernel)

@@ -242,7 +242,7 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "AKD": kd * row_bytes_per_k, "wide_rows": row_bytes_per_k == 2,
                 "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2,
                 "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX,
-                "prefetch_every": plan.prefetch_every_groups})
+                "prefetch_every": plan.prefetch_every_groups, "prefetch_lines": plan.prefetch_lines_per_step})
     if conv_rows:
         ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
                     # the padded image the rows are gathered from (templates: stage_rows_input)

@@ -75,8 +75,8 @@ class Int8Plan:
                                        # because every weight is within +-64 (QuantParams.narrow_weights); the
                                        # pre-pack refuses a weight outside it. False: bytes widened to int16 (vpmaddwd)
     prefetch_every_groups: int = 0     # GEMMs whose weights are the column panels (matmul, 'channels' conv, x86): each row
-                                       # tile prefetches its share of the next panel into L2, one cache line every this
-                                       # many k groups (int8_synth.next_panel_prefetch); 0: off
+    prefetch_lines_per_step: int = 0   # tile prefetches its share of the next panel into L2, this many cache lines every
+                                       # this many k groups (int8_synth.next_panel_prefetch); 0: off
     depthwise_staging: str = ""        # 'tap_pairs': how a staged row's tap pairs are built from the int16 input
                                        # row V (int8_synth.depthwise_staging): 'pairs' (stride 1: (V[i], V[i + dw])
                                        # interleaved), 'direct' (stride 2, dilation 1: V itself), 'gather'
@@ -95,7 +95,8 @@ class Int8Plan:
         if self.column_layout != "rows":
             out.update(column_layout=self.column_layout)
         if self.prefetch_every_groups:
-            out.update(prefetch_every_groups=self.prefetch_every_groups)
+            out.update(prefetch_every_groups=self.prefetch_every_groups,
+                       prefetch_lines_per_step=self.prefetch_lines_per_step)
         if self.lowering == "direct_depthwise":
             out.update(layout=self.depthwise_layout, lanes=self.lanes, vectors=self.nv, parallel_axis=self.parallel_axis)
             if self.depthwise_staging:

@@ -364,16 +364,27 @@ def choose_depthwise_block(spec: DepthwiseSpec, dialect: str, cluster: CpuCluste
     return best, scored
 
 
-def next_panel_prefetch(dialect: str, row_tiles: int, k_groups: int, panel_bytes: int) -> int:
-    """Int8Plan.prefetch_every_groups: prefetch one line of the next weight panel every this many k groups
-    (so that a row tile's share, panel_bytes / row_tiles, is done by its last group); 0 where off: not an
-    x86 dialect, or row tiles per panel outside decide.NEXT_PANEL_PREFETCH_TILES (one tile streams its panel
-    whatever it does; past 16 the first tile's wait is a small part of the panel's time)."""
+@dataclass(frozen=True)
+class NextPanelPrefetch:
+    """Int8Plan.prefetch_every_groups / prefetch_lines_per_step: every this many k groups a row tile
+    prefetches this many lines of its share of the next weight panel."""
+    every_groups: int
+    lines_per_step: int
+
+
+def next_panel_prefetch(dialect: str, row_tiles: int, k_groups: int, panel_bytes: int) -> Optional[NextPanelPrefetch]:
+    """How a row tile prefetches its share of the next weight panel, ceil(panel_bytes / (64 row_tiles))
+    lines, so that the share is done by its last k group: a line every few groups, or several lines per
+    group when the share outnumbers the groups. None where off: not an x86 dialect, or row tiles per
+    panel outside decide.NEXT_PANEL_PREFETCH_TILES (one tile streams its panel whatever it does; past 16
+    the first tile's wait is a small part of the panel's time)."""
     fewest, most = NEXT_PANEL_PREFETCH_TILES
-    if dialect not in INT8_PREFETCH_DIALECTS or not fewest <= row_tiles <= most:
-        return 0
-    share_lines = math.ceil(panel_bytes / CACHE_LINE_BYTES / row_tiles)
-    return max(1, k_groups // max(share_lines, 1))
+    if dialect not in INT8_PREFETCH_DIALECTS or not fewest <= row_tiles <= most or k_groups < 1:
+        return None
+    share_lines = math.ceil(panel_bytes / (CACHE_LINE_BYTES * row_tiles))
+    if share_lines <= k_groups:
+        return NextPanelPrefetch(k_groups // share_lines, 1)
+    return NextPanelPrefetch(1, math.ceil(share_lines / k_groups))
 
 
 def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *, cluster: Optional[str] = None,
@@ -509,17 +520,19 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                   + (", channels in the lanes (pixels as rows)" if layout == "channels" else ""))
     row_operand = "activations" if isinstance(spec, MatmulSpec) or layout == "channels" else "weights"
     pair_sums = dialect == "avx2" and quant.narrow_weights
-    prefetch_every = 0
+    prefetch = None
     if row_operand == "activations":     # the weights are the column panels: [N/NR][k groups][NR][4] bytes
         row_tiles = math.ceil(shape.m / tile.mr)
         col_bytes = 2 if widened_to_int16(dialect, pair_sums) else 1
-        prefetch_every = next_panel_prefetch(dialect, row_tiles, shape.groups, shape.groups * 4 * tile.nr * col_bytes)
-        if prefetch_every:
-            reasons.append(f"next weight panel prefetched into L2 by its {row_tiles} row tiles, a line every "
-                           f"{prefetch_every} k group(s) (a layer's weights come from memory in a network)")
+        prefetch = next_panel_prefetch(dialect, row_tiles, shape.groups, shape.groups * 4 * tile.nr * col_bytes)
+        if prefetch:
+            reasons.append(f"next weight panel prefetched into L2 by its {row_tiles} row tiles, {prefetch.lines_per_step} "
+                           f"line(s) every {prefetch.every_groups} k group(s) (a layer's weights come from memory in a "
+                           f"network)")
     return Int8Plan(spec, quant, dialect, lowering, tile.mr, tile.nv, tile.lanes, threads, name, march, predicted,
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
-                    prefetch_every_groups=prefetch_every, row_operand=row_operand,
+                    prefetch_every_groups=prefetch.every_groups if prefetch else 0,
+                    prefetch_lines_per_step=prefetch.lines_per_step if prefetch else 0, row_operand=row_operand,
                     column_layout=layout, pair_sums_int16=pair_sums,
                     flat_row_pixels=flat_row_width(spec, flat_padding) if layout == "flat" else 0)
 
