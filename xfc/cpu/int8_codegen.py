@@ -266,7 +266,7 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 taps.append(((r * spec.dilation_h * sw + col % sw) * wph + col // sw) * kd)
         cg = math.ceil(spec.c / kd)
         # the staged rows and column phases some tap reads (a 1x1 stride-2 conv reads every other row of
-        # one phase): stage_input skips the others (they keep the zero point)
+        # one phase): the stride-2 SIMD staging skips the others (they keep the zero point)
         read = {oh * spec.stride_h + r * spec.dilation_h for oh in range(spec.out_h) for r in range(spec.r)}
         rows_read = [ih + spec.pad_top in read for ih in range(spec.h)]
         # SSE2 / NEON staging (stride 1, 2); at stride 2 through a padded copy of 4 rows on the stack, so
