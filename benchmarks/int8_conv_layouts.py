@@ -4,9 +4,11 @@
 For ResNet-18's four 3x3 stride-1 stages, its stride-2 convolutions (3x3 and the 1x1 shortcuts, the
 7x7 stem), MobileNetV2's 1x1 convolutions at 56x56, 14x14 and 7x7 (expansions and projections) and its
 3x3 stride-2 stem, each
-kernel is planned four or five ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
+kernel is planned five or six ways (the planner's choice; force_layout='rows'; 'flat' for stride 1,
 and 'flat_both_pads': flat rows staged with both side paddings, as before one padding run served
-both; 'im2col' for stride 2; 'channels': the GEMM turned around, output channels in the lanes),
+both; 'im2col' for stride 2; 'channels': the GEMM turned around, output channels in the lanes, its
+row tiles read in place from the staged input, and 'channels_gathered': the same with the rows gathered
+into panels per call, as before session 59),
 built, verified byte for byte against the exact reference and timed with weights pre-packed in
 its C timing loop, 1 thread, best of --rounds medians (rounds interleave the variants). Kernel
 figures, not whole networks (benchmarks/net_bench.py --quantize measures those).
@@ -60,9 +62,11 @@ LAYERS = {   # name -> (h = w, c, k, r = s, pad, stride)
 VARIANTS = {1: {"planner": {}, "rows": {"force_layout": "rows"}, "flat": {"force_layout": "flat"},
                 # the flat rows staged with both side paddings (before one padding run served both)
                 "flat_both_pads": {"force_layout": "flat", "flat_padding": "both"},
-                "channels": {"force_layout": "channels"}},
+                "channels": {"force_layout": "channels", "force_channels_rows": "in_place"},
+                "channels_gathered": {"force_layout": "channels", "force_channels_rows": "gathered"}},
             2: {"planner": {}, "rows": {"force_layout": "rows"}, "im2col": {"force_layout": "im2col"},
-                "channels": {"force_layout": "channels"}}}
+                "channels": {"force_layout": "channels", "force_channels_rows": "in_place"},
+                "channels_gathered": {"force_layout": "channels", "force_channels_rows": "gathered"}}}
 DEPTHWISE_LAYERS = {   # name -> (h = w, c, r = s, pad, stride): MobileNetV2's (xfc.ops.workloads) and V3-style
     **{name.replace("dw_", ""): (shape["h"], shape["c"], shape["r"], kw["pad"], kw["stride"])
        for name, (_op, shape, kw) in MOBILENETV2_DEPTHWISE.items()},
@@ -145,6 +149,8 @@ def main(argv=None) -> int:
             print(f"[int8-conv-layouts] round {round_index + 1} of {args.rounds}", file=sys.stderr, flush=True)
     for (name, variant), (plan, _kernel, _operands, ok) in built.items():
         layout = plan.column_layout if args.op == "conv2d" else plan.depthwise_layout
+        if plan.channels_rows_in_place:
+            layout += " in place"
         rows.append({"layer": name, "variant": variant, "layout": layout, "dialect": plan.dialect,
                      "tile": [plan.mr, plan.nr], "verified": ok, "gops": round(best[(name, variant)], 1),
                      "us": round(plan.spec.flops / best[(name, variant)] / 1e3, 2) if best[(name, variant)] else None,

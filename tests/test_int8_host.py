@@ -15,6 +15,7 @@ from xfc.errors import OperatorError, XfcError
 from xfc.hardware.host import available_isas
 from xfc.hardware.load import load
 from xfc.ops.quant import QuantParams, make_qinputs, multipliers, qreference
+from xfc.cpu.config import int8_registers
 from xfc.cpu.int8_synth import flat_row_width
 from xfc.ops.spec import make_spec
 from xfc.hardware.host import read_flags
@@ -254,18 +255,56 @@ CHANNELS = [  # the GEMM turned around (pixels as rows): a short stage, a stride
 
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tile", CHANNELS, ids=["7x7-batch2", "dilated-s2x3-odd-pads", "1x1"])
-def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, tmp_path):
-    """The 'channels' layout (output pixels as rows gathered from the staged input, output channels in
-    the lanes, the outputs stored transposed), forced with the planner's tile and with a ragged one, at
-    1 and 2 threads."""
+@pytest.mark.parametrize("rows", ("gathered", "in_place"))
+def test_channels_column_layout_matches_the_reference_exactly(isa, dialect, shape, geometry, tile, rows, tmp_path):
+    """The 'channels' layout (output pixels as rows gathered from the staged input or read where it
+    holds them, output channels in the lanes, the outputs stored transposed), forced with the planner's
+    tile and with a ragged one, at 1 and 2 threads."""
     spec = make_spec("conv2d", shape, bias=True, activation="relu6", **geometry)
     q = QuantParams(act_type="uint8", a_zero_point=77, per_channel=True, out_zero_point=200)
     for n, (threads, force) in enumerate([(1, None), (2, tile)]):
-        kw = {"force_layout": "channels", **({"force_tile": force} if force else {})}
+        kw = {"force_layout": "channels", "force_channels_rows": rows, **({"force_tile": force} if force else {})}
         plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
                                     **kw)
         assert plan.column_layout == "channels" and plan.row_operand == "activations"
+        assert plan.channels_rows_in_place == (rows == "in_place")
         verdict = verify_int8(kernel, seed=n + 7)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+IN_PLACE = [  # (shape, geometry, tiles): row tiles cut at each output row's end, read in place
+    # 9-wide output rows: a 5-pixel tile leaves a 4-pixel one per row, a 16-pixel tile 7 rows past the row
+    ({"c": 7, "h": 7, "w": 9, "k": 40, "r": 3, "s": 3}, {"pad": "1,1,1,1"}, ((5, 1), (16, 1))),
+    # stride 2: a pixel's k group 8 bytes after the previous one's; odd sizes, a partial channel group
+    ({"c": 13, "h": 11, "w": 13, "k": 33, "r": 3, "s": 3}, {"stride": "2,2", "pad": "1,1,1,1"}, ((3, 1), (7, 2))),
+    # strides 2 and 3, dilation 2 across, uneven pads: the last tile reads past the staged planes
+    ({"c": 9, "h": 10, "w": 12, "k": 20, "r": 3, "s": 2}, {"stride": "2,3", "pad": "1,0,2,1", "dilation": "1,2"},
+     ((5, 1), (16, 1))),
+    # 1x1 stride 1: the whole image one run (tiles cross output rows), 30 pixels
+    ({"c": 20, "h": 5, "w": 6, "k": 17, "r": 1, "s": 1}, {}, ((7, 1), (16, 1))),
+    # 3x1 with pads above and below only: rows back to back in the staged input, one run too
+    ({"c": 5, "h": 9, "w": 9, "k": 24, "r": 3, "s": 1}, {"pad": "1,0,1,0"}, ((4, 1), (16, 1))),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, tiles", IN_PLACE, ids=["partial-row-tiles", "stride-2", "strides-2x3-dilated",
+                                                                  "1x1-one-run", "3x1-one-run"])
+def test_channels_rows_read_in_place_match_the_reference_exactly(isa, dialect, shape, geometry, tiles, tmp_path):
+    """The 'channels' layout reading each row tile's pixels in place (no gather): tiles ending inside a
+    row and tiles reaching past it, strides 2 and 3 (the rows' k groups 8 and 12 bytes apart), a 1x1 and
+    a 3x1 whose rows follow each other in the staged input (one run); uint8 and int8 activations (the
+    staged bytes flipped), 1 and 2 threads."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu6", **geometry)
+    quants = (QuantParams(act_type="uint8", a_zero_point=77, per_channel=True, out_zero_point=200),
+              QuantParams(act_type="int8", a_zero_point=-20, per_channel=True, out_zero_point=-3))
+    for n, (q, threads, tile) in enumerate([(quants[0], 1, tiles[0]), (quants[1], 2, tiles[1])]):
+        if int8_registers(dialect, tile[0], tile[1]) > load(f"host:{isa}").cluster().core.vector_registers:
+            tile = (3, 1)
+        plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
+                                    force_layout="channels", force_channels_rows="in_place", force_tile=tile)
+        assert plan.channels_rows_in_place and (plan.mr, plan.nv) == tile
+        verdict = verify_int8(kernel, seed=n + 13)
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
@@ -294,6 +333,54 @@ def test_channels_layout_transposes_whole_and_partial_16_pixel_blocks(tile, tmp_
     assert (plan.mr, plan.nv, plan.dialect) == (tile[0], tile[1], "vnni")
     verdict = verify_int8(kernel, seed=31)
     assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("shape, geometry, tiles", IN_PLACE, ids=["partial-row-tiles", "stride-2", "strides-2x3-dilated",
+                                                                  "1x1-one-run", "3x1-one-run"])
+def test_in_place_rows_stay_inside_the_staged_buffer_and_tile_every_pixel_once(shape, geometry, tiles):
+    """Every byte a row tile reads in place (its rows past the run's end included) lies inside the
+    staged planes and the slack after them, and the row tiles cover each output pixel exactly once:
+    counted pixel by pixel here, not from the codegen's formulas."""
+    from xfc.cpu.int8_codegen import _in_place_context
+    from xfc.cpu.int8_synth import plan_int8
+    spec = make_spec("conv2d", shape, **geometry)
+    for tile in tiles:
+        plan = plan_int8(spec, QuantParams(), _vnni_host(), threads=1, host_flags=_VNNI_FLAGS, force_layout="channels",
+                         force_channels_rows="in_place", force_tile=(tile[0], 1))
+        hp, wp = spec.h + spec.pad_top + spec.pad_bottom, spec.w + spec.pad_left + spec.pad_right
+        taps = [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r) for s in range(spec.s)]
+        cg = -(-spec.c // 4)
+        ctx = _in_place_context(plan, hp, wp, taps, cg)
+        plane, covered, last = hp * wp * 4, [], 0
+        for mb in range(ctx["IP_RUNS"] * ctx["OWT"]):
+            run, p0 = divmod(mb, ctx["OWT"])
+            p0 *= plan.mr
+            covered += [run * ctx["IP_RUN"] + p for p in range(p0, min(p0 + plan.mr, ctx["IP_RUN"]))]
+            base = run * ctx["IP_RUN_BYTES"] + p0 * ctx["A_ROW"]
+            for r in range(plan.mr):
+                for t in ctx["rs_tap_offs"]:
+                    last = max(last, base + r * ctx["A_ROW"] + t + (cg - 1) * plane + 4)
+            first_pixel = run * ctx["IP_RUN"] + p0      # the tile's first read is that pixel's tap (0, 0)
+            oh, ow = divmod(first_pixel, spec.out_w)
+            assert base == (oh * spec.stride_h * wp + ow * spec.stride_w) * 4
+        assert sorted(covered) == list(range(spec.out_h * spec.out_w))
+        assert last <= cg * plane + ctx["RS_SLACK"], (tile, last, cg * plane, ctx["RS_SLACK"])
+
+
+@pytest.mark.unit
+def test_the_planner_reads_a_deep_3x3_stage_in_place_and_says_why():
+    """ResNet-18's 14x14 stage: the 'channels' layout with its rows read in place (no gather) is
+    modelled fastest, and --explain names the gathered alternative's time; a row source without the
+    'channels' layout is refused."""
+    from xfc.cpu.int8_synth import explain, plan_int8
+    spec = make_spec("conv2d", {"c": 256, "h": 14, "w": 14, "k": 256, "r": 3, "s": 3}, pad="1", bias=True)
+    plan = plan_int8(spec, QuantParams(), _vnni_host(), threads=1, host_flags=_VNNI_FLAGS)
+    assert plan.column_layout == "channels" and plan.channels_rows_in_place
+    assert plan.summary()["channels_rows"] == "in_place"
+    assert "read in place from the staged input" in explain(plan) and "gathered" in explain(plan)
+    with pytest.raises(OperatorError, match="with the 'channels' column layout"):
+        plan_int8(spec, QuantParams(), load("host:avx2"), threads=1, force_channels_rows="in_place")
 
 
 @pytest.mark.unit

@@ -29,6 +29,7 @@ from ..paths import TEMPLATES_DIR
 from .codegen import SCRATCH_SLOTS, RenderedKernel
 from .dw_channels import CHANNEL_GROUP, channels_buffers, channels_q_step
 from .int8_plan import Int8Plan, widened_to_int16
+from .int8_synth import channels_in_place_shape
 
 
 _ENV = None
@@ -219,6 +220,9 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
         k4 = spec.r * spec.s * math.ceil(spec.c / kd) * kd
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
+    in_place = conv_rows and plan.channels_rows_in_place
+    if in_place:       # row tiles within one output row (or the whole image, 1x1 stride 1): int8_synth
+        mb = channels_in_place_shape(spec).row_tiles(plan.mr)
     # avx2 filter rows: pre-packed as int16, each k group's even and odd bytes as two int32 words of
     # int16 pairs (what vpmaddwd takes), so the k loop broadcasts them as they are; widening them in
     # the loop took three shifts per row and k group on the two shift ports the adds need
@@ -242,13 +246,17 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
                 "AKD": kd * row_bytes_per_k, "wide_rows": row_bytes_per_k == 2,
                 "BKD": kd * col_bytes_per_k, "wide_cols": col_bytes_per_k == 2,
                 "pair_sums": plan.pair_sums_int16, "narrow_weight_max": NARROW_WEIGHT_MAX,
-                "prefetch_every": plan.prefetch_every_groups, "prefetch_lines": plan.prefetch_lines_per_step})
+                "prefetch_every": plan.prefetch_every_groups, "prefetch_lines": plan.prefetch_lines_per_step,
+                "in_place": False, "A_ROW": kd})
     if conv_rows:
-        ctx.update({"TAPS": spec.r * spec.s, "CG": math.ceil(spec.c / kd),
+        rs_hp, rs_wp = spec.h + spec.pad_top + spec.pad_bottom, spec.w + spec.pad_left + spec.pad_right
+        taps_rs = [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r) for s in range(spec.s)]
+        cg = math.ceil(spec.c / kd)
+        ctx.update({"TAPS": spec.r * spec.s, "CG": cg,
                     # the padded image the rows are gathered from (templates: stage_rows_input)
-                    "RS_HP": spec.h + spec.pad_top + spec.pad_bottom, "RS_WP": spec.w + spec.pad_left + spec.pad_right,
-                    "taps_rs": [(r * spec.dilation_h, s * spec.dilation_w) for r in range(spec.r)
-                                for s in range(spec.s)]})
+                    "RS_HP": rs_hp, "RS_WP": rs_wp, "taps_rs": taps_rs, "RS_SLACK": 0})
+        if in_place:
+            ctx.update(_in_place_context(plan, rs_hp, rs_wp, taps_rs, cg))
     elif isinstance(spec, Conv2dSpec):
         sw = spec.stride_w
         rv, vpr = plan.tile_rows, plan.nv // plan.tile_rows
@@ -287,6 +295,26 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
     panel = ctx["NB"] * plan.nr * k4 * col_bytes_per_k if row_is_act else mb * plan.mr * ctx["row_k4"] * row_bytes_per_k
     ctx["packed_bytes"] = ctx["w_batches"] * (ctx["sums_len"] * 4 + panel)
     return "cpu/int8_gemm.c.j2", ctx
+
+
+def _in_place_context(plan: Int8Plan, rs_hp: int, rs_wp: int, taps_rs: list, cg: int) -> dict:
+    """The 'channels' layout read in place (Int8Plan.channels_rows_in_place): IP_RUNS runs of IP_RUN pixels
+    (an output row each, or the whole image for a 1x1 stride-1 conv), IP_RUN_BYTES apart in the staged
+    input, each cut into OWT row tiles of MR pixels, a pixel's k group A_ROW bytes after the previous
+    one's; tap t's k groups start RS_TAP_OFF[t] bytes after the tile's first pixel, channel group g
+    RS_PLANE g bytes further. The last tile of a run reads past it (its extra rows are computed and
+    dropped): RS_SLACK bytes past the staged planes hold the zero point for the last one."""
+    spec, kd = plan.spec, plan.k_depth
+    shape = channels_in_place_shape(spec)
+    run = shape.m // shape.m_runs
+    owt = math.ceil(run / plan.mr)
+    a_row = kd * spec.stride_w
+    run_bytes = spec.stride_h * rs_wp * kd if shape.m_runs > 1 else 0
+    tap_offs = [(dr * rs_wp + ds) * kd for dr, ds in taps_rs]
+    plane = rs_hp * rs_wp * kd
+    last_read = (shape.m_runs - 1) * run_bytes + (owt * plan.mr - 1) * a_row + (cg - 1) * plane + max(tap_offs) + kd
+    return {"in_place": True, "IP_RUNS": shape.m_runs, "IP_RUN": run, "IP_RUN_BYTES": run_bytes, "OWT": owt, "A_ROW": a_row,
+            "rs_tap_offs": tap_offs, "RS_SLACK": max(0, last_read - cg * plane)}
 
 
 def _flat_context(plan: Int8Plan) -> dict:

@@ -69,6 +69,10 @@ class Int8Plan:
                                        # the outputs as one run: int8_synth.im2col_shape) or 'channels' (the
                                        # GEMM turned around: output pixels as gathered rows, output channels in
                                        # the lanes, row_operand 'activations': int8_synth.channels_shape)
+    channels_rows_in_place: bool = False   # column_layout 'channels': each row tile's pixels read where the staged
+                                       # input holds them (tiles within one output row, a pixel's k group
+                                       # KD x stride_w bytes after the previous one), no per-call gather
+                                       # (int8_synth.channels_in_place_shape); False: gathered into row panels
     flat_row_pixels: int = 0           # column_layout 'flat': pixels of a staged row (int8_synth.flat_row_width: the
                                        # input row and its wider side padding); 0 for the other layouts
     pair_sums_int16: bool = False      # avx2 GEMM kernels: u8 x s8 products summed in pairs by vpmaddubsw, exact
@@ -94,6 +98,8 @@ class Int8Plan:
                "tile_rows": self.tile_rows, "threads": self.threads}
         if self.column_layout != "rows":
             out.update(column_layout=self.column_layout)
+        if self.channels_rows_in_place:
+            out.update(channels_rows="in_place")
         if self.prefetch_every_groups:
             out.update(prefetch_every_groups=self.prefetch_every_groups,
                        prefetch_lines_per_step=self.prefetch_lines_per_step)

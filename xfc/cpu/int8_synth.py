@@ -81,6 +81,7 @@ CHANNELS_GATHER_BYTES_PER_CYCLE = 4.0
 # kernel); the x86 SIMD dialects transpose 16 x 16 byte blocks in registers, about 4 bytes per cycle
 CHANNELS_STORE_BYTES_PER_CYCLE = {"vnni": 4.0, "avx2": 4.0, "generic": 1.0}
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
+CHANNELS_ROWS = ("gathered", "in_place")   # the 'channels' layout's row operand (Int8Plan.channels_rows_in_place)
 # Next-panel prefetch (Int8Plan.prefetch_every_groups), the fp32 GEMMs' rule (decide.next_panel_prefetch_lines)
 # for the int8 GEMMs whose weights are the column panels: in a network a layer's weights come from memory,
 # and the first row tile of each panel waited for it alone. Each of the panel's row tiles prefetches an
@@ -110,11 +111,17 @@ class Int8Tile:
 @dataclass(frozen=True)
 class GemmShape:
     """What the tile search needs: M rows; N columns as `column_rows` runs of `run` columns (a
-    conv2d tiles each output row separately: OH runs of OW pixels); 4-deep k groups."""
+    conv2d tiles each output row separately: OH runs of OW pixels); 4-deep k groups; the M rows as
+    `m_runs` equal runs that row tiles do not cross (the 'channels' layout read in place: one run per
+    output row)."""
     m: int
     run: int
     column_rows: int
     groups: int
+    m_runs: int = 1
+
+    def row_tiles(self, mr: int) -> int:
+        return self.m_runs * math.ceil(self.m // self.m_runs / mr)
 
 
 def gemm_shape(spec: OperatorSpec) -> GemmShape:
@@ -161,14 +168,27 @@ def channels_shape(spec: Conv2dSpec) -> GemmShape:
     return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
 
 
+def channels_in_place_shape(spec: Conv2dSpec) -> GemmShape:
+    """The 'channels' layout with its rows read in place (Int8Plan.channels_rows_in_place): a row tile's
+    pixels are consecutive pixels of one output row, so in the staged input (the padded image, a pixel's
+    4 channels side by side) the k group of each is 4 x stride_w bytes after the previous one, and the
+    kernel broadcasts them from there: no gather. Tiles do not cross output rows (one M run per output
+    row, the last tile of a row partial: its rows past the row are computed and dropped), except where
+    the staged rows follow one another with no gap (a 1x1 stride-1 conv: the whole image is one run)."""
+    turned = channels_shape(spec)
+    linear = spec.s == 1 and spec.stride_w == 1 and spec.stride_h == 1
+    return GemmShape(turned.m, turned.run, turned.column_rows, turned.groups, 1 if linear else spec.out_h)
+
+
 def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1,
-                             dialect: str = "generic") -> float:
-    """Gathering the row operand per call: R x S x C (rounded up to 4) bytes per output pixel (rounded up to
-    MR), copied from the staged input a 4-byte k group at a time (CHANNELS_GATHER_BYTES_PER_CYCLE), and
-    the outputs stored transposed (CHANNELS_STORE_BYTES_PER_CYCLE of the dialect), split across the
-    kernel's threads (per row block). Staging the input itself is not charged: every conv layout stages it."""
+                             dialect: str = "generic", gathered: bool = True) -> float:
+    """Gathering the row operand per call (gathered): R x S x C (rounded up to 4) bytes per output pixel
+    (rounded up to MR), copied from the staged input a 4-byte k group at a time
+    (CHANNELS_GATHER_BYTES_PER_CYCLE), and the outputs stored transposed (CHANNELS_STORE_BYTES_PER_CYCLE of
+    the dialect), split across the kernel's threads (per row block). Read in place (not gathered): the
+    stores alone. Staging the input itself is not charged: every conv layout stages it."""
     blocks = math.ceil(spec.out_h * spec.out_w / mr)
-    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * blocks * mr
+    staged = spec.r * spec.s * math.ceil(spec.c / 4) * 4 * blocks * mr if gathered else 0
     stored = spec.out_h * spec.out_w * spec.k            # the outputs, transposed into the NCHW planes
     return ((staged / CHANNELS_GATHER_BYTES_PER_CYCLE + stored / CHANNELS_STORE_BYTES_PER_CYCLE[dialect])
             / (cluster.clock_ghz * 1e9) / max(1, min(threads, blocks)))
@@ -191,7 +211,7 @@ def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: f
     """nr columns per tile, as `rows` output rows of nr / rows columns each (conv2d). split_rows:
     threads split (column tile, row block) pairs, not column tiles alone (the flat layout)."""
     column_tiles = math.ceil(shape.column_rows / rows) * math.ceil(shape.run / (nr // rows))
-    tiles = math.ceil(shape.m / mr) * column_tiles
+    tiles = shape.row_tiles(mr) * column_tiles
     return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, tiles if split_rows else column_tiles))
 
 
@@ -391,11 +411,13 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
               threads: Optional[int] = None, host_flags: frozenset = frozenset(),
               function_name: Optional[str] = None, force_dialect: Optional[str] = None,
               force_tile: Optional[tuple[int, int]] = None, force_rows: Optional[int] = None,
-              force_layout: Optional[str] = None, flat_padding: str = "shared") -> Int8Plan:
+              force_layout: Optional[str] = None, flat_padding: str = "shared",
+              force_channels_rows: Optional[str] = None) -> Int8Plan:
     """The int8 plan. force_dialect / force_tile / force_rows / force_layout (tests, benchmarks): a
     narrower dialect than the core's, an explicit (MR, NV), output rows per conv2d column tile, the
     conv2d column layout ('rows'; 'flat' where the stride is 1; 'im2col' where it is not);
-    flat_padding (benchmarks): 'both' stages both side paddings of a flat row (flat_row_width).
+    flat_padding (benchmarks): 'both' stages both side paddings of a flat row (flat_row_width);
+    force_channels_rows (with the 'channels' layout): its rows 'gathered' or read 'in_place'.
     AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
         from .int8_arm import plan_arm_int8
@@ -443,13 +465,16 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             f"{int8_registers(dialect, tile.mr, tile.nv)} of {cl.core.vector_registers} registers): fastest of {scored} "
             f"by the issue model, {tile.cycles_per_group:.2f} cycles per 4-deep group "
             f"({cl.core.fma_per_cycle * DOT_RATE[dialect]:g} dot instructions/cycle, latency {cl.core.fma_latency_cycles})")
-    layout = "rows"
+    layout, channels_in_place = "rows", False
     if force_layout not in (None, *COLUMN_LAYOUTS) or (force_layout not in (None, "rows")
                                                         and not isinstance(spec, Conv2dSpec)):
         raise OperatorError(f"int8 column layout '{force_layout}': {', '.join(COLUMN_LAYOUTS)} for conv2d "
                             f"(not {spec.name})")
     if flat_padding not in FLAT_PADDINGS:
         raise OperatorError(f"int8 flat padding '{flat_padding}': {', '.join(FLAT_PADDINGS)}")
+    if force_channels_rows not in (None, *CHANNELS_ROWS) or (force_channels_rows and force_layout != "channels"):
+        raise OperatorError(f"int8 channels rows '{force_channels_rows}': {', '.join(CHANNELS_ROWS)}, with the "
+                            f"'channels' column layout")
     flat = (flat_shape(spec, flat_padding) if isinstance(spec, Conv2dSpec) and force_layout in (None, "flat")
             else None)
     if force_layout == "flat" and flat is None:
@@ -492,23 +517,35 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                            f"as one run, {valid:.0%} outputs) {flat_tile.seconds * 1e6:.1f} us")
     if isinstance(spec, Conv2dSpec) and force_layout in (None, "channels") and (force_tile is None or
                                                                              force_layout == "channels"):
-        turned = channels_shape(spec)
-        if force_tile is None:
-            c_tile, _ = choose_tile(dialect, turned, cl, threads)
-        else:
-            c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
-                              _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
-                                            threads))
-        staging = channels_staging_seconds(spec, c_tile.mr, cl, threads, dialect)
-        c_seconds = c_tile.seconds + staging
+        options = []      # (seconds, in place, shape, tile, staging seconds): gathered rows, rows read in place
+        for in_place in (False, True):
+            if force_channels_rows and in_place != (force_channels_rows == "in_place"):
+                continue
+            turned = channels_in_place_shape(spec) if in_place else channels_shape(spec)
+            if force_tile is None:
+                c_tile, _ = choose_tile(dialect, turned, cl, threads)
+            else:
+                c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
+                                  _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
+                                                threads))
+            staging = channels_staging_seconds(spec, c_tile.mr, cl, threads, dialect, gathered=not in_place)
+            options.append((c_tile.seconds + staging, in_place, turned, c_tile, staging))
+        c_seconds, in_place, turned, c_tile, staging = min(options, key=lambda o: (o[0], not o[1]))
+        others = "".join(f", {'in place' if o[1] else 'gathered'} {o[0] * 1e6:.1f} us" for o in options
+                         if o[1] != in_place)
+        how = ("read in place from the staged input, tiles within an output row" if in_place
+               else "gathered per call")
         if c_seconds < tile.seconds or force_layout == "channels":
-            reasons.append(f"columns 'channels': output pixels as rows (gathered per call), the {spec.k} output "
+            reasons.append(f"columns 'channels': output pixels as rows ({how}), the {spec.k} output "
                            f"channels in the lanes, register tile {c_tile.mr}x{c_tile.nr}, {c_seconds * 1e6:.1f} us "
-                           f"modelled ({staging * 1e6:.1f} of them gathering) against {tile.seconds * 1e6:.1f} us")
+                           f"modelled ({staging * 1e6:.1f} of them {'storing' if in_place else 'gathering and storing'}"
+                           f"{others}) against {tile.seconds * 1e6:.1f} us")
             tile = Int8Tile(c_tile.mr, c_tile.nv, c_tile.lanes, c_tile.cycles_per_group, c_seconds)
             shape, layout = turned, "channels"
+            channels_in_place = in_place
         else:
-            reasons.append(f"'channels' (pixels as rows, channels in the lanes): {c_seconds * 1e6:.1f} us modelled")
+            reasons.append(f"'channels' (pixels as rows, channels in the lanes, {how}): {c_seconds * 1e6:.1f} us "
+                           f"modelled{others}")
     column_tiles = math.ceil(shape.column_rows / tile.tile_rows) * math.ceil(shape.run / (tile.nr // tile.tile_rows))
     threads = max(1, min(threads, column_tiles * (math.ceil(shape.m / tile.mr) if layout in ("flat", "im2col") else 1)))
     predicted = 2.0 * m * n * k / 1e9 / tile.seconds if tile.seconds > 0 else None   # per batch item = overall
@@ -522,7 +559,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     pair_sums = dialect == "avx2" and quant.narrow_weights
     prefetch = None
     if row_operand == "activations":     # the weights are the column panels: [N/NR][k groups][NR][4] bytes
-        row_tiles = math.ceil(shape.m / tile.mr)
+        row_tiles = shape.row_tiles(tile.mr)
         col_bytes = 2 if widened_to_int16(dialect, pair_sums) else 1
         prefetch = next_panel_prefetch(dialect, row_tiles, shape.groups, shape.groups * 4 * tile.nr * col_bytes)
         if prefetch:
@@ -533,7 +570,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                     tuple(header), tuple(reasons), tile.tile_rows, activation_offset=quant.shift,
                     prefetch_every_groups=prefetch.every_groups if prefetch else 0,
                     prefetch_lines_per_step=prefetch.lines_per_step if prefetch else 0, row_operand=row_operand,
-                    column_layout=layout, pair_sums_int16=pair_sums,
+                    column_layout=layout, pair_sums_int16=pair_sums, channels_rows_in_place=channels_in_place,
                     flat_row_pixels=flat_row_width(spec, flat_padding) if layout == "flat" else 0)
 
 
