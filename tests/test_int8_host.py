@@ -384,6 +384,25 @@ def test_the_planner_reads_a_deep_3x3_stage_in_place_and_says_why():
 
 
 @pytest.mark.unit
+def test_the_int8_tile_model_counts_issue_and_the_tiles_own_epilogue():
+    """vnni: a broadcast-heavy tile is bound by the issue of its k step (16 dots, 16 broadcasts, a load
+    and the loop over the decode width), not by its loads; a tile that stores its own outputs pays its
+    requantization per tile, the 'channels' layout (transposed store charged apart) does not; the
+    dialects whose k step is not counted instruction by instruction keep the old bound."""
+    from xfc.cpu.int8_synth import (DW_EPILOGUE_UOPS, LOOP_UOPS_PER_GROUP, GemmShape, _tile_seconds, group_cycles,
+                                    tile_epilogue_cycles)
+    core = _vnni_host().cluster().core
+    assert group_cycles("vnni", core, 16, 1) == (16 + 16 + 1 + LOOP_UOPS_PER_GROUP) / core.decode_width
+    assert group_cycles("vnni", core, 14, 2) == 28 / (core.fma_per_cycle * 1.0)          # the dots bind
+    assert tile_epilogue_cycles("vnni", core, 6, 4) == 24 * DW_EPILOGUE_UOPS[16] / core.decode_width
+    assert tile_epilogue_cycles("avx2", core, 6, 2) == 0.0
+    own, turned = GemmShape(144, 3136, 1, 6), GemmShape(144, 3136, 1, 6, tile_epilogue=False)
+    with_epilogue = _tile_seconds(own, 6, 64, 12.0, 1e9, 1, epilogue_cycles=42.0)
+    assert with_epilogue == pytest.approx(24 * 49 * (6 * 12.0 + 42.0) / 1e9)
+    assert _tile_seconds(turned, 6, 64, 12.0, 1e9, 1, epilogue_cycles=42.0) == pytest.approx(24 * 49 * 6 * 12.0 / 1e9)
+
+
+@pytest.mark.unit
 def test_an_unknown_or_misplaced_column_layout_is_refused():
     from xfc.cpu.int8_synth import plan_int8
     conv = make_spec("conv2d", {"c": 8, "h": 7, "w": 7, "k": 8, "r": 3, "s": 3}, pad="1")

@@ -80,6 +80,11 @@ CHANNELS_GATHER_BYTES_PER_CYCLE = 4.0
 # a byte per cycle (with a short reduction, e.g. a 1x1 conv of 96 channels, that is a third of the
 # kernel); the x86 SIMD dialects transpose 16 x 16 byte blocks in registers, about 4 bytes per cycle
 CHANNELS_STORE_BYTES_PER_CYCLE = {"vnni": 4.0, "avx2": 4.0, "generic": 1.0}
+# The issue of a GEMM k step (group_cycles): instructions per dot product where the step is known
+# instruction by instruction (vnni: one vpdpbusd; + one broadcast per row, one load per column vector and
+# the loop's own), over the core's decode width; the other dialects keep the dots-or-loads bound.
+ISSUE_UOPS_PER_DOT = {"vnni": 1}
+LOOP_UOPS_PER_GROUP = 2
 COLUMN_LAYOUTS = ("rows", "flat", "im2col", "channels")   # Int8Plan.column_layout (conv2d)
 CHANNELS_ROWS = ("gathered", "in_place")   # the 'channels' layout's row operand (Int8Plan.channels_rows_in_place)
 # Next-panel prefetch (Int8Plan.prefetch_every_groups), the fp32 GEMMs' rule (decide.next_panel_prefetch_lines)
@@ -119,6 +124,9 @@ class GemmShape:
     column_rows: int
     groups: int
     m_runs: int = 1
+    tile_epilogue: bool = True    # each tile requantizes and stores its own output vectors (charged per tile,
+                                  # tile_epilogue_cycles); False: the 'channels' layout, whose transposed
+                                  # store is charged with its staging (channels_staging_seconds)
 
     def row_tiles(self, mr: int) -> int:
         return self.m_runs * math.ceil(self.m // self.m_runs / mr)
@@ -165,7 +173,7 @@ def channels_shape(spec: Conv2dSpec) -> GemmShape:
     vector lanes, for layers with few output pixels and many channels (a 7x7 stage) whose pixels fill
     vectors badly. The
     outputs are stored transposed into the NCHW planes. Threads split column tiles (channel blocks)."""
-    return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4))
+    return GemmShape(spec.out_h * spec.out_w, spec.k, 1, spec.r * spec.s * math.ceil(spec.c / 4), tile_epilogue=False)
 
 
 def channels_in_place_shape(spec: Conv2dSpec) -> GemmShape:
@@ -177,7 +185,8 @@ def channels_in_place_shape(spec: Conv2dSpec) -> GemmShape:
     the staged rows follow one another with no gap (a 1x1 stride-1 conv: the whole image is one run)."""
     turned = channels_shape(spec)
     linear = spec.s == 1 and spec.stride_w == 1 and spec.stride_h == 1
-    return GemmShape(turned.m, turned.run, turned.column_rows, turned.groups, 1 if linear else spec.out_h)
+    return GemmShape(turned.m, turned.run, turned.column_rows, turned.groups, 1 if linear else spec.out_h,
+                     tile_epilogue=False)
 
 
 def channels_staging_seconds(spec: Conv2dSpec, mr: int, cluster: CpuCluster, threads: int = 1,
@@ -206,13 +215,40 @@ def flat_row_width(spec: Conv2dSpec, padding: str = "shared") -> int:
     return shared if padding == "shared" and spec.out_w <= shared else both
 
 
+def group_cycles(dialect: str, core, mr: int, nv: int) -> float:
+    """Cycles per 4-deep k group of an MR x NV tile: the dot products on the FMA ports, the loads
+    (MR row broadcasts, NV column vectors), the accumulators' latency and, vnni, the issue of every
+    instruction of the step (ISSUE_UOPS_PER_DOT) over the core's decode width: a 16x16 tile (16
+    broadcasts per vector load) ran 0.70-0.84 of its dots-or-loads time in every layout
+    (benchmarks/int8_tile_model.py, int8_tile_model_zen5.json)."""
+    dots = core.fma_per_cycle * DOT_RATE[dialect]
+    cycles = max(mr * nv / dots, (mr + nv) / core.load_rules.vector_loads_per_cycle, float(core.fma_latency_cycles))
+    if dialect in ISSUE_UOPS_PER_DOT:
+        uops = mr * nv * ISSUE_UOPS_PER_DOT[dialect] + mr + nv + LOOP_UOPS_PER_GROUP
+        cycles = max(cycles, uops / core.decode_width)
+    return cycles
+
+
+def tile_epilogue_cycles(dialect: str, core, mr: int, nv: int) -> float:
+    """Cycles a tile spends after its k loop: every output vector requantized, narrowed and stored
+    (DW_EPILOGUE_UOPS, the depthwise kernels' count for the same requantization) over the decode
+    width. A 1x1 conv with 6 k groups per tile (24 -> 144 channels at 56x56) spends as long there as in
+    its dot products ('flat' ran 0.51-0.57 of a model without it: int8_tile_model_zen5.json)."""
+    lanes = INT8_LANES[dialect]
+    if dialect not in ISSUE_UOPS_PER_DOT or lanes not in DW_EPILOGUE_UOPS:
+        return 0.0
+    return mr * nv * DW_EPILOGUE_UOPS[lanes] / core.decode_width
+
+
 def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: float, threads: int,
-                  rows: int = 1, split_rows: bool = False) -> float:
+                  rows: int = 1, split_rows: bool = False, epilogue_cycles: float = 0.0) -> float:
     """nr columns per tile, as `rows` output rows of nr / rows columns each (conv2d). split_rows:
-    threads split (column tile, row block) pairs, not column tiles alone (the flat layout)."""
+    threads split (column tile, row block) pairs, not column tiles alone (the flat layout).
+    epilogue_cycles: per tile, where the shape's tiles store their own outputs (tile_epilogue)."""
     column_tiles = math.ceil(shape.column_rows / rows) * math.ceil(shape.run / (nr // rows))
     tiles = shape.row_tiles(mr) * column_tiles
-    return tiles * shape.groups * cycles / clock_hz / max(1, min(threads, tiles if split_rows else column_tiles))
+    per_tile = shape.groups * cycles + (epilogue_cycles if shape.tile_epilogue else 0.0)
+    return tiles * per_tile / clock_hz / max(1, min(threads, tiles if split_rows else column_tiles))
 
 
 def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int,
@@ -220,18 +256,17 @@ def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: in
     """The register tile with the shortest modelled time, and how many tiles were scored."""
     core = cluster.core
     lanes = INT8_LANES[dialect]
-    dots = core.fma_per_cycle * DOT_RATE[dialect]
-    loads = core.load_rules.vector_loads_per_cycle
     clock_hz = cluster.clock_ghz * 1e9
     best, key_best, scored = None, None, 0
     for nv in range(1, MAX_NV + 1):
         for mr in range(1, MAX_MR + 1):
             if int8_registers(dialect, mr, nv) > core.vector_registers:
                 continue
-            cycles = max(mr * nv / dots, (mr + nv) / loads, float(core.fma_latency_cycles))
+            cycles = group_cycles(dialect, core, mr, nv)
+            epilogue = tile_epilogue_cycles(dialect, core, mr, nv)
             for rows in [r for r in range(1, nv + 1) if nv % r == 0 and (r == 1 or shape.column_rows > 1)]:
                 scored += 1
-                seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows, split_rows)
+                seconds = _tile_seconds(shape, mr, nv * lanes, cycles, clock_hz, threads, rows, split_rows, epilogue)
                 key = (round(seconds * 1e12), -mr * nv, mr, rows)
                 if key_best is None or key < key_best:
                     best, key_best = Int8Tile(mr, nv, lanes, cycles, seconds, rows), key
@@ -452,10 +487,11 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         mr, nv = force_tile
         if int8_registers(dialect, mr, nv) > cl.core.vector_registers or not (1 <= mr <= 64 and 1 <= nv <= 8):
             raise OperatorError(f"int8 tile {mr}x{nv} vectors does not fit {cl.core.vector_registers} registers")
-        cycles = max(mr * nv / (cl.core.fma_per_cycle * DOT_RATE[dialect]), float(cl.core.fma_latency_cycles))
+        cycles = group_cycles(dialect, cl.core, mr, nv)
         rows = force_rows if (force_rows and isinstance(spec, Conv2dSpec) and nv % force_rows == 0) else 1
         tile = Int8Tile(mr, nv, INT8_LANES[dialect], cycles,
-                     _tile_seconds(shape, mr, nv * INT8_LANES[dialect], cycles, cl.clock_ghz * 1e9, threads, rows), rows)
+                        _tile_seconds(shape, mr, nv * INT8_LANES[dialect], cycles, cl.clock_ghz * 1e9, threads, rows,
+                                      epilogue_cycles=tile_epilogue_cycles(dialect, cl.core, mr, nv)), rows)
         reasons.append(f"register tile {mr}x{nv * INT8_LANES[dialect]} ({rows} output row(s)): forced by the caller")
     else:
         tile, scored = choose_tile(dialect, shape, cl, threads)
@@ -487,7 +523,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         g_tile, _ = (choose_tile(dialect, gathered, cl, threads, split_rows=True) if force_tile is None else
                      (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                                _tile_seconds(gathered, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
-                                             threads, 1, True)), 0))
+                                             threads, 1, True, tile_epilogue_cycles(dialect, cl.core, tile.mr,
+                                                                                   tile.nv))), 0))
         g_seconds = g_tile.seconds + staging
         if g_seconds < tile.seconds or force_layout == "im2col":
             reasons.append(f"columns 'im2col': every tap gathered per output pixel when staged, the {spec.out_h} x "
@@ -503,7 +540,9 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
         flat_tile, flat_scored = (choose_tile(dialect, flat, cl, threads, split_rows=True) if force_tile is None else
                                   (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
                                             _tile_seconds(flat, tile.mr, tile.nr, tile.cycles_per_group,
-                                                          cl.clock_ghz * 1e9, threads, 1, True)), 0))
+                                                          cl.clock_ghz * 1e9, threads, 1, True,
+                                                          tile_epilogue_cycles(dialect, cl.core, tile.mr, tile.nv))),
+                                   0))
         flat_width = flat_row_width(spec, flat_padding)
         valid = spec.out_w / flat_width
         if flat_tile.seconds < tile.seconds or force_layout == "flat":
