@@ -138,6 +138,39 @@ def test_flat_column_layout_matches_the_reference_exactly(isa, dialect, shape, g
         assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
 
 
+FLAT_WIDE = [  # staged rows of 16 positions or more with padding columns: the vnni masked epilogue
+    ({"c": 7, "h": 9, "w": 17, "k": 19, "r": 3, "s": 3, "n": 2}, {"pad": "1,1,1,1"}, (4, 3)),
+    ({"c": 5, "h": 7, "w": 20, "k": 10, "r": 3, "s": 3}, {"pad": "2,2,2,2", "dilation": "2,2"}, (3, 1)),
+    ({"c": 6, "h": 5, "w": 30, "k": 9, "r": 5, "s": 5}, {"pad": "2,2,2,2"}, (5, 2)),
+    ({"c": 4, "h": 8, "w": 16, "k": 33, "r": 7, "s": 7}, {"pad": "3,3,3,3"}, (2, 4)),
+]
+
+
+@pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
+@pytest.mark.parametrize("shape, geometry, tile", FLAT_WIDE, ids=["18-wide-pad1-batch2", "22-wide-dilated-pad2",
+                                                                  "32-wide-5x5", "19-wide-7x7-pad3"])
+def test_flat_layout_on_wide_padded_rows_matches_the_reference_exactly(isa, dialect, shape, geometry, tile,
+                                                                       tmp_path):
+    """'flat' on staged rows of 16 positions and more with 1-3 padding columns between them: on vnni
+    each vector is stored straight into the output under two byte masks (its first row's lanes, the
+    next row's shifted down by the padding); vectors that start in the padding, end past the last
+    output row, a partial last block of output channels; the planner's tile and a ragged one, 1 and 2
+    threads."""
+    spec = make_spec("conv2d", shape, bias=True, activation="relu", **geometry)
+    q = QuantParams(act_type="uint8", a_zero_point=200, per_channel=True, out_zero_point=9)
+    for n, (threads, force) in enumerate([(1, None), (2, tile)]):
+        if force and int8_registers(dialect, force[0], force[1]) > load(f"host:{isa}").cluster().core.vector_registers:
+            force = (2, 1)
+        kw = {"force_layout": "flat", **({"force_tile": force} if force else {})}
+        plan, kernel = compile_int8(spec, q, load(f"host:{isa}"), tmp_path / str(n), threads=threads, flags=FLAGS,
+                                    **kw)
+        assert plan.column_layout == "flat" and plan.flat_row_pixels >= 16
+        if dialect == "vnni":
+            assert "vnext[" in kernel.rendered.source and "xfc_out_t local[" not in kernel.rendered.source
+        verdict = verify_int8(kernel, seed=n + 5)
+        assert verdict["ok"] and verdict["exact_share"] == 1.0, (plan.summary(), verdict)
+
+
 STAGING = [  # rows of 16 pixels and more (the unpack rounds, the last one overlapping), a partial channel
     # group, int8 activations (the XOR), a 1x1 conv staged as one run of rows, a 3x3 with its padding
     ({"c": 14, "h": 5, "w": 21, "k": 19, "r": 3, "s": 3}, {"pad": "1,1,1,1"}, "int8"),
