@@ -523,6 +523,41 @@ def test_pooling_matches_onnxruntime_on_every_attribute(tmp_path):
     net.close()
 
 
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_pooling_resize_and_channel_concat_split_rows_on_two_threads_and_match_onnxruntime(tmp_path):
+    """Above the runtime's parallel minimum (32768 floats) pooling, a nearest resize and a channel
+    concat of one image give each of two threads a share of every plane's rows (positions): ragged
+    planes (67 x 65, 50 x 47) whose rows do not split evenly, a concat of 5 + 3 channels, a resize by 2
+    and a max and an average pool with padding, against onnxruntime (max, resize and concat exactly)."""
+    import xfc
+    import onnxruntime as ort
+    b = nets.Builder(29)
+    x5 = b.node("Conv", ["x", b.const(np.eye(5, dtype=np.float32).reshape(5, 5, 1, 1))])
+    x3 = b.node("Conv", ["x", b.const(np.eye(5, dtype=np.float32)[:3].reshape(3, 5, 1, 1))])
+    cat = b.node("Concat", [x5, x3], axis=1)
+    mx = b.node("MaxPool", [cat], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    av = b.node("AveragePool", [cat], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=0)
+    small = b.node("Conv", ["s", b.const(np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1))])
+    up = b.node("Resize", [small, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
+    model = b.model({"x": [1, 5, 67, 65], "s": [1, 4, 50, 47]}, [cat, mx, av, up], opset=13)
+    net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.uniform(-3, 1, size=(1, 5, 67, 65)).astype(np.float32),
+             "s": rng.uniform(-1, 1, size=(1, 4, 50, 47)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = net(feeds["x"], feeds["s"])
+    source = (tmp_path / "net" / f"{net.prefix}.c").read_text()
+    net.close()
+    assert 8 * 67 * 65 >= 32768 and 4 * 100 * 94 >= 32768 and "xfc_rt_share(oh, 1, &oy0, &oy1)" in source
+    for name, g, w in zip(("concat", "maxpool", "avgpool", "resize"), got, want):
+        assert g.shape == w.shape, (name, g.shape, w.shape)
+        if name == "avgpool":
+            assert np.max(np.abs(g - w)) <= 1e-6 * max(1.0, np.abs(w).max()), name
+        else:
+            assert np.array_equal(g, w), name
+
+
 def _brute_max_pool(x, kernel, strides, dilations, pads, ceil_mode):
     """MaxPool by its definition, one window at a time (explicit pads [top, left, bottom, right])."""
     n, c, h, w = x.shape

@@ -290,7 +290,8 @@ class _Spelling:
         elif step.op in ("global_avgpool", "global_maxpool"):
             d.update(x=self.ptr(first_in), y=self.ptr(step.outputs[0]), outer=p["outer"], inner=p["inner"])
         elif step.op == "concat":
-            d.update(srcs=[self.ptr(t) for t in step.inputs], y=self.ptr(step.outputs[0]), outer=p["outer"])
+            d.update(srcs=[self.ptr(t) for t in step.inputs], y=self.ptr(step.outputs[0]), outer=p["outer"],
+                     inner=p.get("inner", 1))
             d["tables"] = [("chunks", p["chunks"], "long")]
         elif step.op == "split":
             d.update(x=self.ptr(first_in), dsts=[self.ptr(t) for t in step.outputs], outer=p["outer"])

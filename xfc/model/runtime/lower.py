@@ -269,7 +269,8 @@ class _Lowering:
         inputs = [self.tensor(n) for n in node.input]
         outer = prod(out_shape[:axis])
         chunks = [prod(self.shape(n)[axis:]) for n in inputs]
-        self.add("concat", node, inputs, [out], dict(outer=outer, chunks=chunks))
+        inner = prod(out_shape[axis + 1:])         # positions per item along the axis (a channel plane)
+        self.add("concat", node, inputs, [out], dict(outer=outer, chunks=chunks, inner=inner))
 
     def split(self, node):
         x = self.tensor(node.input[0])
