@@ -23,7 +23,10 @@ that state: the geometric mean of their ratios and the lowest (a state some netw
 named with the networks it lacks). benchmarks/net_bench.py gives the figure over whatever states its
 three rounds fell in; this tool says what each state contributes. Writes
 benchmarks/results/net_states_<net>.json (net_states.json for several; machine named; --out-name for
-another name) and a table. Needs torch (`make bench-setup`).
+another name) and a table. With --steps every xfc round also times each step (the program's
+--profile, after the timed runs), and per network and thread count the steps that differ most between
+its shared-cache and separate-cache rounds are listed (`steps_by_state` in the JSON). Needs torch
+(`make bench-setup`).
 """
 from __future__ import annotations
 
@@ -77,10 +80,45 @@ def state_of(before: dict, after: dict) -> str:
     return before["state"] if before["state"] == after["state"] else "changed"
 
 
-def xfc_round(exe: Path, weights: Path, input_file: Path, threads: int, runs: int) -> float:
+def xfc_round(exe: Path, weights: Path, input_file: Path, threads: int, runs: int,
+              steps: bool = False) -> tuple[float, list | None]:
+    """The program's median ms over `runs` runs and, with steps, each step's median ms over as many
+    runs more with the program's --profile (after the timed ones, which run without it)."""
     out = subprocess.run([str(exe), "--weights", str(weights), "--input", str(input_file), "--warmup", "3",
-                          "--runs", str(runs), "--threads", str(threads)], capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["median_ms"])
+                          "--runs", str(runs), "--threads", str(threads), *(["--profile"] if steps else [])],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(report["median_ms"]), report.get("steps_ms") if steps else None
+
+
+STEPS_SHOWN = 12
+
+
+def steps_by_state(rounds: list[dict], labels: dict) -> list[dict]:
+    """--steps: per network and thread count with rounds in both the shared-cache and the separate-cache
+    state, each step's median ms in either and the STEPS_SHOWN steps that differ most, by how much."""
+    out = []
+    for key in sorted({(r["net"], r["threads"]) for r in rounds if r.get("steps_ms")}):
+        per = {state: [r["steps_ms"] for r in rounds if (r["net"], r["threads"]) == key and r["state"] == state
+                       and r.get("steps_ms")] for state in ("shared cache", "separate caches")}
+        if not all(per.values()):
+            continue
+        medians = {state: [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+                   for state, runs in per.items()}
+        shared, separate = medians["shared cache"], medians["separate caches"]
+        worst = sorted(range(len(shared)), key=lambda i: shared[i] - separate[i])[:STEPS_SHOWN]
+        out.append({"net": key[0], "threads": key[1], "rounds": {s: len(v) for s, v in per.items()},
+                    "steps_sum_ms": {"shared cache": round(sum(shared), 4), "separate caches": round(sum(separate), 4)},
+                    "steps": [{"step": i, "what": labels[key][i], "shared_cache_ms": round(shared[i], 4),
+                               "separate_caches_ms": round(separate[i], 4)} for i in worst]})
+    return out
+
+
+def step_labels(program_dir: Path) -> list[str]:
+    """What each step of an emitted network runs (its manifest): the op, or the kernel's layer."""
+    steps = json.loads((program_dir / "manifest.json").read_text())["steps"]
+    return [f"{s['op']}" + (f" {s['spec']}" + (f" x{s['groups']} groups" if s.get("groups", 1) > 1 else "")
+                            if s["kind"] == "kernel" else "") for s in steps]
 
 
 def ort_round(loaded, feeds: dict, threads: int, runs: int) -> float:
@@ -186,6 +224,9 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--out-name", default=None,
                         help="file name under --results (default net_states_<net>.json, net_states.json for several)")
+    parser.add_argument("--steps", action="store_true",
+                        help="also time every step of xfc's program each round (its --profile, after the timed runs) "
+                             "and list the steps that differ most between the shared-cache and separate-cache rounds")
     parser.add_argument("--summarize", type=Path, metavar="FILE",
                         help="time nothing: compute the summaries of FILE (written by this tool) again from its rounds")
     args = parser.parse_args(argv)
@@ -228,23 +269,34 @@ def main(argv=None) -> int:
                 for threads in thread_counts:
                     exe, weights = setup["programs"][threads]
                     before = probe(probe_exe)
-                    xfc_ms = xfc_round(exe, weights, input_file, threads, args.runs)
+                    xfc_ms, steps_ms = xfc_round(exe, weights, input_file, threads, args.runs, args.steps)
                     ort_ms = ort_round(setup["loaded"], setup["feeds"], threads, args.runs)
                     after = probe(probe_exe)
                     row = {"round": index, "net": net, "threads": threads, "xfc_ms": xfc_ms, "onnxruntime_ms": ort_ms,
                            "probe_before": before, "probe_after": after, "state": state_of(before, after),
                            "time_utc": time.strftime("%H:%M:%S", time.gmtime())}
+                    if steps_ms is not None:
+                        row["steps_ms"] = steps_ms
                     rounds.append(row)
                     print(f"{index:>5} {net:14s} {threads:>7} {xfc_ms:>8.3f} {ort_ms:>8.3f} {ort_ms / xfc_ms:>7.3f} "
                           f"{before['handoff_ratio']:>4.1f}/{after['handoff_ratio']:<5.1f}  {row['state']}", flush=True)
+        labels = {(net, t): step_labels(tmp / f"{net}-t{t}") for net in nets for t in thread_counts}
     summary, overall = report(rounds, thread_counts, nets)
+    by_state = steps_by_state(rounds, labels) if args.steps else []
+    for block in by_state:
+        print(f"\n{block['net']} at {block['threads']} thread(s), steps in ms, shared cache / separate caches "
+              f"(rounds {block['rounds']['shared cache']} / {block['rounds']['separate caches']}; all steps "
+              f"{block['steps_sum_ms']['shared cache']:.3f} / {block['steps_sum_ms']['separate caches']:.3f}):")
+        for st in block["steps"]:
+            print(f"  {st['step']:4d} {st['shared_cache_ms']:8.3f} {st['separate_caches_ms']:8.3f}  {st['what'][:100]}")
     default_name = f"net_states_{nets[0]}.json" if len(nets) == 1 else "net_states.json"
     write_json_result(args.results / (args.out_name or default_name), {
         "command": "benchmarks/net_states.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine_facts(), "nets": nets, "size": args.size, "runs_per_round": args.runs,
         "handoff_ratio_cuts": {"one_core_below": cpu_share.HANDOFF_ONE_CORE_RATIO,
                                "separate_caches_above": cpu_share.HANDOFF_SEPARATE_CACHES_RATIO},
-        "summary": summary, "across_networks": overall, "rounds": rounds}, kind="net-states")
+        "summary": summary, "across_networks": overall, "steps_by_state": by_state, "rounds": rounds},
+        kind="net-states")
     return 0
 
 
