@@ -528,8 +528,11 @@ def test_pooling_matches_onnxruntime_on_every_attribute(tmp_path):
 def test_pooling_resize_and_channel_concat_split_rows_on_two_threads_and_match_onnxruntime(tmp_path):
     """Above the runtime's parallel minimum (32768 floats) pooling, a nearest resize and a channel
     concat of one image give each of two threads a share of every plane's rows (positions): ragged
-    planes (67 x 65, 50 x 47) whose rows do not split evenly, a concat of 5 + 3 channels, a resize by 2
-    and a max and an average pool with padding, against onnxruntime (max, resize and concat exactly)."""
+    planes (67 x 65, 51 x 47) whose rows do not split evenly, a concat of 5 + 3 channels, a resize by 2
+    whose second thread starts on a repeated row (102 rows: it may not copy the first thread's), a max
+    and an average pool with padding, and pools to a single row (7 x 7 -> 1 x 1 and 7 x 7 -> 1 x 3 on
+    1024 planes: fewer rows than threads, split by planes), against onnxruntime (all but the average
+    pools exactly)."""
     import xfc
     import onnxruntime as ort
     b = nets.Builder(29)
@@ -540,19 +543,25 @@ def test_pooling_resize_and_channel_concat_split_rows_on_two_threads_and_match_o
     av = b.node("AveragePool", [cat], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=0)
     small = b.node("Conv", ["s", b.const(np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1))])
     up = b.node("Resize", [small, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
-    model = b.model({"x": [1, 5, 67, 65], "s": [1, 4, 50, 47]}, [cat, mx, av, up], opset=13)
+    deep = b.node("Conv", ["g", b.const(np.eye(1024, dtype=np.float32).reshape(1024, 1024, 1, 1))])
+    pooled = b.node("AveragePool", [deep], kernel_shape=[7, 7])
+    strip = b.node("MaxPool", [deep], kernel_shape=[7, 3], strides=[1, 2])
+    model = b.model({"x": [1, 5, 67, 65], "s": [1, 4, 51, 47], "g": [1, 1024, 7, 7]},
+                    [cat, mx, av, up, pooled, strip], opset=13)
     net = xfc.compile_model(model, threads=2, out_dir=tmp_path / "net")
     rng = np.random.default_rng(4)
     feeds = {"x": rng.uniform(-3, 1, size=(1, 5, 67, 65)).astype(np.float32),
-             "s": rng.uniform(-1, 1, size=(1, 4, 50, 47)).astype(np.float32)}
+             "s": rng.uniform(-1, 1, size=(1, 4, 51, 47)).astype(np.float32),
+             "g": rng.uniform(-1, 1, size=(1, 1024, 7, 7)).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = net(feeds["x"], feeds["s"])
+    got = net(feeds["x"], feeds["s"], feeds["g"])
     source = (tmp_path / "net" / f"{net.prefix}.c").read_text()
     net.close()
-    assert 8 * 67 * 65 >= 32768 and 4 * 100 * 94 >= 32768 and "xfc_rt_share(oh, 1, &oy0, &oy1)" in source
-    for name, g, w in zip(("concat", "maxpool", "avgpool", "resize"), got, want):
+    assert 8 * 67 * 65 >= 32768 and 4 * 102 * 94 >= 32768 and 1024 * 7 * 7 >= 32768
+    assert "xfc_rt_rows_or_planes(oh, planes" in source
+    for name, g, w in zip(("concat", "maxpool", "avgpool", "resize", "avgpool to 1x1", "maxpool to 1x3"), got, want):
         assert g.shape == w.shape, (name, g.shape, w.shape)
-        if name == "avgpool":
+        if name.startswith("avgpool"):
             assert np.max(np.abs(g - w)) <= 1e-6 * max(1.0, np.abs(w).max()), name
         else:
             assert np.array_equal(g, w), name
