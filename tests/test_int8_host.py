@@ -394,9 +394,14 @@ def test_in_place_rows_stay_inside_the_staged_buffer_and_tile_every_pixel_once(s
             for r in range(plan.mr):
                 for t in ctx["rs_tap_offs"]:
                     last = max(last, base + r * ctx["A_ROW"] + t + (cg - 1) * plane + 4)
-            first_pixel = run * ctx["IP_RUN"] + p0      # the tile's first read is that pixel's tap (0, 0)
-            oh, ow = divmod(first_pixel, spec.out_w)
-            assert base == (oh * spec.stride_h * wp + ow * spec.stride_w) * 4
+            # each valid row's k group at every tap and channel group, where the kernel reads it, against
+            # where the staged image holds that pixel's tap: input row oh*sh + dr, column ow*sw + ds
+            for r in range(min(plan.mr, ctx["IP_RUN"] - p0)):
+                oh, ow = divmod(run * ctx["IP_RUN"] + p0 + r, spec.out_w)
+                for (dr, ds), t in zip(taps, ctx["rs_tap_offs"]):
+                    for g in range(cg):
+                        read = base + r * ctx["A_ROW"] + t + g * plane
+                        assert read == g * plane + ((oh * spec.stride_h + dr) * wp + ow * spec.stride_w + ds) * 4
         assert sorted(covered) == list(range(spec.out_h * spec.out_w))
         assert last <= cg * plane + ctx["RS_SLACK"], (tile, last, cg * plane, ctx["RS_SLACK"])
 

@@ -221,6 +221,9 @@ def render_context(plan: Int8Plan, threads_symbol: Optional[str] = None,
     flip, za_shifted = _shift(plan)
     mb, nb = math.ceil(m / plan.mr), math.ceil(n / plan.nr)
     in_place = conv_rows and plan.channels_rows_in_place
+    if in_place and plan.dialect not in ("vnni", "avx2", "generic"):
+        raise OperatorError(f"{plan.function_name}: rows read in place are for the x86 dialects' k steps "
+                            f"(a_row), not {plan.dialect}")
     if in_place:       # row tiles within one output row (or the whole image, 1x1 stride 1): int8_synth
         mb = channels_in_place_shape(spec).row_tiles(plan.mr)
     # avx2 filter rows: pre-packed as int16, each k group's even and odd bytes as two int32 words of

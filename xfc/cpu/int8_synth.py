@@ -219,8 +219,8 @@ def group_cycles(dialect: str, core, mr: int, nv: int) -> float:
     """Cycles per 4-deep k group of an MR x NV tile: the dot products on the FMA ports, the loads
     (MR row broadcasts, NV column vectors), the accumulators' latency and, vnni, the issue of every
     instruction of the step (ISSUE_UOPS_PER_DOT) over the core's decode width: a 16x16 tile (16
-    broadcasts per vector load) ran 0.70-0.84 of its dots-or-loads time in every layout
-    (benchmarks/int8_tile_model.py, int8_tile_model_zen5.json)."""
+    broadcasts per vector load) ran at a median 0.79 of its dots-or-loads time over 16 layer-layout
+    pairs (benchmarks/int8_tile_model.py, int8_tile_model_zen5.json)."""
     dots = core.fma_per_cycle * DOT_RATE[dialect]
     cycles = max(mr * nv / dots, (mr + nv) / core.load_rules.vector_loads_per_cycle, float(core.fma_latency_cycles))
     if dialect in ISSUE_UOPS_PER_DOT:
@@ -249,6 +249,14 @@ def _tile_seconds(shape: GemmShape, mr: int, nr: int, cycles: float, clock_hz: f
     tiles = shape.row_tiles(mr) * column_tiles
     per_tile = shape.groups * cycles + (epilogue_cycles if shape.tile_epilogue else 0.0)
     return tiles * per_tile / clock_hz / max(1, min(threads, tiles if split_rows else column_tiles))
+
+
+def _retimed(tile: Int8Tile, shape: GemmShape, dialect: str, cluster: CpuCluster, threads: int,
+             split_rows: bool = False) -> Int8Tile:
+    """A forced register tile (one output row per column tile) timed on another layout's GEMM shape."""
+    return Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
+                    _tile_seconds(shape, tile.mr, tile.nr, tile.cycles_per_group, cluster.clock_ghz * 1e9, threads, 1,
+                                  split_rows, tile_epilogue_cycles(dialect, cluster.core, tile.mr, tile.nv)))
 
 
 def choose_tile(dialect: str, shape: GemmShape, cluster: CpuCluster, threads: int,
@@ -455,6 +463,8 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     force_channels_rows (with the 'channels' layout): its rows 'gathered' or read 'in_place'.
     AArch64 descriptions are planned by xfc.cpu.int8_arm (sdot / smmla)."""
     if hw.target_arch == "aarch64":
+        if force_channels_rows:
+            raise OperatorError("int8 channels rows: the 'channels' column layout is an x86 layout")
         from .int8_arm import plan_arm_int8
         return plan_arm_int8(spec, quant, hw, cluster=cluster, threads=threads, function_name=function_name,
                              force_dialect=force_dialect, force_tile=force_tile, force_rows=force_rows,
@@ -521,10 +531,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
     if gathered is not None and (force_tile is None or force_layout == "im2col"):
         staging = im2col_staging_seconds(spec, cl, threads)
         g_tile, _ = (choose_tile(dialect, gathered, cl, threads, split_rows=True) if force_tile is None else
-                     (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
-                               _tile_seconds(gathered, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
-                                             threads, 1, True, tile_epilogue_cycles(dialect, cl.core, tile.mr,
-                                                                                   tile.nv))), 0))
+                     (_retimed(tile, gathered, dialect, cl, threads, split_rows=True), 0))
         g_seconds = g_tile.seconds + staging
         if g_seconds < tile.seconds or force_layout == "im2col":
             reasons.append(f"columns 'im2col': every tap gathered per output pixel when staged, the {spec.out_h} x "
@@ -538,11 +545,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
                            f"{g_seconds * 1e6:.1f} us ({staging * 1e6:.1f} of them staging)")
     if flat is not None and (force_tile is None or force_layout == "flat"):
         flat_tile, flat_scored = (choose_tile(dialect, flat, cl, threads, split_rows=True) if force_tile is None else
-                                  (Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
-                                            _tile_seconds(flat, tile.mr, tile.nr, tile.cycles_per_group,
-                                                          cl.clock_ghz * 1e9, threads, 1, True,
-                                                          tile_epilogue_cycles(dialect, cl.core, tile.mr, tile.nv))),
-                                   0))
+                                  (_retimed(tile, flat, dialect, cl, threads, split_rows=True), 0))
         flat_width = flat_row_width(spec, flat_padding)
         valid = spec.out_w / flat_width
         if flat_tile.seconds < tile.seconds or force_layout == "flat":
@@ -564,9 +567,7 @@ def plan_int8(spec: OperatorSpec, quant: QuantParams, hw: HardwareDescription, *
             if force_tile is None:
                 c_tile, _ = choose_tile(dialect, turned, cl, threads)
             else:
-                c_tile = Int8Tile(tile.mr, tile.nv, tile.lanes, tile.cycles_per_group,
-                                  _tile_seconds(turned, tile.mr, tile.nr, tile.cycles_per_group, cl.clock_ghz * 1e9,
-                                                threads))
+                c_tile = _retimed(tile, turned, dialect, cl, threads)
             staging = channels_staging_seconds(spec, c_tile.mr, cl, threads, dialect, gathered=not in_place)
             options.append((c_tile.seconds + staging, in_place, turned, c_tile, staging))
         c_seconds, in_place, turned, c_tile, staging = min(options, key=lambda o: (o[0], not o[1]))
