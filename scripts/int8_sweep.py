@@ -139,7 +139,8 @@ def run_case(case: dict, hw_name: str, dialect: str, flags) -> dict:
                                     make_operands(spec, INT8, seed=case["seed"], quant=plan.quant, mode=case["mode"]))
         row.update(ok=outcome.ok, reason=outcome.check.reason or None, **outcome.check.report,
                    entry_points=list(stages.ENTRY_POINTS), tile=[plan.mr, plan.nr],
-                   layout=plan.depthwise_layout if case["op"] == "depthwise" else plan.column_layout)
+                   layout=plan.depthwise_layout if case["op"] == "depthwise" else
+                   plan.column_layout + (" in place" if plan.channels_rows_in_place else ""))
     except XfcError as exc:
         row.update(ok=False, reason=f"{type(exc).__name__}: {exc}")
     row["seconds"] = round(time.perf_counter() - start, 3)
