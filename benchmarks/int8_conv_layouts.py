@@ -20,7 +20,8 @@ bias and ReLU6.
     .venv/bin/python benchmarks/int8_conv_layouts.py [--op conv2d|depthwise] [--rounds 3] [--only LAYER,...]
                                                      [--threads 1] [--out-name NAME]
 
-writes benchmarks/results/int8_conv_layouts.json or NAME (the machine named).
+writes benchmarks/results/int8_conv_layouts.json or NAME (the machine named), with the planner's regret
+per layer (how much slower its choice ran than the fastest variant of the same run) and its mean and max.
 """
 from __future__ import annotations
 
@@ -157,15 +158,38 @@ def main(argv=None) -> int:
                      "spec": plan.spec.describe()})
         print(f"{name:28s} {variant:14s} {layout:9s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
               f"{'ok' if ok else 'WRONG'} {best[(name, variant)]:7.1f} GOP/s")
+    regret = planner_regret(rows)
+    for r in regret["layers"]:
+        if r["regret"] > 0:
+            print(f"planner regret {r['layer']:28s} {r['regret']:6.1%}  (planner {r['planner_gops']:.1f}, "
+                  f"{r['best_variant']} {r['best_gops']:.1f} GOP/s)")
+    print(f"planner regret over {len(regret['layers'])} layers: mean {regret['mean']:.1%}, max {regret['max']:.1%}")
     out = args.results / out_name
     write_json_result(out, {"benchmark": f"int8 {args.op} layouts, kernel with pre-packed weights, C timing loop, "
                                          f"{args.threads} thread(s), best of the round medians",
-                            "machine": machine_facts(), "rounds": args.rounds, "threads": args.threads, "rows": rows,
+                            "machine": machine_facts(), "rounds": args.rounds, "threads": args.threads,
+                            "planner_regret": regret, "rows": rows,
                             "command": "benchmarks/int8_conv_layouts.py "
                                        + " ".join(argv if argv is not None else sys.argv[1:])},
                       kind="int8-conv-layouts")
     print(f"-> {out}")
     return 0 if all(r["verified"] for r in rows) else 1
+
+
+def planner_regret(rows: list[dict]) -> dict:
+    """Per layer, how much slower the planner's variant ran than the fastest variant of the same run
+    (best GOP/s / planner GOP/s - 1; 0 where the planner's was the fastest), and the mean and max."""
+    layers = []
+    for name in dict.fromkeys(r["layer"] for r in rows):
+        mine = [r for r in rows if r["layer"] == name]
+        planner = next((r for r in mine if r["variant"] == "planner"), None)
+        if planner is None or not planner["gops"]:
+            continue
+        best = max(mine, key=lambda r: r["gops"])
+        layers.append({"layer": name, "planner_gops": planner["gops"], "best_variant": best["variant"],
+                       "best_gops": best["gops"], "regret": round(max(0.0, best["gops"] / planner["gops"] - 1), 4)})
+    regrets = [r["regret"] for r in layers] or [0.0]
+    return {"layers": layers, "mean": round(sum(regrets) / len(regrets), 4), "max": max(regrets)}
 
 
 if __name__ == "__main__":

@@ -61,3 +61,21 @@ def test_across_networks_gives_the_geomean_and_the_lowest_and_names_the_missing(
     assert shared["geomean_speedup_per_round"] == pytest.approx(shared["geomean_speedup"], abs=1e-4)  # one round each
     assert overall["separate caches"]["missing"] == ["b", "c"]
     assert overall["separate caches"]["geomean_speedup"] == pytest.approx(1.05)
+
+
+def test_steps_by_state_lists_the_steps_that_differ_most_between_the_two_states(net_states):
+    """--steps: per network and thread count with rounds in both states, each step's median in either and
+    the steps ordered by how much slower they run with separate caches; a network with rounds in one state
+    only is left out; the steps' labels come from the emitted manifest."""
+    def with_steps(net, state, steps):
+        return {**_round(net, 2, state, sum(steps), 1.0), "steps_ms": steps}
+    rounds = [with_steps("a", "shared cache", [1.0, 2.0, 3.0]), with_steps("a", "shared cache", [1.2, 2.0, 3.0]),
+              with_steps("a", "shared cache", [9.0, 2.0, 3.0]), with_steps("a", "separate caches", [1.1, 2.5, 6.0]),
+              with_steps("a", "changed", [50.0, 50.0, 50.0]), with_steps("b", "shared cache", [1.0])]
+    [block] = net_states.steps_by_state(rounds, {("a", 2): ["conv", "concat", "resize"], ("b", 2): ["conv"]})
+    assert (block["net"], block["threads"]) == ("a", 2)
+    assert block["rounds"] == {"shared cache": 3, "separate caches": 1}
+    assert [s["what"] for s in block["steps"]] == ["resize", "concat", "conv"]
+    assert (block["steps"][0]["shared_cache_ms"], block["steps"][0]["separate_caches_ms"]) == (3.0, 6.0)
+    assert block["steps"][2]["shared_cache_ms"] == 1.2           # the median of its three shared rounds
+    assert block["steps_sum_ms"] == {"shared cache": 6.2, "separate caches": 9.6}
