@@ -26,6 +26,7 @@ per layer (how much slower its choice ran than the fastest variant of the same r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -93,7 +94,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out-name", default=None, help="the results file's name in --results (default "
                                                          "int8_conv_layouts.json, --op depthwise: int8_dw_layouts.json)")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--regret-of", type=Path, metavar="FILE",
+                        help="time nothing: print the planner's regret in FILE, a results file this tool wrote")
     args = parser.parse_args(argv)
+    if args.regret_of:
+        return print_regret(args.regret_of)
     layers = LAYERS if args.op == "conv2d" else DEPTHWISE_LAYERS
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in layers]
@@ -159,11 +164,7 @@ def main(argv=None) -> int:
         print(f"{name:28s} {variant:14s} {layout:9s} {plan.dialect:6s} {plan.mr:2d}x{plan.nr:<3d} "
               f"{'ok' if ok else 'WRONG'} {best[(name, variant)]:7.1f} GOP/s")
     regret = planner_regret(rows)
-    for r in regret["layers"]:
-        if r["regret"] > 0:
-            print(f"planner regret {r['layer']:28s} {r['regret']:6.1%}  (planner {r['planner_gops']:.1f}, "
-                  f"{r['best_variant']} {r['best_gops']:.1f} GOP/s)")
-    print(f"planner regret over {len(regret['layers'])} layers: mean {regret['mean']:.1%}, max {regret['max']:.1%}")
+    show_regret(regret)
     out = args.results / out_name
     write_json_result(out, {"benchmark": f"int8 {args.op} layouts, kernel with pre-packed weights, C timing loop, "
                                          f"{args.threads} thread(s), best of the round medians",
@@ -174,6 +175,26 @@ def main(argv=None) -> int:
                       kind="int8-conv-layouts")
     print(f"-> {out}")
     return 0 if all(r["verified"] for r in rows) else 1
+
+
+def show_regret(regret: dict) -> None:
+    for r in regret["layers"]:
+        if r["regret"] > 0:
+            print(f"planner regret {r['layer']:28s} {r['regret']:6.1%}  (planner {r['planner_gops']:.1f}, "
+                  f"{r['best_variant']} {r['best_gops']:.1f} GOP/s)")
+    print(f"planner regret over {len(regret['layers'])} layers: mean {regret['mean']:.1%}, max {regret['max']:.1%}")
+
+
+def print_regret(path: Path) -> int:
+    """--regret-of FILE: the planner's regret in a results file written by this tool (older files too)."""
+    try:
+        data = json.loads(path.read_text())
+        rows = data["rows"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"int8-conv-layouts: --regret-of {path}: not a results file of this tool ({exc})", file=sys.stderr)
+        return 2
+    show_regret(planner_regret(rows))
+    return 0
 
 
 def planner_regret(rows: list[dict]) -> dict:
