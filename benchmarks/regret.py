@@ -151,6 +151,11 @@ def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, cons
     def add(label, plan):
         if plan is None:
             return
+        if plan.lowering == winograd.LOWERING:
+            # the next-panel prefetch as the planner decides it for this schedule (a neighbour with
+            # other row tiles per panel would otherwise keep the chosen plan's)
+            plan = replace(plan, gemm=replace(plan.gemm, prefetch_next_panel_lines=winograd.u_prefetch_lines(
+                spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)))
         key = (plan.lowering, plan.winograd_m, plan.winograd_vectors, plan.gemm)
         if key in seen:
             return

@@ -100,6 +100,9 @@ def test_neighbours_are_distinct_renderable_and_one_step_away(regret, hw_name, t
     for label, plan in neighbours:
         if plan.lowering == winograd.LOWERING:
             winograd.validate(plan)
+            # the next-panel prefetch the planner would give this schedule, not the chosen plan's
+            assert plan.gemm.prefetch_next_panel_lines == winograd.u_prefetch_lines(
+                spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)
         assert plan.spec == spec and plan.gemm.threads == threads
         if label.startswith(("mr", "nr", "kc")):      # the register tile and KC only
             n = plan.gemm
@@ -130,3 +133,27 @@ def test_the_summary_keeps_regret_and_noise_per_set_and_thread_count(regret):
     assert summary["fitting 1T"] == dict(layers=2, mean=pytest.approx(0.05), max=0.10,
                                          null_mean=pytest.approx(0.01), null_max=0.02)
     assert summary["held-out 2T"]["layers"] == 1 and summary["held-out 2T"]["max"] == 0.04
+
+
+def test_winograd_variants_reads_tiles_kc_and_prefetch_and_refuses_anything_else(regret, monkeypatch_module):
+    """benchmarks/winograd_variants.py: its variants are the planner's plan with another register
+    tile, KC and prefetch; the prefetch, unless given, is the planner's for that schedule."""
+    monkeypatch_module.setitem(sys.modules, "regret", regret)
+    variants = load_benchmark("winograd_variants", "xfc_benchmark_winograd_variants")
+    assert variants.parse_variant("6x64:kc=128:pf=0") == dict(mr=6, nr=64, kc=128, pf=0)
+    assert variants.parse_variant("9x32") == dict(mr=9, nr=32, kc=None, pf=None)
+    for bad in ("6-64", "6x", "x64", "6x64:kc=", "6x64:mc=18", "6x64:pf=-1"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            variants.parse_variant(bad)
+    hw = host_description("avx512")
+    spec = regret.winograd_spec(dict(c=256, h=14, w=14, k=256))
+    base = synthesize_cpu(spec, hw, threads=1, lowering="winograd", winograd_m=4, winograd_vectors="channels",
+                          weights_from_memory=True).plan
+    for text in ("6x64:kc=256", "6x64:kc=128", "5x32", "6x64:kc=256:pf=0", "6x64:pf=12"):
+        v = variants.parse_variant(text)
+        plan = variants.variant_plan(base, hw.cluster(), v)
+        g = plan.gemm
+        assert (g.mr, g.nr, g.kc) == (v["mr"], v["nr"], v["kc"] or base.gemm.kc)
+        planned = winograd.u_prefetch_lines(spec, 4, g, plan.isa, "channels")
+        assert g.prefetch_next_panel_lines == (planned if v["pf"] is None else v["pf"])
+        render_cpu_kernel(plan)

@@ -32,7 +32,7 @@ from typing import Optional
 from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
-from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
+from .cost_model import (DEFAULT_CONSTANTS, L1_RESIDENT_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
                          cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate, l2_per_core_bytes,
                          winograd_stream_bytes_per_second)
 from .explain import CpuSynthesis, TileLevel
@@ -248,7 +248,8 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
                 mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None, vectors: str = "tiles",
-                mc: Optional[int] = None, weights_from_memory: bool = False) -> WinogradStages:
+                mc: Optional[int] = None, weights_from_memory: bool = False,
+                u_prefetched: bool = True, u_l2_reads: float = 0.0) -> WinogradStages:
     """The stages of a Winograd plan (module docstring). gemm_estimate: one of the a^2 GEMMs
     (gemm_problem; its DRAM term is replaced by weights_memory, see there). The filter transform
     is not charged: the pre-pack entry point does it once per weight tensor, like the packed
@@ -257,7 +258,11 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     over tiles, each thread owns whole register panels of tiles (NR columns, or MR rows with
     vectors over channels) through all three stages, in blocks of nc (or mc) tiles (default: one
     block per thread); over output channels, the input transform splits channels, the GEMMs
-    output channels and the output transform output channels, with barriers between."""
+    output channels and the output transform output channels, with barriers between. u_prefetched: the GEMMs prefetch the
+    next panel of U while they multiply the current one (u_prefetch_lines); without it a U read
+    from memory on every call (weights_from_memory) is waited for, not hidden behind the FMAs.
+    u_l2_reads: bytes of U one thread reads from L2 per image (u_l2_read_bytes), charged beside a U
+    read from memory on every call."""
     a = m + 2
     clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
@@ -311,12 +316,30 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr, weights_from_memory, owned=owned)
     gemm_s = a * a * per_gemm_s
+    if weights_from_memory and u_l2_reads:
+        # A U streamed from memory and the row tiles' reads of it from L2 share the core's L1
+        # misses (the prefetches into L2 and the panels' refills of L1): their times add. Where
+        # the panel stays in L1 that is one read; where it does not, one per row tile. On the Zen 5
+        # VM, conv_r18_l3 (F(4,3), 6x64 tiles, three row tiles, U 9.4 MB) ran 0.33 ms hot whatever
+        # the KC, and cold 0.43 at KC 256 (a 64 KB panel, three L2 reads of U) against 0.35 at
+        # KC 128 and 0.34 at 64 (32 and 16 KB panels).
+        weights_s += spec.n * u_l2_reads / (constants.l2_bytes_per_cycle * clock_hz)
     if weights_s > 0:   # U streamed from DRAM while the GEMMs compute: the exposed share adds up
         hidden = min(gemm_s, weights_s)
         if weights_s > gemm_s:
             gemm_bound = "DRAM"
         exposed = (constants.winograd_cold_stream_exposed if weights_from_memory
                    else constants.winograd_stream_exposed)
+        if weights_from_memory and not u_prefetched:
+            # Nothing asks for the next panel ahead: each one arrives at the rate its first row
+            # tile's misses fetch it, and with one row tile per panel (few tiles, or one thread's
+            # share of them) that tile is all of the panel's FMAs. On the Zen 5 VM, U read cold on
+            # every call: odd_17's F(6,3) (one row tile, 2.4 MB of U) 0.063 ms hot, 0.111 cold,
+            # against 0.063 + its U at the probe's read rate (0.045); F(4,3) of odd_9 (one row
+            # tile, 6.5 MB) 0.123 hot, 0.270 cold (+0.124 predicted); with two row tiles and the
+            # prefetch, 1.0-1.1x of hot (regret.py --weights cold --plan-weights memory,
+            # docs/winograd.md, session 60).
+            exposed = 1.0
         gemm_s = max(gemm_s, weights_s) + exposed * hidden
     return WinogradStages(input_s=input_s, gemm_s=gemm_s, output_s=output_s, traffic_s=traffic_s,
                           gemm_bound=gemm_bound, traffic_level=level, weights_level=weights_level,
@@ -337,14 +360,20 @@ def column_tail_score(tile: MicroTile, n: int, cluster, isa: str, evaluator):
 
 def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
                 constants: CostConstants = DEFAULT_CONSTANTS, evaluator=None, vectors: str = "tiles",
-                gemm: Optional[CostEstimate] = None, weights_from_memory: bool = False) -> WinogradStages:
+                gemm: Optional[CostEstimate] = None, weights_from_memory: bool = False,
+                u_prefetched: Optional[bool] = None) -> WinogradStages:
     """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is winograd_gemm's
-    estimate (given as `gemm` when the caller has it: it does not depend on the Winograd-only constants)."""
+    estimate (given as `gemm` when the caller has it: it does not depend on the Winograd-only constants).
+    u_prefetched: whether the GEMMs prefetch the next panel of U (default: as make_plan decides it
+    for sched, u_prefetch_lines)."""
     if gemm is None:
         gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
     return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
                        parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc,
-                       weights_from_memory=weights_from_memory)
+                       weights_from_memory=weights_from_memory,
+                       u_prefetched=(u_prefetch_lines(spec, m, sched, isa, vectors) > 0 if u_prefetched is None
+                                     else u_prefetched),
+                       u_l2_reads=u_l2_read_bytes(spec, m, sched, cluster, vectors))
 
 
 def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
@@ -373,9 +402,10 @@ def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, la
 def stages_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
                    evaluator=None, gemm: Optional[CostEstimate] = None,
                    weights_from_memory: bool = False) -> WinogradStages:
-    """plan_stages for a Winograd plan as it stands (its m, GEMM schedule and vector axis)."""
+    """plan_stages for a Winograd plan as it stands (its m, GEMM schedule, vector axis and prefetch)."""
     return plan_stages(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
-                       evaluator, plan.winograd_vectors, gemm, weights_from_memory)
+                       evaluator, plan.winograd_vectors, gemm, weights_from_memory,
+                       u_prefetched=plan.gemm.prefetch_next_panel_lines > 0)
 
 
 def gemm_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
@@ -495,21 +525,52 @@ def rows_within(sched: GemmSchedule, rows: int, isa: str, core) -> GemmSchedule:
     return replace(sched, mr=rows, mc=rows, ukernel=ukernel)
 
 
+def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vectors: str) -> float:
+    """Bytes of U the busiest thread's GEMMs read from L2 per image under sched. Over channels U is
+    B: each KC x NR panel is read once per MC block of rows, by its first row tile only where it
+    stays in L1 (the GEMM estimate's L1_RESIDENT_FILL) and by every row tile where it does not.
+    Over tiles U is A: each MR x KC panel is read once per NR panel of tiles. A thread reads all of
+    U where the split is over tiles (tile_split), its share of the output channels otherwise."""
+    elem = FLOAT_BYTES
+    threads = max(sched.threads, 1)
+    u_bytes = elem * packed_floats(spec, m, vectors, sched.mr, sched.nr)
+    share = 1.0 if tile_split(vectors, sched.parallel_axis) or threads == 1 else 1.0 / threads
+    th, tw = wmath.tile_counts(spec, m)
+    tiles = th * tw
+    if vectors == "channels":
+        rows = tiles if share < 1 else min(tiles, math.ceil(math.ceil(tiles / sched.mr) / threads) * sched.mr)
+        block = min(sched.mc, rows)
+        resident = sched.kc * sched.nr * elem <= cluster.core.l1d.size_bytes * L1_RESIDENT_FILL
+        passes = math.ceil(rows / block) * (1 if resident else math.ceil(block / sched.mr))
+    else:
+        cols = tiles if share < 1 else min(tiles, math.ceil(math.ceil(tiles / sched.nr) / threads) * sched.nr)
+        passes = math.ceil(cols / sched.nr)
+    return u_bytes * share * passes
+
+
+def u_prefetch_lines(spec: Conv2dSpec, m: int, sched: GemmSchedule, isa: str, vectors: str) -> int:
+    """Cache lines of the next panel of U the GEMMs' row tiles prefetch per unrolled k step (0:
+    none) under the grown schedule sched, as the decision for a matmul takes it
+    (decide.next_panel_prefetch_lines): over channels U is the B operand, the weights; over
+    tiles it is A, and nothing prefetches it."""
+    if vectors != "channels":
+        return 0
+    gemm = winograd_schedule(sched, vectors, isa)
+    problem = gemm_problem(spec, m, vectors)
+    row = isa_row(isa)
+    return decide.next_panel_prefetch_lines(row, problem, False, problem.m, gemm.mr, gemm.nr, gemm.kc, gemm.mc,
+                                            gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes,
+                                            gemm.threads, gemm.parallel_axis)
+
+
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
               header_lines: tuple[str, ...], hardware_name: str = "", gcc_march: str = "",
               qemu_cpu: str = "", vectors: str = "tiles") -> CpuKernelPlan:
     """The plan; its GEMMs prefetch the next panel of U where the decision for a matmul would
     (decide.next_panel_prefetch_lines): over channels U is the B operand, the weights, streamed
     from memory by every call whose U passes the caches."""
-    gemm = winograd_schedule(sched, vectors, isa)
-    lines = 0
-    if vectors == "channels":
-        problem = gemm_problem(spec, m, vectors)
-        row = isa_row(isa)
-        lines = decide.next_panel_prefetch_lines(row, problem, False, problem.m, gemm.mr, gemm.nr, gemm.kc, gemm.mc,
-                                                 gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes,
-                                                 gemm.threads, gemm.parallel_axis)
-    gemm = replace(gemm, prefetch_next_panel_lines=lines)
+    gemm = replace(winograd_schedule(sched, vectors, isa),
+                   prefetch_next_panel_lines=u_prefetch_lines(spec, m, sched, isa, vectors))
     return CpuKernelPlan(spec=spec, isa=isa, vector_lanes=lanes, lowering=LOWERING,
                          gemm=gemm, depthwise=None, function_name=function_name,
                          header_lines=header_lines, hardware_name=hardware_name, gcc_march=gcc_march,
