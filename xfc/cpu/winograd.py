@@ -368,12 +368,14 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
     for sched, u_prefetch_lines)."""
     if gemm is None:
         gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
+    cold = {}
+    if weights_from_memory:     # the terms of a U read from memory on every call (stage_costs)
+        cold = dict(u_prefetched=(u_prefetch_lines(spec, m, sched, isa, vectors) > 0 if u_prefetched is None
+                                  else u_prefetched),
+                    u_l2_reads=u_l2_read_bytes(spec, m, sched, cluster, vectors))
     return stage_costs(spec, m, hw, cluster, sched.threads, lanes, sched.nr, gemm, constants, mr=sched.mr,
                        parallel_axis=sched.parallel_axis, nc=sched.nc, vectors=vectors, mc=sched.mc,
-                       weights_from_memory=weights_from_memory,
-                       u_prefetched=(u_prefetch_lines(spec, m, sched, isa, vectors) > 0 if u_prefetched is None
-                                     else u_prefetched),
-                       u_l2_reads=u_l2_read_bytes(spec, m, sched, cluster, vectors))
+                       weights_from_memory=weights_from_memory, **cold)
 
 
 def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lanes: int, isa: str,
