@@ -122,6 +122,12 @@ CACHE_LINE_BYTES = 64
 NEXT_PANEL_PREFETCH_TILES = (2, 16)
 
 
+def busiest_thread_rows(rows: int, tile_rows: int, threads: int) -> int:
+    """The rows the busiest thread gets when `threads` threads deal `rows` out in whole register
+    tiles of `tile_rows` (the kernels' split over rows: whole panels per thread)."""
+    return min(rows, math.ceil(math.ceil(rows / tile_rows) / max(threads, 1)) * tile_rows)
+
+
 def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool, m: int, mr: int, nr: int,
                               kc: int, mc: int, k_unroll: int, order: str, ukernel: str, elem_bytes: int,
                               threads: int = 1, parallel_axis: str = "n") -> int:
@@ -140,7 +146,7 @@ def next_panel_prefetch_lines(row: IsaRow, spec: OperatorSpec, transposed: bool,
     each thread passes the panels with its own share of the row tiles (ResNet-18's Winograd GEMMs at
     2 threads, one row tile of 16 tiles each, ran 8-15% slower with it)."""
     weights_are_b = isinstance(spec, MatmulSpec) or transposed
-    rows = m if parallel_axis != "m" or threads <= 1 else math.ceil(math.ceil(m / mr) / threads) * mr
+    rows = m if parallel_axis != "m" else busiest_thread_rows(m, mr, threads)
     tiles = max(1, math.ceil(min(mc, rows) / mr))
     fewest, most = NEXT_PANEL_PREFETCH_TILES
     if (row.name not in NEXT_PANEL_PREFETCH_DIALECTS or not weights_are_b or order != "jr_ir"

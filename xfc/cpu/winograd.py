@@ -276,7 +276,7 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     if owned:
         # the busiest thread's share of the tiles: whole panels, as the kernel deals them
         panels = math.ceil(tiles / panel)
-        share = min(tiles, math.ceil(panels / max(threads, 1)) * panel)
+        share = decide.busiest_thread_rows(tiles, panel, threads)
         block = min(share, (mc if by_channels else nc) or share)
         starts = [min(tiles, panels * i // max(threads, 1) * panel) for i in range(max(threads, 1) + 1)]
         blocks = sum(math.ceil((end - begin) / block) for begin, end in zip(starts, starts[1:]))
@@ -540,12 +540,12 @@ def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vect
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
     if vectors == "channels":
-        rows = tiles if share < 1 else min(tiles, math.ceil(math.ceil(tiles / sched.mr) / threads) * sched.mr)
+        rows = tiles if share < 1 else decide.busiest_thread_rows(tiles, sched.mr, threads)
         block = min(sched.mc, rows)
         resident = sched.kc * sched.nr * elem <= cluster.core.l1d.size_bytes * L1_RESIDENT_FILL
         passes = math.ceil(rows / block) * (1 if resident else math.ceil(block / sched.mr))
     else:
-        cols = tiles if share < 1 else min(tiles, math.ceil(math.ceil(tiles / sched.nr) / threads) * sched.nr)
+        cols = tiles if share < 1 else decide.busiest_thread_rows(tiles, sched.nr, threads)
         passes = math.ceil(cols / sched.nr)
     return u_bytes * share * passes
 
