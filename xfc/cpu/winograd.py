@@ -32,9 +32,9 @@ from typing import Optional
 from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
-from .cost_model import (DEFAULT_CONSTANTS, L1_RESIDENT_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
-                         cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate, l2_per_core_bytes,
-                         winograd_stream_bytes_per_second)
+from .cost_model import (DEFAULT_CONSTANTS, L1_RESIDENT_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
+                         StaticEvaluator, cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate,
+                         l2_per_core_bytes, winograd_stream_bytes_per_second)
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
 from .isa import isa_row
@@ -258,11 +258,11 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     over tiles, each thread owns whole register panels of tiles (NR columns, or MR rows with
     vectors over channels) through all three stages, in blocks of nc (or mc) tiles (default: one
     block per thread); over output channels, the input transform splits channels, the GEMMs
-    output channels and the output transform output channels, with barriers between. u_prefetched: the GEMMs prefetch the
-    next panel of U while they multiply the current one (u_prefetch_lines); without it a U read
-    from memory on every call (weights_from_memory) is waited for, not hidden behind the FMAs.
-    u_l2_reads: bytes of U one thread reads from L2 per image (u_l2_read_bytes), charged beside a U
-    read from memory on every call."""
+    output channels and the output transform output channels, with barriers between.
+    u_prefetched: the GEMMs prefetch the next panel of U while they multiply the current one
+    (u_prefetch_lines); without it a U read from memory on every call (weights_from_memory) is
+    waited for, not hidden behind the FMAs. u_l2_reads: bytes of U one thread reads from L2 per
+    image (u_l2_read_bytes), charged beside a U read from memory on every call."""
     a = m + 2
     clock_hz = cluster.clock_ghz * 1e9
     th, tw = wmath.tile_counts(spec, m)
