@@ -451,6 +451,49 @@ def test_a_graph_output_that_is_a_view_is_written_to_the_callers_buffer(tmp_path
 
 
 @support.needs_onnxruntime
+@pytest.mark.host
+def test_grouped_calls_go_side_by_side_only_where_they_deal_out_evenly(tmp_path):
+    """A grouped convolution's small per-group calls run one whole call per thread only when the team
+    (known at create) deals them out evenly; 3 groups on 2 threads split each call across the team
+    instead. Both paths on 2 threads (3 groups, and 4 at batch 1 and 2), and 1 thread, equal
+    onnxruntime; the emitted rule, compiled from the network's source, against a table."""
+    import subprocess
+    import xfc
+    import onnxruntime as ort
+    from xfc.model.runtime.emit import GROUP_SPREAD_EIGHTHS
+    b = nets.Builder(13)
+    y = b.node("Relu", [b.conv("x", 12, 24, k=1, pad=0, group=3)])
+    y = b.relu6(b.conv(y, 24, 24, k=3, pad=1, group=4))
+    for batch in (1, 2):
+        model = b.model({"x": [batch, 12, 9, 11]}, [y])
+        x = np.random.default_rng(batch).uniform(-1, 1, size=(batch, 12, 9, 11)).astype(np.float32)
+        want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        for threads in (2, 1):
+            net = xfc.compile_model(model, threads=threads, out_dir=tmp_path / f"net_{batch}_{threads}")
+            got = net(x)
+            assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1e-4 * max(1.0, np.abs(want).max())
+            network_c = (tmp_path / f"net_{batch}_{threads}" / f"{net.prefix}.c").read_text()
+            net.close()
+        assert f"xfc_rt_groups_side_by_side({3 * batch}L, " in network_c
+        assert f"xfc_rt_groups_side_by_side({4 * batch}L, " in network_c
+    start = network_c.index("static int xfc_rt_groups_side_by_side")
+    rule = network_c[start:network_c.index("\n}\n", start) + 3]
+    assert f"#define XFC_GROUP_SPREAD_EIGHTHS {GROUP_SPREAD_EIGHTHS}" in network_c
+    cases = {(3, 2): 0, (4, 2): 1, (6, 2): 1, (5, 4): 0, (32, 3): 1, (2, 2): 1, (1, 2): 0, (8, 1): 0, (9, 8): 0,
+             (8, 3): 1}   # 3 calls against 8/3: exactly 9/8 of the mean
+    driver = tmp_path / "spread.c"
+    driver.write_text(f"#include <stdio.h>\n#include <stdlib.h>\n#define XFC_GROUP_SPREAD_EIGHTHS {GROUP_SPREAD_EIGHTHS}\n"
+                      + rule + "\nint main(int argc, char **argv)\n{\n"
+                      "    for (int i = 1; i + 1 < argc; i += 2)\n"
+                      "        printf(\"%d\", xfc_rt_groups_side_by_side(atol(argv[i]), atoi(argv[i + 1])));\n"
+                      "    return 0;\n}\n")
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(driver), "-o", str(tmp_path / "spread")], check=True)
+    args = [str(v) for pair in cases for v in pair]
+    out = subprocess.run([str(tmp_path / "spread"), *args], capture_output=True, text=True, check=True).stdout
+    assert out == "".join(str(v) for v in cases.values())
+
+
+@support.needs_onnxruntime
 @support.needs_arm
 @pytest.mark.host
 @pytest.mark.emulated

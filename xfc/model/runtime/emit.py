@@ -56,6 +56,12 @@ SERIAL_FLOPS = 1_000_000
 # A grouped convolution whose per-group calls are this small runs its calls side by side, one kernel per
 # thread, instead of splitting each small call across the team (a wake-up and a barrier per group).
 SPLIT_GROUPS_FLOPS = 4_000_000
+# ... when the calls deal out evenly: the busiest thread (whole calls; the team is known at create)
+# gets at most this many eighths of the mean, else each call is split across the team. ShuffleNet's
+# 3 groups on 2 threads (2 calls against 1.5): side by side its 2-thread network ran 1.11-1.18 ms,
+# each call across the team 1.05-1.07 (benchmarks/net_states.py --net shufflenet_v1, shared-cache
+# rounds; net_states_shufflenet_zen5_{c840882,group_spread}_*.json).
+GROUP_SPREAD_EIGHTHS = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,7 +430,8 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
         "version": __version__, "hardware": hw.name, "abi": abi_for(hw), "isa": isa or "-",
         "lanes": ops_row.lanes[0] if ops_row and ops_row.lanes else 4,
         "dialect_template": ops_row.prelude if ops_row else "cpu/dialect_generic.h.j2", "threads_symbol": threads_symbol,
-        "scratch_symbol": scratch_symbol, "scratch_slots": SCRATCH_SLOTS,
+        "scratch_symbol": scratch_symbol, "scratch_slots": SCRATCH_SLOTS, "group_spread_eighths": GROUP_SPREAD_EIGHTHS,
+        "any_split_groups": any(step.get("split_groups") for step in steps),
         "dtype": program.dtype.name, "elem_c": element.c_type, "tload": element.tload, "tstore": element.tstore,
         "ops_template": element.ops_template,
         "layout": layout,
