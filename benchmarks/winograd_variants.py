@@ -61,6 +61,9 @@ def variant_plan(base, cluster, variant: dict):
     if plan is None:
         return None
     lines = variant["pf"]
+    if lines and plan.gemm.ukernel != "intrinsics":
+        raise ValueError(f"variant {variant['mr']}x{variant['nr']}: its K loop is the {plan.gemm.ukernel} one, "
+                         "which does not prefetch (pf= needs the intrinsics loop)")
     if lines is None:
         lines = winograd.u_prefetch_lines(plan.spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)
     return replace(plan, gemm=replace(plan.gemm, prefetch_next_panel_lines=lines))
@@ -99,7 +102,10 @@ def main(argv=None) -> int:
     built = []
     with tempfile.TemporaryDirectory(prefix="xfc-wvariants-") as tmp:
         for i, (text, variant) in enumerate(zip(args.variant, variants)):
-            plan = variant_plan(base, cluster, variant)
+            try:
+                plan = variant_plan(base, cluster, variant)
+            except ValueError as exc:
+                ap.error(str(exc))
             if plan is None:
                 ap.error(f"variant {text!r} is not a register tile here")
             kernel = stages.build(render_cpu_kernel(plan), Path(tmp) / f"v{i}").host

@@ -157,3 +157,11 @@ def test_winograd_variants_reads_tiles_kc_and_prefetch_and_refuses_anything_else
         planned = winograd.u_prefetch_lines(spec, 4, g, plan.isa, "channels")
         assert g.prefetch_next_panel_lines == (planned if v["pf"] is None else v["pf"])
         render_cpu_kernel(plan)
+    # on AVX2 a 6x16 tile's K loop is the assembly one, which ignores the prefetch: pf= is refused there
+    avx2 = host_description("avx2")
+    base2 = synthesize_cpu(spec, avx2, threads=1, lowering="winograd", winograd_m=4, winograd_vectors="channels",
+                           weights_from_memory=True).plan
+    asm = variants.variant_plan(base2, avx2.cluster(), variants.parse_variant("6x16"))
+    assert asm.gemm.ukernel != "intrinsics" and asm.gemm.prefetch_next_panel_lines == 0
+    with pytest.raises(ValueError, match="does not prefetch"):
+        variants.variant_plan(base2, avx2.cluster(), variants.parse_variant("6x16:pf=4"))

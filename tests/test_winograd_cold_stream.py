@@ -41,14 +41,16 @@ def _u_bytes(plan):
     return FLOAT_BYTES * packed_floats(plan.spec, plan.winograd_m, plan.winograd_vectors, plan.gemm.mr, plan.gemm.nr)
 
 
-@pytest.mark.parametrize("mr,nr,mc", [(6, 64, 18), (5, 32, 15), (4, 48, 16)])
+@pytest.mark.parametrize("mr,nr,mc", [(6, 64, 18), (5, 32, 15), (4, 48, 16), (6, 64, 12), (4, 32, 8)])
 def test_u_is_read_from_l2_once_per_block_where_its_panel_stays_in_l1_and_per_row_tile_where_not(mr, nr, mc):
     tiles = math.prod(wmath.tile_counts(R18_L3, 4))
+    # the MC blocks of the 16 tiles as the kernel walks them (a short last block), and their row tiles
+    blocks = [min(mc, tiles - start) for start in range(0, tiles, mc)]
+    row_tiles = sum(math.ceil(rows / mr) for rows in blocks)
     for kc in (32, 64, 128, 256):
         plan = _channels_plan(R18_L3, 4, mr=mr, nr=nr, mc=mc, nc=256, kc=kc)
-        row_tiles = math.ceil(min(mc, tiles) / mr)
         resident = kc * nr * FLOAT_BYTES <= L1_PANEL_BYTES
-        passes = math.ceil(tiles / mc) * (1 if resident else row_tiles)
+        passes = len(blocks) if resident else row_tiles
         assert u_l2_read_bytes(R18_L3, 4, plan.gemm, CLUSTER, "channels") == _u_bytes(plan) * passes
     # one row tile per block: every block's first tile reads the panel, in L1 or not
     one = _channels_plan(R18_L3, 4, mr=mr, nr=nr, mc=mr, nc=256, kc=256)
@@ -131,3 +133,36 @@ def test_a_cold_u_no_panel_prefetch_asks_for_is_waited_for():
     gemm = gemm_of_plan(bare, HW, CLUSTER)
     assert stages_of_plan(bare, HW, CLUSTER, gemm=gemm, weights_from_memory=True).gemm_s == pytest.approx(
         _compute_s(bare, gemm) + sum(_stream_s(bare)), rel=1e-12)
+
+
+def test_the_busiest_thread_reads_its_whole_panels_of_output_channels():
+    """Split over output channels, a thread reads the U of its NR-column panels: 160 channels in 64-wide
+    panels are 3 panels, 2 for the busiest of 2 threads."""
+    odd = make_spec("conv2d", dict(c=64, h=14, w=14, k=160, r=3, s=3), pad=1)
+    plan = _channels_plan(odd, 4, mr=6, nr=64, mc=18, nc=192, kc=64, threads=2)
+    split = replace(plan.gemm, threads=2, parallel_axis="n")
+    one = replace(plan.gemm, threads=1, parallel_axis="n")
+    assert u_l2_read_bytes(odd, 4, split, CLUSTER, "channels") == pytest.approx(
+        u_l2_read_bytes(odd, 4, one, CLUSTER, "channels") * 2 / 3, rel=1e-12)
+
+
+def test_the_cold_terms_apply_where_they_were_measured_and_to_what_a_plan_runs():
+    """The cold-U terms are the x86 host's (its GEMMs prefetch U): a NEON plan's cold U is priced as
+    before them. A plan whose K loop is the assembly one ignores its prefetch lines: waited for."""
+    from xfc.cpu.winograd import COLD_TERMS_DIALECTS, gemm_of_plan, hand_winograd_plan, stage_costs
+    assert set(COLD_TERMS_DIALECTS) == {"avx512", "avx2"}
+    neon = hand_winograd_plan(R18_L3, 4, isa="neon", vectors="tiles")
+    gemm = gemm_of_plan(neon, HW, CLUSTER)
+    g = neon.gemm
+    assert stages_of_plan(neon, HW, CLUSTER, gemm=gemm, weights_from_memory=True) == stage_costs(
+        R18_L3, 4, HW, CLUSTER, g.threads, neon.vector_lanes, g.nr, gemm, mr=g.mr, parallel_axis=g.parallel_axis,
+        nc=g.nc, vectors="tiles", mc=g.mc, weights_from_memory=True)
+    plan = _channels_plan(R18_L3, 4, mr=6, nr=64, mc=18, nc=256, kc=64)
+    assert plan.gemm.prefetch_next_panel_lines > 0 and plan.gemm.ukernel == "intrinsics"
+    slow = replace(DEFAULT_CONSTANTS, winograd_cold_stream_efficiency=0.3)
+    gemm = gemm_of_plan(plan, HW, CLUSTER, slow)
+    asm = replace(plan, gemm=replace(plan.gemm, ukernel="asm_out_of_order"))
+    prefetched = stages_of_plan(plan, HW, CLUSTER, slow, gemm=gemm, weights_from_memory=True)
+    ignored = stages_of_plan(asm, HW, CLUSTER, slow, gemm=gemm, weights_from_memory=True)
+    assert ignored.gemm_s == pytest.approx(_compute_s(plan, gemm) + sum(_stream_s(plan, slow)), rel=1e-12)
+    assert prefetched.gemm_s < ignored.gemm_s

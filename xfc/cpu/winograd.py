@@ -369,7 +369,7 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
     if gemm is None:
         gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
     cold = {}
-    if weights_from_memory:     # the terms of a U read from memory on every call (stage_costs)
+    if weights_from_memory and isa_row(isa).name in COLD_TERMS_DIALECTS:   # stage_costs: u_prefetched, u_l2_reads
         cold = dict(u_prefetched=(u_prefetch_lines(spec, m, sched, isa, vectors) > 0 if u_prefetched is None
                                   else u_prefetched),
                     u_l2_reads=u_l2_read_bytes(spec, m, sched, cluster, vectors))
@@ -407,7 +407,7 @@ def stages_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = 
     """plan_stages for a Winograd plan as it stands (its m, GEMM schedule, vector axis and prefetch)."""
     return plan_stages(plan.spec, plan.winograd_m, hw, cluster, plan.gemm, plan.vector_lanes, plan.isa, constants,
                        evaluator, plan.winograd_vectors, gemm, weights_from_memory,
-                       u_prefetched=plan.gemm.prefetch_next_panel_lines > 0)
+                       u_prefetched=plan.gemm.prefetch_next_panel_lines > 0 and plan.gemm.ukernel == "intrinsics")
 
 
 def gemm_of_plan(plan: CpuKernelPlan, hw, cluster, constants: CostConstants = DEFAULT_CONSTANTS,
@@ -462,7 +462,7 @@ def split_variants(sched: GemmSchedule, spec: Conv2dSpec, m: int, cluster,
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
     panel = sched.mr if vectors == "channels" else sched.nr
-    share = min(tiles, math.ceil(math.ceil(tiles / panel) / max(sched.threads, 1)) * panel)
+    share = decide.busiest_thread_rows(tiles, panel, sched.threads)
     per_tile_bytes = FLOAT_BYTES * a * a * (spec.c + spec.k)
     block = int(l2_per_core_bytes(cluster) * L2_FILL // per_tile_bytes) // panel * panel
     if block < panel or block >= share or (vectors == "channels" and block >= sched.mc):
@@ -532,22 +532,34 @@ def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vect
     B: each KC x NR panel is read once per MC block of rows, by its first row tile only where it
     stays in L1 (the GEMM estimate's L1_RESIDENT_FILL) and by every row tile where it does not.
     Over tiles U is A: each MR x KC panel is read once per NR panel of tiles. A thread reads all of
-    U where the split is over tiles (tile_split), its share of the output channels otherwise."""
+    U for its tiles where the split is over tiles (tile_split), the busiest thread's share of the
+    output channels for all tiles otherwise."""
     elem = FLOAT_BYTES
     threads = max(sched.threads, 1)
     u_bytes = elem * packed_floats(spec, m, vectors, sched.mr, sched.nr)
-    share = 1.0 if tile_split(vectors, sched.parallel_axis) or threads == 1 else 1.0 / threads
     th, tw = wmath.tile_counts(spec, m)
     tiles = th * tw
-    if vectors == "channels":
-        rows = tiles if share < 1 else decide.busiest_thread_rows(tiles, sched.mr, threads)
-        block = min(sched.mc, rows)
-        resident = sched.kc * sched.nr * elem <= cluster.core.l1d.size_bytes * L1_RESIDENT_FILL
-        passes = math.ceil(rows / block) * (1 if resident else math.ceil(block / sched.mr))
+    tile_rows = sched.mr if vectors == "channels" else sched.nr          # the tiles of one register panel
+    channel_rows = sched.nr if vectors == "channels" else sched.mr       # ... and its output channels
+    if tile_split(vectors, sched.parallel_axis):
+        tiles, share = decide.busiest_thread_rows(tiles, tile_rows, threads), 1.0
     else:
-        cols = tiles if share < 1 else decide.busiest_thread_rows(tiles, sched.nr, threads)
-        passes = math.ceil(cols / sched.nr)
+        channels = round_up(spec.k, channel_rows)
+        share = decide.busiest_thread_rows(channels, channel_rows, threads) / channels
+    if vectors == "channels":
+        block = min(sched.mc, tiles)
+        resident = sched.kc * sched.nr * elem <= cluster.core.l1d.size_bytes * L1_RESIDENT_FILL
+        passes = (math.ceil(tiles / block) if resident     # the first row tile of each MC block
+                  else tiles // block * math.ceil(block / sched.mr) + math.ceil(tiles % block / sched.mr))
+    else:
+        passes = math.ceil(tiles / sched.nr)
     return u_bytes * share * passes
+
+
+# Where the cold-U terms of stage_costs (u_prefetched, u_l2_reads) were measured: the dialects whose
+# GEMMs prefetch the next panel of U (the x86 host, docs/winograd.md, session 60). Elsewhere (NEON:
+# no software prefetch, no timing of a cold U) a cold U is priced as before them.
+COLD_TERMS_DIALECTS = decide.NEXT_PANEL_PREFETCH_DIALECTS
 
 
 def u_prefetch_lines(spec: Conv2dSpec, m: int, sched: GemmSchedule, isa: str, vectors: str) -> int:
