@@ -154,8 +154,7 @@ def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, cons
         if plan.lowering == winograd.LOWERING:
             # the next-panel prefetch as the planner decides it for this schedule (a neighbour with
             # other row tiles per panel would otherwise keep the chosen plan's)
-            plan = replace(plan, gemm=replace(plan.gemm, prefetch_next_panel_lines=winograd.u_prefetch_lines(
-                spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)))
+            plan = winograd.with_planned_prefetch(plan)
         key = (plan.lowering, plan.winograd_m, plan.winograd_vectors, plan.gemm)
         if key in seen:
             return

@@ -65,7 +65,7 @@ def variant_plan(base, cluster, variant: dict):
         raise ValueError(f"variant {variant['mr']}x{variant['nr']}: its K loop is the {plan.gemm.ukernel} one, "
                          "which does not prefetch (pf= needs the intrinsics loop)")
     if lines is None:
-        lines = winograd.u_prefetch_lines(plan.spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)
+        return winograd.with_planned_prefetch(plan)
     return replace(plan, gemm=replace(plan.gemm, prefetch_next_panel_lines=lines))
 
 

@@ -14,7 +14,7 @@ from xfc.cpu.cost_model import DEFAULT_CONSTANTS, L1_RESIDENT_FILL
 from xfc.cpu.synth import synthesize_cpu
 from xfc.cpu.tiles import FLOAT_BYTES
 from xfc.cpu.winograd import (gemm_of_plan, packed_floats, stages_of_plan, u_l2_read_bytes, u_prefetch_lines,
-                              weights_memory)
+                              weights_memory, with_planned_prefetch)
 from xfc.ops import winograd as wmath
 from xfc.ops.spec import make_spec
 
@@ -32,9 +32,7 @@ def _channels_plan(spec, m, threads=1, **gemm):
     make_plan decides it for them."""
     plan = synthesize_cpu(spec, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=m,
                           winograd_vectors="channels").plan
-    sched = replace(plan.gemm, **gemm)
-    return replace(plan, gemm=replace(sched, prefetch_next_panel_lines=u_prefetch_lines(
-        spec, m, sched, plan.isa, "channels")))
+    return with_planned_prefetch(replace(plan, gemm=replace(plan.gemm, **gemm)))
 
 
 def _u_bytes(plan):

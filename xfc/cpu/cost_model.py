@@ -316,6 +316,12 @@ def strided_a_bytes_per_k(spec: OperatorSpec, sched: GemmSchedule, transposed: b
     return line_bytes * (1 + (sched.mr - 1) * elem_bytes / line_bytes)
 
 
+def b_panel_resident(core: CpuCore, sched: GemmSchedule, elem_bytes: int, beside_bytes: float = 0.0) -> bool:
+    """Whether a KC x NR micro-panel of B (with beside_bytes of other lines next to it) stays in L1
+    across the row tiles that pass it (L1_RESIDENT_FILL of L1d)."""
+    return sched.kc * sched.nr * elem_bytes + beside_bytes <= core.l1d.size_bytes * L1_RESIDENT_FILL
+
+
 def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sched: GemmSchedule,
                      constants: CostConstants = DEFAULT_CONSTANTS, a_bytes_per_k: Optional[float] = None) -> float:
     """How much slower the micro-kernel runs than its register-level score while it streams its
@@ -326,8 +332,7 @@ def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sche
     FMA time; grows as it nears the L2 bandwidth."""
     a_bytes = tile.elem_bytes * sched.mr if a_bytes_per_k is None else a_bytes_per_k
     a_lines_bytes = 0 if a_bytes_per_k is None else sched.kc * a_bytes_per_k
-    b_resident = (sched.kc * sched.nr * tile.elem_bytes + a_lines_bytes
-                  <= core.l1d.size_bytes * L1_RESIDENT_FILL)
+    b_resident = b_panel_resident(core, sched, tile.elem_bytes, a_lines_bytes)
     bytes_per_k = a_bytes + (0 if b_resident else tile.elem_bytes * sched.nr)
     stream_cycles = bytes_per_k / constants.l2_bytes_per_cycle
     core_cycles = tile.accumulator_registers / element_fma_rate(core, tile.elem_bytes) / max(score.efficiency, 1e-9)

@@ -32,8 +32,8 @@ from typing import Optional
 from ..errors import OperatorError
 from ..ops import winograd as wmath
 from ..ops.spec import Conv2dSpec, MatmulSpec
-from .cost_model import (DEFAULT_CONSTANTS, L1_RESIDENT_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
-                         StaticEvaluator, cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate,
+from .cost_model import (DEFAULT_CONSTANTS, L2_FILL, L3_FILL, CostConstants, CostEstimate, StaticEvaluator,
+                         b_panel_resident, cold_stream_bytes_per_second, dram_bytes_per_second, gemm_estimate,
                          l2_per_core_bytes, winograd_stream_bytes_per_second)
 from .explain import CpuSynthesis, TileLevel
 from .ir import LOOP_ORDERS, UKERNELS, CpuKernelPlan, GemmSchedule
@@ -530,8 +530,8 @@ def rows_within(sched: GemmSchedule, rows: int, isa: str, core) -> GemmSchedule:
 def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vectors: str) -> float:
     """Bytes of U the busiest thread's GEMMs read from L2 per image under sched. Over channels U is
     B: each KC x NR panel is read once per MC block of rows, by its first row tile only where it
-    stays in L1 (the GEMM estimate's L1_RESIDENT_FILL) and by every row tile where it does not.
-    Over tiles U is A: each MR x KC panel is read once per NR panel of tiles. A thread reads all of
+    stays in L1 (cost_model.b_panel_resident, as in the GEMM estimate) and by every row tile where
+    it does not. Over tiles U is A: each MR x KC panel is read once per NR panel of tiles. A thread reads all of
     U for its tiles where the split is over tiles (tile_split), the busiest thread's share of the
     output channels for all tiles otherwise."""
     elem = FLOAT_BYTES
@@ -548,7 +548,7 @@ def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vect
         share = decide.busiest_thread_rows(channels, channel_rows, threads) / channels
     if vectors == "channels":
         block = min(sched.mc, tiles)
-        resident = sched.kc * sched.nr * elem <= cluster.core.l1d.size_bytes * L1_RESIDENT_FILL
+        resident = b_panel_resident(cluster.core, sched, elem)
         passes = (math.ceil(tiles / block) if resident     # the first row tile of each MC block
                   else tiles // block * math.ceil(block / sched.mr) + math.ceil(tiles % block / sched.mr))
     else:
@@ -575,6 +575,13 @@ def u_prefetch_lines(spec: Conv2dSpec, m: int, sched: GemmSchedule, isa: str, ve
     return decide.next_panel_prefetch_lines(row, problem, False, problem.m, gemm.mr, gemm.nr, gemm.kc, gemm.mc,
                                             gemm.k_unroll, gemm.loop_order, gemm.ukernel, row.elem_bytes,
                                             gemm.threads, gemm.parallel_axis)
+
+
+def with_planned_prefetch(plan: CpuKernelPlan) -> CpuKernelPlan:
+    """plan with the next-panel prefetch make_plan gives its GEMM schedule (u_prefetch_lines): for a
+    plan whose schedule was changed by hand (a benchmark's neighbour or variant)."""
+    lines = u_prefetch_lines(plan.spec, plan.winograd_m, plan.gemm, plan.isa, plan.winograd_vectors)
+    return replace(plan, gemm=replace(plan.gemm, prefetch_next_panel_lines=lines))
 
 
 def make_plan(spec: Conv2dSpec, m: int, isa: str, lanes: int, sched: GemmSchedule, function_name: str,
