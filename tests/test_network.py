@@ -483,8 +483,8 @@ def test_grouped_calls_go_side_by_side_only_where_they_deal_out_evenly(tmp_path,
     cases = {(3, 2): 0, (4, 2): 1, (6, 2): 1, (5, 4): 0, (32, 3): 1, (2, 2): 1, (1, 2): 0, (8, 1): 0, (9, 8): 0,
              (8, 3): 1}   # 3 calls against 8/3: exactly 9/8 of the mean
     driver = tmp_path / "spread.c"
-    driver.write_text(f"#include <stdio.h>\n#include <stdlib.h>\n#define XFC_GROUP_SPREAD_EIGHTHS {GROUP_SPREAD_EIGHTHS}\n"
-                      + rule + "\nint main(int argc, char **argv)\n{\n"
+    driver.write_text("#include <stdio.h>\n#include <stdlib.h>\n"
+                      f"#define XFC_GROUP_SPREAD_EIGHTHS {GROUP_SPREAD_EIGHTHS}\n" + rule + "\nint main(int argc, char **argv)\n{\n"
                       "    for (int i = 1; i + 1 < argc; i += 2)\n"
                       "        printf(\"%d\", xfc_rt_groups_side_by_side(atol(argv[i]), atoi(argv[i + 1])));\n"
                       "    return 0;\n}\n")
