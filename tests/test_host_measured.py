@@ -103,8 +103,13 @@ def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
     first = _xfc("hw", "show", "host", "--json", tmp_path=tmp_path)
     assert first.returncode == 0, first.stderr
     data = json.loads(first.stdout)
-    assert data["host_figures"] == {"fma_per_cycle": "measured", "fma_latency_cycles": "measured",
-                                    "clock_ghz": "measured", "memory.peak_bandwidth_gbps": "measured (sustained read)"}
+    figures = dict(data["host_figures"])
+    # one core's L3 read: measured where an L3 holds the probe's buffer (xfc.tiledb.probe)
+    l3_read = figures.pop("shared_cache_read_gbps", None)
+    assert l3_read in (None, "measured (one core)") or l3_read.startswith("not measured")
+    assert (l3_read == "measured (one core)") == bool(data.get("shared_cache_read_gbps"))
+    assert figures == {"fma_per_cycle": "measured", "fma_latency_cycles": "measured",
+                       "clock_ghz": "measured", "memory.peak_bandwidth_gbps": "measured (sustained read)"}
     assert "just now" in data["notes"] and "host:fma_per_cycle" not in data["uncertain"]
     assert "host:memory.peak_bandwidth_gbps" not in data["uncertain"]
     assert 0.5 <= data["memory"]["peak_bandwidth_gbps"] <= 2000
@@ -151,3 +156,38 @@ def test_a_probe_disturbed_by_another_process_is_rejected():
     assert "FMA latency" in implausible(1.6, {512: 4.5}, 1.8)
     assert "FMAs per cycle" in implausible(3.0, {512: 3.1}, 4.0)
     assert "clock" in implausible(0.1, {512: 2.0}, 4.0)
+
+
+@pytest.mark.unit
+def test_the_l3_read_probe_and_its_figure_in_the_description():
+    from xfc.hardware.host import quantized_dram_gbps
+    from xfc.tiledb.fingerprint import cluster_facts, fingerprint
+    from xfc.tiledb.probe import shared_cache_buffer_bytes, shared_cache_read_gbps
+    mib = 1 << 20
+    assert shared_cache_buffer_bytes(2 * mib, 480 * mib) == 8 * mib          # 4 x L2, inside half the L3
+    assert shared_cache_buffer_bytes(1 * mib, 32 * mib) == 4 * mib
+    assert shared_cache_buffer_bytes(2 * mib, 12 * mib) == 0                 # would not stay in half of it
+    assert shared_cache_buffer_bytes(2 * mib, None) == 0 and shared_cache_buffer_bytes(None, 32 * mib) == 0
+    text = "dram 1000000000 0.05\nl3 800000000 0.04\nl3 800000000 0.03\n"
+    assert shared_cache_read_gbps(text) == pytest.approx(800 / 30)            # the best run
+    assert shared_cache_read_gbps("dram 1000000000 0.05\n") is None
+    base = _measurement(3.61, 2.0, 2.0, 4.0)
+    caches = {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}
+    measured = HostMeasurement(**{**base.__dict__, "shared_cache_read_gbps": 27.3})
+    hw = describe_host(FACTS, caches, 2, "x86_64", measured=measured)
+    assert hw.shared_cache_read_gbps == quantized_dram_gbps(27.3)
+    # no L3: no figure, whatever the probe says; not measured: None, and the fingerprint as before
+    assert describe_host(FACTS, {}, 2, "x86_64", measured=measured).shared_cache_read_gbps is None
+    plain = describe_host(FACTS, caches, 2, "x86_64", measured=base)
+    assert plain.shared_cache_read_gbps is None and "shared_cache_read_gbps" not in cluster_facts(plain, plain.cluster())
+    assert fingerprint(hw, hw.cluster()) != fingerprint(plain, plain.cluster())
+
+
+@pytest.mark.unit
+def test_a_measured_l3_read_lowers_the_shared_cache_rate_never_raises_it():
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS, SHARED_CACHE_BYTES_PER_CYCLE
+    clock_hz = 4e9
+    port = SHARED_CACHE_BYTES_PER_CYCLE * clock_hz
+    assert DEFAULT_CONSTANTS.shared_cache_bytes_per_s(clock_hz, 1) == port
+    assert DEFAULT_CONSTANTS.shared_cache_bytes_per_s(clock_hz, 2, 28.0) == pytest.approx(2 * 28e9)
+    assert DEFAULT_CONSTANTS.shared_cache_bytes_per_s(clock_hz, 1, 200.0) == port     # faster than the port

@@ -22,12 +22,12 @@ class FakeProbe:
         self.next = (20.0, 0.0)
         monkeypatch.setattr(probe, "measure_host", self)
 
-    def __call__(self, flags, repeats=probe.REPEATS, l3_bytes=None):
+    def __call__(self, flags, repeats=probe.REPEATS, l3_bytes=None, l2_bytes=None):
         self.calls += 1
         dram, load = self.next
         fma = {bits: 2.0 for bits in probe.widths_for(flags)}
         conditions = {"loadavg_before": load, "loadavg_after": load}
-        return 3.0, fma, 4.0, 5, 0.01, conditions, "gcc (fake)", dram
+        return 3.0, fma, 4.0, 5, 0.01, conditions, "gcc (fake)", dram, dram * 2
 
 
 def test_a_busy_probe_is_measured_again_when_quiet_and_keeps_the_higher_read(tmp_path, monkeypatch):

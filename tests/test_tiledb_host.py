@@ -163,20 +163,31 @@ def test_probe_is_plausible_cached_and_remeasured(tmp_path, monkeypatch):
     for bits, rate in first.fma_per_cycle:
         assert 0.25 <= rate <= 4.0, (bits, rate)
     assert first.dram_read_gbps is not None and 0.5 <= first.dram_read_gbps <= 2000
+    # one core's L3 read, where an L3 holds the probe's buffer: above the DRAM read's lower half (the
+    # buffer is on chip) and below the 64 bytes per cycle two 256-bit loads give
+    from xfc.hardware.host import read_caches
+    caches = read_caches()
+    if probe_module.shared_cache_buffer_bytes(int(caches["L2"]["size_kib"] * 1024) if "L2" in caches else None,
+                                              int(caches["L3"]["size_kib"] * 1024) if "L3" in caches else None):
+        assert first.shared_cache_read_gbps is not None
+        assert 0.5 * first.dram_read_gbps <= first.shared_cache_read_gbps <= 64 * first.clock_ghz
+    else:
+        assert first.shared_cache_read_gbps is None
     second = host_probe(environ)
-    assert second.cached and (second.clock_ghz, second.fma_per_cycle, second.dram_read_gbps) == \
-        (first.clock_ghz, first.fma_per_cycle, first.dram_read_gbps)
+    assert second.cached and (second.clock_ghz, second.fma_per_cycle, second.dram_read_gbps,
+                              second.shared_cache_read_gbps) == \
+        (first.clock_ghz, first.fma_per_cycle, first.dram_read_gbps, first.shared_cache_read_gbps)
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
         rows = db.rows("calibration")
-        # clock, FMA latency and DRAM read bandwidth, and one FMA rate per vector width
-        assert len(rows) == 3 + len(first.fma_per_cycle)
+        # clock, FMA latency, DRAM and L3 read bandwidths (0: not measured), one FMA rate per vector width
+        assert len(rows) == 4 + len(first.fma_per_cycle)
         assert any(r.name == "dram_read_gbps" and r.unit == "GB/s" for r in rows)
         assert {r.subject for r in rows} == {f"cpu:{first.cpu_key}"} and {r.source for r in rows} == {"host"}
         assert {r.origin for r in rows} == {db.db_id}
     third = host_probe(environ, remeasure=True)
     assert not third.cached
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
-        assert len(db.rows("calibration")) == 3 + len(first.fma_per_cycle)   # replaced, not added
+        assert len(db.rows("calibration")) == 4 + len(first.fma_per_cycle)   # replaced, not added
     core = detect_host(measured=third.measurement()).cluster().core
     assert core.fma_per_cycle * 2 == int(core.fma_per_cycle * 2)
 

@@ -79,7 +79,7 @@ def hardware_summary(hw) -> dict:
         "clusters": [{"role": c.role, "count": c.count, "clock_ghz": c.clock_ghz, "cpu_ids": list(c.cpu_ids),
                       "l2_bytes": c.l2.size_bytes, "core": asdict(c.core)} for c in hw.clusters],
         "gpu": asdict(hw.gpu) if hw.gpu else None,
-        "l3_bytes": hw.l3_bytes, "slc_bytes": hw.slc_bytes,
+        "l3_bytes": hw.l3_bytes, "slc_bytes": hw.slc_bytes, "shared_cache_read_gbps": hw.shared_cache_read_gbps,
         "memory": asdict(hw.memory) if hw.memory else None,
         "derived": derived_figures(hw), "uncertain": list(hw.uncertain), "sources": list(hw.sources),
         "notes": hw.notes,
@@ -139,7 +139,9 @@ def cmd_hw_show(args) -> int:
         values = {"fma_per_cycle": f"{core.fma_per_cycle:g} vector FMA/cycle at {core.vector_bits} bit",
                   "fma_latency_cycles": f"{core.fma_latency_cycles} cycles FMA latency",
                   "clock_ghz": f"{cluster.clock_ghz:g} GHz",
-                  "memory.peak_bandwidth_gbps": f"{hw.memory.peak_bandwidth_gbps:g} GB/s DRAM"}
+                  "memory.peak_bandwidth_gbps": f"{hw.memory.peak_bandwidth_gbps:g} GB/s DRAM",
+                  "shared_cache_read_gbps": (f"{hw.shared_cache_read_gbps:g} GB/s L3 read per core"
+                                             if hw.shared_cache_read_gbps else "L3 read per core")}
         print("\nHost figures:")
         for field, how in figures.items():
             print(f"  {values[field]:<36} {how}")

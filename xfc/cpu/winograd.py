@@ -245,6 +245,24 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
 
 
+def u_owned_extra_bytes(spec: Conv2dSpec, m: int, mr: int, nr: int, vectors: str, cluster, threads: int,
+                        share: int, block: int) -> float:
+    """Split over tiles: the bytes of U the busiest thread reads from the shared cache per image
+    beyond the 1/threads share the GEMM estimate charges it (U read once, all ports together).
+    Every thread multiplies its tiles by all of U, once per block of tiles, and each time the part
+    of U past the core's L2 share comes from the shared cache: the block's a^2 GEMMs walk all of U,
+    so that part is gone from L2 before the next block and before the next call (as weights_memory
+    takes only the part of U past the shared cache from DRAM). On the Intel Xeon VM of session 61
+    (one core reads 25-30 GB/s from its L3): vgg_7's F(4,3) (16 tiles, U 19 MB) at one thread in
+    two blocks of 9 tiles 1.74 ms, in one block 1.08; r18_l4's F(2,3) (U 17 MB) on two threads split
+    over tiles 0.79 ms, over output channels 0.54 (regret_winograd_intel_gnr_{1,2}t_base.json)."""
+    u_bytes = FLOAT_BYTES * packed_floats(spec, m, vectors, mr, nr)
+    past_l2 = u_bytes - l2_per_core_bytes(cluster) * L2_FILL
+    if past_l2 <= 0:
+        return 0.0
+    return max(0.0, math.ceil(share / max(block, 1)) * past_l2 - u_bytes / max(threads, 1))
+
+
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
                 gemm_estimate: CostEstimate, constants: CostConstants = DEFAULT_CONSTANTS,
                 mr: int = 1, parallel_axis: str = "n", nc: Optional[int] = None, vectors: str = "tiles",
@@ -308,7 +326,8 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     if resident_bytes <= l2_per_core_bytes(cluster) * L2_FILL and not crosses_cores:
         level, traffic_s = "L2", moved / (constants.l2_bytes_per_cycle * clock_hz * threads)
     elif tile_bytes <= (hw.l3_bytes or hw.slc_bytes or cluster.l2.size_bytes) * L3_FILL:
-        level, traffic_s = "L3", moved / constants.shared_cache_bytes_per_s(clock_hz, threads)
+        level, traffic_s = "L3", moved / constants.shared_cache_bytes_per_s(clock_hz, threads,
+                                                                             hw.shared_cache_read_gbps)
     else:
         level, traffic_s = "DRAM", moved / dram_bytes_per_second(hw, constants)
     on_chip = [(name, s) for name, s in gemm_estimate.seconds_by_bound if name != "DRAM"]
@@ -316,6 +335,10 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     weights_level, weights_s = weights_memory(spec, m, mr, hw, cluster, threads, tile_bytes, constants,
                                               vectors, nr, weights_from_memory, owned=owned)
     gemm_s = a * a * per_gemm_s
+    if owned:
+        gemm_s = max(gemm_s, a * a * dict(on_chip).get("L3", 0.0)
+                     + spec.n * u_owned_extra_bytes(spec, m, mr, nr, vectors, cluster, threads, share, block)
+                     / constants.shared_cache_bytes_per_s(clock_hz, 1, hw.shared_cache_read_gbps))
     if weights_from_memory and u_l2_reads:
         # A U streamed from memory and the row tiles' reads of it from L2 share the core's L1
         # misses (the prefetches into L2 and the panels' refills of L1): their times add. Where

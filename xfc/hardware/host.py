@@ -71,6 +71,7 @@ class HostMeasurement:
     measured_at: str                                  # UTC timestamp of the measurement
     cached: bool                                      # True: read back from the per-user cache
     dram_read_gbps: Optional[float] = None            # sustained all-CPU read bandwidth; None: not measured
+    shared_cache_read_gbps: Optional[float] = None    # one core's read from the L3; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -225,6 +226,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
     fma_per_cycle: float = ASSUMED_FMA_PER_CYCLE
     fma_latency_cycles = 4
     dram_gbps = ASSUMED_DRAM_GBPS
+    shared_cache_gbps: Optional[float] = None
     measured_fields: list[str] = []
     if measured is not None:
         rate = measured.fma_per_cycle_at(vector_bits)
@@ -240,6 +242,9 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         if measured.dram_read_gbps is not None and measured.dram_read_gbps > 0:
             dram_gbps = quantized_dram_gbps(measured.dram_read_gbps)
             measured_fields.append("memory.peak_bandwidth_gbps")
+        if measured.shared_cache_read_gbps:
+            shared_cache_gbps = quantized_dram_gbps(measured.shared_cache_read_gbps)
+            measured_fields.append("shared_cache_read_gbps")
         uncertain = [u for u in uncertain if u not in measured_fields]
     l1 = caches.get("L1d", {"size_kib": 32, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
     l2 = caches.get("L2", {"size_kib": 1024, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})
@@ -283,7 +288,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
                  *((MAX_CLOCK_SOURCE,) if max_clock_ghz else ()),
                  *(("host FMA probe (xfc.tiledb.probe)",) if measured_fields else ())),
         uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
-        notes=notes)
+        notes=notes, shared_cache_read_gbps=shared_cache_gbps if l3 else None)
 
 
 def _cap(cap) -> Optional[str]:

@@ -158,6 +158,9 @@ class HardwareDescription:
     source_path: str                  # the file it was loaded from ('' for host detection)
     notes: str = ""
     android: Optional["AndroidIds"] = None   # how an Android phone with this SoC names it
+    # What one core reads from the shared cache (L3), GB/s: the host probe's measurement; None where
+    # nothing measured it (the cost model then assumes cost_model.SHARED_CACHE_BYTES_PER_CYCLE)
+    shared_cache_read_gbps: Optional[float] = None
 
     def cluster(self, role: Optional[str] = None) -> CpuCluster:
         """The cluster to synthesize for: the named role, or the default 'big' one.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from ..cpu.cost_model import SHARED_CACHE_BYTES_PER_CYCLE
 from ..hardware.host import MAX_CLOCK_SOURCE
 from ..hardware.load import is_host_name, load
 from ..hardware.model import HardwareDescription
@@ -55,4 +56,7 @@ def measured_or_assumed(hw: HardwareDescription) -> dict[str, str]:
                         else "/proc/cpuinfo 'cpu MHz' at that moment (not measured; uncertain)")
     out["memory.peak_bandwidth_gbps"] = ("assumed" if "memory.peak_bandwidth_gbps" in uncertain or not probed
                                          else "measured (sustained read)")
+    if hw.l3_bytes:
+        out["shared_cache_read_gbps"] = ("measured (one core)" if hw.shared_cache_read_gbps
+                                         else f"not measured (assumed {SHARED_CACHE_BYTES_PER_CYCLE:g} bytes/cycle per core)")
     return out

@@ -13,6 +13,9 @@ How (x86-64, one small C program built with the host gcc, well under a second):
   DRAM        one thread, then every CPU (OpenMP), summing its share of a buffer several times
               the L3; the faster is the sustained read bandwidth (a lower bound on the peak; the
               host description uses it as its DRAM bandwidth).
+  L3          one thread summing a buffer of SHARED_CACHE_L2_MULTIPLE x its L2, inside half the
+              L3, over and over: what one core reads from the shared cache (the description's
+              shared_cache_read_gbps). Not measured without an L3 that holds it.
 Each figure is the best of a few runs (the most the machine sustains; contention only slows).
 
 The result is cached in the per-user tile database (table `calibration`, subject
@@ -48,12 +51,17 @@ CHAINS = {128: 12, 256: 12, 512: 16}
 ITERS = {"add": 120_000, "fma128": 1_000_000, "fma256": 1_000_000, "fma512": 750_000, "lat": 1_500_000}
 ADDS_PER_ITER = 100
 WIDTH_FLAGS = {128: ("fma",), 256: ("avx", "fma"), 512: ("avx512f",)}
-FACT_NAMES = ("clock_ghz", "fma_latency_cycles", "dram_read_gbps")
+FACT_NAMES = ("clock_ghz", "fma_latency_cycles", "dram_read_gbps", "shared_cache_read_gbps")
 # The DRAM read buffer: far beyond the last-level cache, so the hardware prefetchers cannot keep
 # it on chip (8x the L3 when that is larger; 256 MiB costs ~0.1 s to fault in once).
 DRAM_MIN_BYTES = 256 << 20
 DRAM_L3_MULTIPLE = 8
 MIN_DRAM_GBPS, MAX_DRAM_GBPS = 0.5, 2000.0
+# The shared-cache read buffer: several times one core's L2, so the L2 holds little of it, and within
+# half of the L3 (cost_model.L3_FILL), so none of it leaves for DRAM. Read SHARED_CACHE_PASSES times
+# per run (a few ms); the first run brings it in from DRAM, the best run is the cache's rate.
+SHARED_CACHE_L2_MULTIPLE = 4
+SHARED_CACHE_PASSES = 8
 ATTEMPTS = 3                      # probe runs before an implausible result is given up on
 MIN_CLOCK_GHZ, MAX_CLOCK_GHZ = 0.4, 7.0
 MIN_FMA_LATENCY, MAX_FMA_LATENCY = 2.5, 10.0
@@ -90,7 +98,16 @@ def dram_buffer_bytes(l3_bytes: Optional[int]) -> int:
     return max(DRAM_MIN_BYTES, DRAM_L3_MULTIPLE * (l3_bytes or 0))
 
 
-def probe_source(dram_bytes: int = DRAM_MIN_BYTES) -> str:
+def shared_cache_buffer_bytes(l2_bytes: Optional[int], l3_bytes: Optional[int]) -> int:
+    """The shared-cache read buffer (SHARED_CACHE_L2_MULTIPLE x L2, in 64-byte lines), or 0 when
+    there is no L3 that holds it in half its size."""
+    if not l2_bytes or not l3_bytes:
+        return 0
+    size = SHARED_CACHE_L2_MULTIPLE * l2_bytes // 64 * 64
+    return size if size <= l3_bytes // 2 else 0
+
+
+def probe_source(dram_bytes: int = DRAM_MIN_BYTES, shared_cache_bytes: int = 0) -> str:
     """The probe program: argv = repeats, then test names; prints 'name ops seconds' lines."""
     funcs = "".join(_fma_function(bits) for bits in (128, 256, 512))
     return f"""#include <immintrin.h>
@@ -156,6 +173,25 @@ __attribute__((noinline)) static void dram_read(int threads)
     sink = total;
 }}
 
+/* One core's read rate from the shared cache: one thread sums a buffer of several times its L2
+ * (far less than the L3) {SHARED_CACHE_PASSES} times, with 256-bit loads (64 bytes per cycle at two loads: far
+ * above any L3). The first run brings it in; the best run reads it from the L3. */
+#define SHARED_CACHE_BYTES {max(shared_cache_bytes, 64)}L
+static float *l3_buf;
+__attribute__((target("avx"), noinline)) static void l3_read(void)
+{{
+    const long n = SHARED_CACHE_BYTES / sizeof(float);
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int pass = 0; pass < {SHARED_CACHE_PASSES}; pass++)
+        for (long i = 0; i + 32 <= n; i += 32) {{
+            s0 = _mm256_add_ps(s0, _mm256_load_ps(l3_buf + i));
+            s1 = _mm256_add_ps(s1, _mm256_load_ps(l3_buf + i + 8));
+            s2 = _mm256_add_ps(s2, _mm256_load_ps(l3_buf + i + 16));
+            s3 = _mm256_add_ps(s3, _mm256_load_ps(l3_buf + i + 24));
+        }}
+    sink = _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))));
+}}
+
 int main(int argc, char **argv)
 {{
     if (argc < 3) return 2;
@@ -165,6 +201,10 @@ int main(int argc, char **argv)
             const char *name = argv[t];
             long iters, ops;
             if (!strncmp(name, "dram", 4) && dram_init()) return 3;
+            if (!strcmp(name, "l3") && !l3_buf) {{
+                if (!(l3_buf = aligned_alloc(64, SHARED_CACHE_BYTES))) return 3;
+                for (long i = 0; i < SHARED_CACHE_BYTES / (long)sizeof(float); i++) l3_buf[i] = 1.0f;
+            }}
             double t0 = now();
             if (!strcmp(name, "add")) {{ iters = {ITERS["add"]}; addchain(iters); ops = iters * {ADDS_PER_ITER}; }}
             else if (!strcmp(name, "lat")) {{ iters = {ITERS["lat"]}; fmalat(iters); ops = iters; }}
@@ -173,6 +213,7 @@ int main(int argc, char **argv)
             else if (!strcmp(name, "fma512")) {{ iters = {ITERS["fma512"]}; fma512(iters); ops = iters * {CHAINS[512]}; }}
             else if (!strcmp(name, "dram1")) {{ dram_read(1); ops = DRAM_BYTES; }}
             else if (!strcmp(name, "dram")) {{ dram_read(omp_get_num_procs()); ops = DRAM_BYTES; }}
+            else if (!strcmp(name, "l3")) {{ l3_read(); ops = SHARED_CACHE_BYTES * {SHARED_CACHE_PASSES}L; }}
             else return 2;
             printf("%s %ld %.9e\\n", name, ops, now() - t0);
         }}
@@ -228,6 +269,7 @@ class HostProbe:
     cached: bool = False
     dram_read_gbps: Optional[float] = None           # sustained all-CPU read; None: not measured
     measured_busy: bool = False                      # measured beside other work (BUSY_LOAD_PER_CPU)
+    shared_cache_read_gbps: Optional[float] = None   # one core reading the L3; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -236,7 +278,8 @@ class HostProbe:
         """The figures the host description takes (it quantizes them: xfc.hardware.host)."""
         return HostMeasurement(clock_ghz=self.clock_ghz, fma_per_cycle=self.fma_per_cycle,
                                fma_latency_cycles=self.fma_latency_cycles, measured_at=self.measured_at,
-                               cached=self.cached, dram_read_gbps=self.dram_read_gbps)
+                               cached=self.cached, dram_read_gbps=self.dram_read_gbps,
+                               shared_cache_read_gbps=self.shared_cache_read_gbps)
 
 
 def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float], float, int, float]:
@@ -276,6 +319,13 @@ def dram_read_gbps(lines: str) -> Optional[float]:
     return best
 
 
+def shared_cache_read_gbps(lines: str) -> Optional[float]:
+    """The best 'l3' run's bytes per second in GB/s (None when the output has none)."""
+    rates = [int(parts[1]) / float(parts[2]) / 1e9 for parts in map(str.split, lines.splitlines())
+             if len(parts) == 3 and parts[0] == "l3" and float(parts[2]) > 0]
+    return max(rates, default=None)
+
+
 def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
                 dram_gbps: Optional[float] = None) -> str:
     """Why a probe result cannot be right ('' when it can). Another process taking the core during
@@ -294,10 +344,11 @@ def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
     return ""
 
 
-def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None
-                 ) -> tuple[float, dict[int, float], float, int, float, dict, str, float]:
+def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, l2_bytes: Optional[int] = None
+                 ) -> tuple[float, dict[int, float], float, int, float, dict, str, float, Optional[float]]:
     """Build and run the probe: (clock GHz, FMAs/cycle by width, latency, repeats, spread,
-    conditions, compiler, DRAM read GB/s). ToolchainError when it cannot run here."""
+    conditions, compiler, DRAM read GB/s, one core's shared-cache read GB/s or None). ToolchainError
+    when it cannot run here."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ToolchainError(f"host probe: x86-64 only (this machine is {platform.machine()})")
     widths = widths_for(flags)
@@ -305,31 +356,36 @@ def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None
         raise ToolchainError("host probe: this CPU has no FMA instructions (no 'fma' flag); nothing to measure")
     with tempfile.TemporaryDirectory(prefix="xfc-probe-") as tmp:
         src = Path(tmp) / "probe.c"
-        src.write_text(probe_source(dram_buffer_bytes(l3_bytes)))
+        shared_bytes = shared_cache_buffer_bytes(l2_bytes, l3_bytes)
+        src.write_text(probe_source(dram_buffer_bytes(l3_bytes), shared_bytes))
         exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2", "-fopenmp"], "host probe compile")
         problem = ""
         for _attempt in range(ATTEMPTS):
             before = hostcc.snapshot()
-            out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths), "dram1", "dram"],
+            out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths), "dram1", "dram",
+                       *(("l3",) if shared_bytes else ())],
                       "host probe",
                       hostcc.RUN_TIMEOUT_S).stdout
             after = hostcc.snapshot()
             clock, fma, latency, reps, spread = analyse(out, widths)
-            dram = dram_read_gbps(out)
+            dram, shared = dram_read_gbps(out), shared_cache_read_gbps(out)
             if dram is None:
                 raise ToolchainError("host probe: no DRAM read result in its output")
-            problem = implausible(clock, fma, latency, dram)
+            problem = implausible(clock, fma, latency, dram) or (
+                f"shared-cache read {shared:.1f} GB/s" if shared is not None and not
+                MIN_DRAM_GBPS <= shared <= MAX_DRAM_GBPS else "")
             if not problem:
                 break
         else:
             raise ToolchainError(f"host probe: implausible figures in {ATTEMPTS} attempts ({problem}); "
                                  "the machine is probably busy, nothing cached")
-    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version(), dram
+    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version(), dram, shared
 
 
 METHOD = ("independent FMA chains per width ({chains}); clock from a dependent integer-add chain "
           "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms; "
-          "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}")
+          "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}; "
+          "L3: one thread summing a {shared_mib} MiB buffer " + str(SHARED_CACHE_PASSES) + " times, best of {repeats}")
 
 
 def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> list[CalibrationRow]:
@@ -341,6 +397,9 @@ def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> lis
             CalibrationRow(name="fma_latency_cycles", value=probe.fma_latency_cycles, unit="cycles", **common)]
     if probe.dram_read_gbps is not None:
         rows.append(CalibrationRow(name="dram_read_gbps", value=probe.dram_read_gbps, unit="GB/s", **common))
+    # 0: not measured (no L3 holds the buffer), so a cached probe is complete without one
+    rows.append(CalibrationRow(name="shared_cache_read_gbps", value=probe.shared_cache_read_gbps or 0.0,
+                               unit="GB/s", **common))
     rows += [CalibrationRow(name=f"fma_per_cycle@{bits}", value=rate, unit="FMA instructions per cycle", **common)
              for bits, rate in probe.fma_per_cycle]
     return rows
@@ -360,7 +419,8 @@ def _from_rows(rows: list[CalibrationRow], key: str, model: str, widths: tuple[i
                      fma_latency_cycles=latest["fma_latency_cycles"].value, method=any_row.method,
                      repeats=any_row.repeats, spread=any_row.spread or 0.0, measured_at=any_row.created_at,
                      cached=True, dram_read_gbps=latest["dram_read_gbps"].value,
-                     measured_busy=_busy(_recorded_load(latest["dram_read_gbps"].conditions)))
+                     measured_busy=_busy(_recorded_load(latest["dram_read_gbps"].conditions)),
+                     shared_cache_read_gbps=latest["shared_cache_read_gbps"].value or None)
 
 
 def _recorded_load(conditions: str) -> Optional[float]:
@@ -404,18 +464,24 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
                                 key, cpu["model_name"], widths)
             if cached is not None and not (cached.measured_busy and not _busy(hostcc.load_average())):
                 return cached
-        clock, fma, latency, repeats, spread, conditions, compiler, dram = measure_host(cpu["flags"],
-                                                                                      l3_bytes=l3_bytes)
+        l2 = read_caches().get("L2")
+        clock, fma, latency, repeats, spread, conditions, compiler, dram, shared = measure_host(
+            cpu["flags"], l3_bytes=l3_bytes, l2_bytes=int(l2["size_kib"] * 1024) if l2 else None)
         if cached is not None and cached.dram_read_gbps:   # re-measured because the cached one was busy
             dram = max(dram, cached.dram_read_gbps)
+        if cached is not None and cached.shared_cache_read_gbps and shared:   # contention only lowers it too
+            shared = max(shared, cached.shared_cache_read_gbps)
         chains = ", ".join(f"{CHAINS[b]} x {b}-bit" for b in sorted(fma))
         probe = HostProbe(cpu_key=key, cpu_model=cpu["model_name"], clock_ghz=round(clock, 4),
                           fma_per_cycle=tuple((b, round(fma[b], 4)) for b in sorted(fma)),
                           fma_latency_cycles=round(latency, 3),
                           method=METHOD.format(chains=chains, repeats=repeats,
-                                               dram_mib=dram_buffer_bytes(l3_bytes) >> 20),
+                                               dram_mib=dram_buffer_bytes(l3_bytes) >> 20,
+                                               shared_mib=shared_cache_buffer_bytes(
+                                                   int(l2["size_kib"] * 1024) if l2 else None, l3_bytes) >> 20),
                           repeats=repeats, spread=round(spread, 4), measured_at=utc_now(),
-                          dram_read_gbps=round(dram, 2), measured_busy=_busy(conditions.get("loadavg_before")))
+                          dram_read_gbps=round(dram, 2), measured_busy=_busy(conditions.get("loadavg_before")),
+                          shared_cache_read_gbps=round(shared, 2) if shared else None)
         if db is not None:
             conditions = {**conditions, "cpu_model": cpu["model_name"]}
             rows = _rows(probe, db.origin_for("host"), conditions, compiler)

@@ -1,0 +1,80 @@
+"""A Winograd plan split over tiles (each thread owns its tiles through all three stages) reads all of
+U per thread, and again per block of tiles when U does not stay in the core's L2 share; a measured
+L3 read rate (the host probe's shared_cache_read_gbps) prices those reads. Found on an Intel Xeon VM
+whose mesh L3 feeds a core 25-30 GB/s (session 61). Unit: nothing is built or timed."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from xfc.cpu.cost_model import L2_FILL, l2_per_core_bytes
+from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.tiles import FLOAT_BYTES
+from xfc.cpu.winograd import packed_floats, stages_of_plan, tile_split, u_owned_extra_bytes
+from xfc.ops import winograd as wmath
+from xfc.ops.spec import make_spec
+
+from support.calibration import CLUSTER, HW
+
+pytestmark = pytest.mark.unit
+
+# VGG's 256 -> 512 channels at 14x14: F(4,3) has 16 tiles and 36 x 512 x 256 floats of U (19 MB)
+VGG_7 = make_spec("conv2d", dict(c=256, h=14, w=14, k=512, r=3, s=3), pad=1)
+# a small layer whose U (F(4,3): 36 x 32 x 32 floats, 147 KB) stays in any L2 share
+SMALL = make_spec("conv2d", dict(c=32, h=28, w=28, k=32, r=3, s=3), pad=1)
+
+
+def _owned_plan(spec, m, threads, mc, hw=HW):
+    plan = synthesize_cpu(spec, hw, hw.cluster().role, threads, lowering="winograd", winograd_m=m,
+                          winograd_vectors="channels").plan
+    gemm = replace(plan.gemm, parallel_axis="m", mc=mc)
+    assert tile_split("channels", gemm.parallel_axis)
+    return replace(plan, gemm=gemm)
+
+
+def _u_bytes(plan):
+    return FLOAT_BYTES * packed_floats(plan.spec, plan.winograd_m, "channels", plan.gemm.mr, plan.gemm.nr)
+
+
+def test_each_block_and_each_thread_reads_all_of_u_beyond_the_gemm_estimates_share():
+    plan = _owned_plan(VGG_7, 4, 1, 9)
+    u_bytes, mr, nr = _u_bytes(plan), plan.gemm.mr, plan.gemm.nr
+    assert u_bytes > l2_per_core_bytes(CLUSTER) * L2_FILL
+    tiles = math.prod(wmath.tile_counts(VGG_7, 4))
+    for threads, share, block, blocks in ((1, tiles, tiles, 1), (1, tiles, 9, 2), (1, tiles, 4, 4), (2, 8, 8, 1),
+                                          (2, 8, 4, 2)):
+        extra = u_owned_extra_bytes(VGG_7, 4, mr, nr, "channels", CLUSTER, threads, share, block)
+        # the part of U past the L2 share, once per block, less the share the GEMM estimate charges
+        past_l2 = u_bytes - l2_per_core_bytes(CLUSTER) * L2_FILL
+        assert extra == pytest.approx(max(0.0, blocks * past_l2 - u_bytes / threads))
+        assert (extra > 0) == (blocks > 1 or threads > 1)
+    # a U that stays in L2 between calls costs nothing here (the GEMM estimate's L2 reads price it)
+    small = _owned_plan(SMALL, 4, 1, 9)
+    assert _u_bytes(small) <= l2_per_core_bytes(CLUSTER) * L2_FILL
+    assert u_owned_extra_bytes(SMALL, 4, small.gemm.mr, small.gemm.nr, "channels", CLUSTER, 2, 20, 4) == 0.0
+
+
+def test_the_more_blocks_the_more_reads_of_u_and_never_a_lower_price():
+    slow = replace(HW, shared_cache_read_gbps=10.0)
+    plans = [_owned_plan(VGG_7, 4, 1, mc, slow) for mc in (18, 9)]
+    mr = plans[0].gemm.mr
+    prices = [stages_of_plan(plan, slow, slow.cluster()).gemm_s for plan in plans]
+    assert prices[0] <= prices[1]
+    # one row tile per block: every block reads all of U again, at the measured rate at least
+    per_tile = _owned_plan(VGG_7, 4, 1, mr, slow)
+    blocks = math.ceil(math.prod(wmath.tile_counts(VGG_7, 4)) / mr)
+    assert blocks >= 2
+    assert stages_of_plan(per_tile, slow, slow.cluster()).gemm_s >= blocks * _u_bytes(per_tile) / 10e9 > prices[0]
+
+
+def test_a_measured_l3_read_slower_than_the_port_raises_the_owned_split_price():
+    slow = replace(HW, shared_cache_read_gbps=10.0)
+    fast = replace(HW, shared_cache_read_gbps=400.0)        # faster than the assumed port: ignored
+    plan = _owned_plan(VGG_7, 4, 2, 16)
+    base = stages_of_plan(plan, HW, CLUSTER).gemm_s
+    assert stages_of_plan(plan, fast, fast.cluster()).gemm_s == base
+    # each of two threads reads all 19 MB of U at 10 GB/s: at least 1.9 ms of GEMM stage, where the
+    # assumed port (16 bytes per cycle) hides it behind the FMAs
+    assert stages_of_plan(plan, slow, slow.cluster()).gemm_s >= _u_bytes(plan) / 10e9 > base
