@@ -78,3 +78,24 @@ def test_a_measured_l3_read_slower_than_the_port_raises_the_owned_split_price():
     # each of two threads reads all 19 MB of U at 10 GB/s: at least 1.9 ms of GEMM stage, where the
     # assumed port (16 bytes per cycle) hides it behind the FMAs
     assert stages_of_plan(plan, slow, slow.cluster()).gemm_s >= _u_bytes(plan) / 10e9 > base
+
+
+def test_a_pointwise_image_past_the_l2_share_read_in_place_waits_for_its_lines():
+    """cost_model.strided_a_wait_s: a pointwise conv lowered transposed that reads its image in place
+    a plane apart waits for a line per k step per row tile and column panel, from the shared cache,
+    once the image passes the core's L2 share (x86 rows without the interference terms)."""
+    from xfc.cpu.cost_model import strided_a_bytes_per_k, strided_a_wait_s
+    from xfc.cpu.ir import GemmSchedule  # noqa: F401  (the plan's schedule type)
+    slow = replace(HW, shared_cache_read_gbps=25.0)
+    big = make_spec("conv2d", dict(c=256, h=56, w=56, k=64, r=1, s=1), bias=True)      # 3.2 MB image
+    small = make_spec("conv2d", dict(c=64, h=14, w=14, k=64, r=1, s=1), bias=True)     # 50 KB image
+    plan = synthesize_cpu(big, slow, slow.cluster().role, 1, lowering="direct").plan
+    in_place = replace(plan.gemm, mr=14, nr=32, a_pack="im2col_direct", parallel_axis="n")
+    line = strided_a_bytes_per_k(big, in_place, True, FLOAT_BYTES, CLUSTER.core.l1d.line_bytes)
+    wait = strided_a_wait_s(big, slow, slow.cluster(), in_place, line, 1)
+    rows, panels = math.ceil(56 * 56 / 14), math.ceil(64 / 32)
+    assert wait == pytest.approx(rows * panels * 256 * line / 25e9)
+    assert strided_a_wait_s(big, slow, slow.cluster(), replace(in_place, nr=64), line, 1) == pytest.approx(wait / 2)
+    assert strided_a_wait_s(small, slow, slow.cluster(), in_place, line, 1) == 0.0
+    # the planner no longer reads that image in place on an AVX-512 host
+    assert not (plan.lowering == "implicit_gemm_t" and plan.gemm.a_pack == "im2col_direct")

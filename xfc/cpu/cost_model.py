@@ -323,6 +323,30 @@ def strided_a_bytes_per_k(spec: OperatorSpec, sched: GemmSchedule, transposed: b
     return line_bytes * (1 + (sched.mr - 1) * elem_bytes / line_bytes)
 
 
+def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuCluster, sched: GemmSchedule,
+                     a_bytes_per_k: float, threads: int, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
+    """The busiest thread's wait for a pointwise conv's A read in place a plane apart
+    (strided_a_bytes_per_k) where the ISA row has no interference model to charge it, when the
+    image does not stay in the core's L2 share: every k step of every row tile, on each of the N / NR
+    column panels, fetches its lines from the shared cache, a page or more after the previous
+    step's, where no hardware prefetcher follows them, so the FMAs wait for them. On the Intel Xeon
+    VM of session 61 (one core reads 25-30 GB/s from its L3), 256 channels at 56x56, one thread:
+    64 output channels in place 1.32 ms, packed 0.88; 128 channels 2.49 against 1.44; with 24 (one
+    column panel) in place ran faster, 0.25 against 0.36 (pointwise_a_intel_gnr_t1.json)."""
+    image_bytes = spec.n * spec.c * spec.h * spec.w * FLOAT_BYTES
+    if image_bytes <= l2_per_core_bytes(cluster) * L2_FILL:
+        return 0.0
+    m, n, k = gemm_view(spec, True)
+    rows, panels = math.ceil(m / sched.mr), math.ceil(n / sched.nr)
+    # the busiest thread's row tiles or column panels (whole tiles per thread)
+    if sched.parallel_axis == "m":
+        rows = math.ceil(rows / max(threads, 1))
+    else:
+        panels = math.ceil(panels / max(threads, 1))
+    line_bytes = _batch(spec) * rows * panels * k * a_bytes_per_k
+    return line_bytes / constants.shared_cache_bytes_per_s(cluster.clock_ghz * 1e9, 1, hw.shared_cache_read_gbps)
+
+
 def b_panel_resident(core: CpuCore, sched: GemmSchedule, elem_bytes: int, beside_bytes: float = 0.0) -> bool:
     """Whether a KC x NR micro-panel of B (with beside_bytes of other lines next to it) stays in L1
     across the row tiles that pass it (L1_RESIDENT_FILL of L1d)."""
@@ -350,12 +374,15 @@ def l2_stream_factor(core: CpuCore, tile: MicroTile, score: MicroTileScore, sche
 def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuCluster, tile: MicroTile,
                   score: MicroTileScore, sched: GemmSchedule, transposed: bool,
                   constants: CostConstants = DEFAULT_CONSTANTS,
-                  tail_score: Optional[MicroTileScore] = None, interference: bool = False) -> CostEstimate:
+                  tail_score: Optional[MicroTileScore] = None, interference: bool = False,
+                  strided_a_waits: bool = False) -> CostEstimate:
     """Roofline over compute, L2->L1 and shared->L2 traffic, and DRAM for a GEMM-lowered plan.
     tail_score: the score of the column-tail micro-kernel (MR x the vectors left over when NR does
     not divide N); it has fewer accumulators, and on a 16-register core it can run well below the
     full tile (default: as fast as the full tile). interference: charge the L2 stream of the
-    micro-kernel (l2_stream_factor; the ISA row's interference_model)."""
+    micro-kernel (l2_stream_factor; the ISA row's interference_model). strided_a_waits: without the
+    interference terms, charge a pointwise conv's A read in place a plane apart as lines waited for
+    (strided_a_wait_s; the x86 rows, whose broadcasts read A in place)."""
     core = cluster.core
     k_ = constants
     m, n, k = gemm_view(spec, transposed)
@@ -374,9 +401,11 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
                            * clock_hz)
     compute_s = (2 * batch * m * k * (n_full / score.efficiency + n_tail / tail_efficiency)
                  / (peak_flops_per_core * k_.compute_efficiency * threads / imbalance))
+    strided_a = strided_a_bytes_per_k(spec, sched, transposed, tile.elem_bytes, core.l1d.line_bytes)
     if interference:
-        compute_s *= l2_stream_factor(core, tile, score, sched, k_, strided_a_bytes_per_k(
-            spec, sched, transposed, tile.elem_bytes, core.l1d.line_bytes))
+        compute_s *= l2_stream_factor(core, tile, score, sched, k_, strided_a)
+    elif strided_a is not None and strided_a_waits:
+        compute_s += strided_a_wait_s(spec, hw, cluster, sched, strided_a, threads, k_)
     if sched.c_store != "direct":  # the transposed store, once per KC slice
         store_cycles_per_element = (VECTOR_TRANSPOSED_STORE_CYCLES if sched.c_store == "vector_transpose"
                                     else SCALAR_TRANSPOSED_STORE_CYCLES)

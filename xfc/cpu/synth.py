@@ -252,18 +252,21 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                 # A pointwise conv's A read in place costs a line per k step of every row tile
                 # (cost_model.strided_a_bytes_per_k), on every one of the N / NR column panels;
                 # packed, it costs one transpose of the image. The model prices both where it
-                # charges the L2 stream (the ISA row's interference_model). Packed goes first, so
-                # it wins a tie: every layer of benchmarks/results/pointwise_a.json that the model
-                # prices within about 2% both ways ran 1.09-1.64x faster packed.
+                # charges the L2 stream (the ISA row's interference_model), and on the other
+                # broadcast rows (AVX-512) where the image passes the L2 share
+                # (cost_model.strided_a_wait_s). Packed goes first, so it wins a tie: every layer
+                # of benchmarks/results/pointwise_a.json that the model prices within about 2% both
+                # ways ran 1.09-1.64x faster packed.
                 if (sched.a_pack == "im2col_direct" and isinstance(spec, Conv2dSpec) and spec.pointwise
-                        and row.interference_model):
+                        and not row.lane_indexed):
                     variants.insert(0, (replace(sched, a_pack="packed"),
                                         replace(reasons, a_pack="the image transposed into MR-pixel panels once per "
                                                                 "call, not a line per k step of every row tile")))
                 for sched, reasons in variants:
                     estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
                                              tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
-                                             interference=row.interference_model)
+                                             interference=row.interference_model,
+                                             strided_a_waits=not row.lane_indexed)
                     candidates.append(Candidate(transposed, tile, score, fill, sched, reasons, estimate, cluster, isa))
     return candidates
 
