@@ -81,9 +81,9 @@ def test_a_measured_l3_read_slower_than_the_port_raises_the_owned_split_price():
 
 
 def test_a_pointwise_image_past_the_l2_share_read_in_place_waits_for_its_lines():
-    """cost_model.strided_a_wait_s: a pointwise conv lowered transposed that reads its image in place
-    a plane apart waits for a line per k step per row tile and column panel, from the shared cache,
-    once the image passes the core's L2 share (x86 rows without the interference terms)."""
+    """cost_model.strided_a_wait_s: a 1x1 conv lowered transposed that reads its image in place a
+    plane apart waits for a line per k step per row tile and column panel, from the shared cache,
+    once the image is larger than the core's L2 (x86 rows without the interference terms)."""
     from xfc.cpu.cost_model import strided_a_bytes_per_k, strided_a_wait_s
     from xfc.cpu.ir import GemmSchedule  # noqa: F401  (the plan's schedule type)
     slow = replace(HW, shared_cache_read_gbps=25.0)
@@ -97,5 +97,9 @@ def test_a_pointwise_image_past_the_l2_share_read_in_place_waits_for_its_lines()
     assert wait == pytest.approx(rows * panels * 256 * line / 25e9)
     assert strided_a_wait_s(big, slow, slow.cluster(), replace(in_place, nr=64), line, 1) == pytest.approx(wait / 2)
     assert strided_a_wait_s(small, slow, slow.cluster(), in_place, line, 1) == 0.0
+    # a strided 1x1 conv reads its staged image the same way: a staged plane apart
+    strided = make_spec("conv2d", dict(c=256, h=56, w=56, k=512, r=1, s=1), stride=2, bias=True)
+    assert strided_a_bytes_per_k(strided, in_place, True, FLOAT_BYTES, 64) == pytest.approx(line)
+    assert strided_a_wait_s(strided, slow, slow.cluster(), in_place, line, 1) > 0
     # the planner no longer reads that image in place on an AVX-512 host
     assert not (plan.lowering == "implicit_gemm_t" and plan.gemm.a_pack == "im2col_direct")

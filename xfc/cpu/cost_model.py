@@ -311,13 +311,17 @@ def _batch(spec: OperatorSpec) -> int:
 def strided_a_bytes_per_k(spec: OperatorSpec, sched: GemmSchedule, transposed: bool, elem_bytes: int,
                           line_bytes: int) -> Optional[float]:
     """Bytes of A one k step of a micro-tile brings into L1 when A is read in place a channel plane
-    apart: a pointwise conv lowered transposed (im2col_direct) reads MR consecutive pixels of one
-    plane per k step and the next step's pixels H x W elements further on, so every step fetches
+    apart: a 1x1 conv lowered transposed (im2col_direct; a strided one from its staged image) reads
+    MR consecutive pixels of one plane per k step and the next step's pixels a plane further on,
+    so every step fetches
     a whole line (two when the MR pixels straddle a line boundary: on average 1 + (MR - 1) elements
     / line), not the MR elements a packed panel streams. None for every other A."""
-    if not (transposed and isinstance(spec, Conv2dSpec) and spec.pointwise and sched.a_pack == "im2col_direct"):
+    if not (transposed and isinstance(spec, Conv2dSpec) and spec.r == spec.s == 1
+            and sched.a_pack == "im2col_direct"):
         return None
-    plane_bytes = spec.out_h * spec.out_w * elem_bytes
+    # a strided 1x1 conv reads the staged (zero-padded, column-phased) image: a staged plane apart
+    plane_bytes = (spec.out_h * spec.out_w if spec.pointwise else
+                   (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left + spec.pad_right)) * elem_bytes
     if plane_bytes < line_bytes:   # planes smaller than a line: the steps stream consecutive bytes
         return float(max(plane_bytes, sched.mr * elem_bytes))
     return line_bytes * (1 + (sched.mr - 1) * elem_bytes / line_bytes)
@@ -327,14 +331,18 @@ def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuClus
                      a_bytes_per_k: float, threads: int, constants: CostConstants = DEFAULT_CONSTANTS) -> float:
     """The busiest thread's wait for a pointwise conv's A read in place a plane apart
     (strided_a_bytes_per_k) where the ISA row has no interference model to charge it, when the
-    image does not stay in the core's L2 share: every k step of every row tile, on each of the N / NR
-    column panels, fetches its lines from the shared cache, a page or more after the previous
-    step's, where no hardware prefetcher follows them, so the FMAs wait for them. On the Intel Xeon
-    VM of session 61 (one core reads 25-30 GB/s from its L3), 256 channels at 56x56, one thread:
-    64 output channels in place 1.32 ms, packed 0.88; 128 channels 2.49 against 1.44; with 24 (one
-    column panel) in place ran faster, 0.25 against 0.36 (pointwise_a_intel_gnr_t1.json)."""
-    image_bytes = spec.n * spec.c * spec.h * spec.w * FLOAT_BYTES
-    if image_bytes <= l2_per_core_bytes(cluster) * L2_FILL:
+    image (staged, for a strided 1x1) is larger than the core's L2: every k step of every row tile,
+    on each of the N / NR column panels, fetches its lines from the shared cache, a page or more
+    after the previous step's, where no hardware prefetcher follows them, so the FMAs wait for them.
+    On the Intel Xeon VM of session 61 (2 MiB L2; one core reads 25-30 GB/s from its L3), 256
+    channels at 56x56 (3.2 MB), one thread: 64 output channels in place 1.32 ms, packed 0.88; 128
+    channels 2.49 against 1.44; with 24 (one column panel) in place ran faster, 0.25 against 0.36
+    (pointwise_a_intel_gnr_t1.json); strided by 2 to 512 channels, in place 3.20 ms, packed 1.79. An
+    image that fits the L2 keeps most of its lines there: 512 channels at 28x28 (1.6 MB) strided by
+    2 to 1024 ran 1.32 ms in place, 1.55 packed."""
+    image_bytes = spec.n * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left
+                                                                                + spec.pad_right) * FLOAT_BYTES
+    if image_bytes <= l2_per_core_bytes(cluster):
         return 0.0
     m, n, k = gemm_view(spec, True)
     rows, panels = math.ceil(m / sched.mr), math.ceil(n / sched.nr)
