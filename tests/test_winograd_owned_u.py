@@ -50,6 +50,12 @@ def test_each_block_and_each_thread_reads_all_of_u_beyond_the_gemm_estimates_sha
         past_l2 = u_bytes - l2_per_core_bytes(CLUSTER) * L2_FILL
         assert extra == pytest.approx(max(0.0, blocks * past_l2 - u_bytes / threads))
         assert (extra > 0) == (blocks > 1 or threads > 1)
+    # vectors over tiles: U is the GEMM's A, which the estimate already reads once per NC block
+    u_tiles = FLOAT_BYTES * packed_floats(VGG_7, 4, "tiles", mr, nr)
+    past_tiles = u_tiles - l2_per_core_bytes(CLUSTER) * L2_FILL
+    # four blocks of 4 tiles, the estimate's two NC blocks: two more reads of the part past L2
+    assert u_owned_extra_bytes(VGG_7, 4, mr, nr, "tiles", CLUSTER, 1, tiles, 4, 2) == pytest.approx(
+        4 * past_tiles - 2 * u_tiles)
     # a U that stays in L2 between calls costs nothing here (the GEMM estimate's L2 reads price it)
     small = _owned_plan(SMALL, 4, 1, 9)
     assert _u_bytes(small) <= l2_per_core_bytes(CLUSTER) * L2_FILL
@@ -62,7 +68,8 @@ def test_the_more_blocks_the_more_reads_of_u_and_never_a_lower_price():
     mr = plans[0].gemm.mr
     prices = [stages_of_plan(plan, slow, slow.cluster()).gemm_s for plan in plans]
     assert prices[0] <= prices[1]
-    # one row tile per block: every block reads all of U again, at the measured rate at least
+    # one row tile per block: every block reads U again (the part past the L2 share; the stage's L3
+    # term adds the tiles' own traffic), at the measured rate
     per_tile = _owned_plan(VGG_7, 4, 1, mr, slow)
     blocks = math.ceil(math.prod(wmath.tile_counts(VGG_7, 4)) / mr)
     assert blocks >= 2
@@ -80,12 +87,11 @@ def test_a_measured_l3_read_slower_than_the_port_raises_the_owned_split_price():
     assert stages_of_plan(plan, slow, slow.cluster()).gemm_s >= _u_bytes(plan) / 10e9 > base
 
 
-def test_a_pointwise_image_past_the_l2_share_read_in_place_waits_for_its_lines():
+def test_a_1x1_image_larger_than_the_l2_read_in_place_waits_for_its_lines():
     """cost_model.strided_a_wait_s: a 1x1 conv lowered transposed that reads its image in place a
     plane apart waits for a line per k step per row tile and column panel, from the shared cache,
     once the image is larger than the core's L2 (x86 rows without the interference terms)."""
     from xfc.cpu.cost_model import strided_a_bytes_per_k, strided_a_wait_s
-    from xfc.cpu.ir import GemmSchedule  # noqa: F401  (the plan's schedule type)
     slow = replace(HW, shared_cache_read_gbps=25.0)
     big = make_spec("conv2d", dict(c=256, h=56, w=56, k=64, r=1, s=1), bias=True)      # 3.2 MB image
     small = make_spec("conv2d", dict(c=64, h=14, w=14, k=64, r=1, s=1), bias=True)     # 50 KB image
@@ -97,6 +103,9 @@ def test_a_pointwise_image_past_the_l2_share_read_in_place_waits_for_its_lines()
     assert wait == pytest.approx(rows * panels * 256 * line / 25e9)
     assert strided_a_wait_s(big, slow, slow.cluster(), replace(in_place, nr=64), line, 1) == pytest.approx(wait / 2)
     assert strided_a_wait_s(small, slow, slow.cluster(), in_place, line, 1) == 0.0
+    # the image of one call, not of the batch: the kernel takes the images one at a time
+    batch = make_spec("conv2d", dict(n=8, c=64, h=14, w=14, k=64, r=1, s=1), bias=True)
+    assert strided_a_wait_s(batch, slow, slow.cluster(), in_place, line, 1) == 0.0
     # a strided 1x1 conv reads its staged image the same way: a staged plane apart
     strided = make_spec("conv2d", dict(c=256, h=56, w=56, k=512, r=1, s=1), stride=2, bias=True)
     assert strided_a_bytes_per_k(strided, in_place, True, FLOAT_BYTES, 64) == pytest.approx(line)

@@ -340,8 +340,9 @@ def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuClus
     (pointwise_a_intel_gnr_t1.json); strided by 2 to 512 channels, in place 3.20 ms, packed 1.79. An
     image that fits the L2 keeps most of its lines there: 512 channels at 28x28 (1.6 MB) strided by
     2 to 1024 ran 1.32 ms in place, 1.55 packed."""
-    image_bytes = spec.n * spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left
-                                                                                + spec.pad_right) * FLOAT_BYTES
+    # one image: the kernel stages and multiplies the images of a batch one at a time
+    image_bytes = spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left
+                                                                        + spec.pad_right) * FLOAT_BYTES
     if image_bytes <= l2_per_core_bytes(cluster):
         return 0.0
     m, n, k = gemm_view(spec, True)

@@ -253,7 +253,7 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                 # (cost_model.strided_a_bytes_per_k), on every one of the N / NR column panels;
                 # packed, it costs one transpose of the image. The model prices both where it
                 # charges the L2 stream (the ISA row's interference_model), and on the other
-                # broadcast rows (AVX-512) where the image passes the L2 share
+                # broadcast rows (AVX-512) where the image is larger than the core's L2
                 # (cost_model.strided_a_wait_s). Packed goes first, so it wins a tie: every layer
                 # of benchmarks/results/pointwise_a.json that the model prices within about 2% both
                 # ways ran 1.09-1.64x faster packed.

@@ -246,9 +246,11 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
 
 
 def u_owned_extra_bytes(spec: Conv2dSpec, m: int, mr: int, nr: int, vectors: str, cluster, threads: int,
-                        share: int, block: int) -> float:
+                        share: int, block: int, charged_reads: int = 1) -> float:
     """Split over tiles: the bytes of U the busiest thread reads from the shared cache per image
-    beyond the 1/threads share the GEMM estimate charges it (U read once, all ports together).
+    beyond the 1/threads share of what the GEMM estimate charges (charged_reads reads of U, all
+    ports together: once where U is the GEMM's B, vectors over channels; once per NC block where
+    it is A, vectors over tiles).
     Every thread multiplies its tiles by all of U, once per block of tiles, and each time the part
     of U past the core's L2 share comes from the shared cache: the block's a^2 GEMMs walk all of U,
     so that part is gone from L2 before the next block and before the next call (as weights_memory
@@ -260,7 +262,7 @@ def u_owned_extra_bytes(spec: Conv2dSpec, m: int, mr: int, nr: int, vectors: str
     past_l2 = u_bytes - l2_per_core_bytes(cluster) * L2_FILL
     if past_l2 <= 0:
         return 0.0
-    return max(0.0, math.ceil(share / max(block, 1)) * past_l2 - u_bytes / max(threads, 1))
+    return max(0.0, math.ceil(share / max(block, 1)) * past_l2 - u_bytes * charged_reads / max(threads, 1))
 
 
 def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int, nr: int,
@@ -337,7 +339,8 @@ def stage_costs(spec: Conv2dSpec, m: int, hw, cluster, threads: int, lanes: int,
     gemm_s = a * a * per_gemm_s
     if owned:
         gemm_s = max(gemm_s, a * a * dict(on_chip).get("L3", 0.0)
-                     + spec.n * u_owned_extra_bytes(spec, m, mr, nr, vectors, cluster, threads, share, block)
+                     + spec.n * u_owned_extra_bytes(spec, m, mr, nr, vectors, cluster, threads, share, block,
+                                                    1 if by_channels else math.ceil(tiles / (nc or tiles)))
                      / constants.shared_cache_bytes_per_s(clock_hz, 1, hw.shared_cache_read_gbps))
     if weights_from_memory and u_l2_reads:
         # A U streamed from memory and the row tiles' reads of it from L2 share the core's L1

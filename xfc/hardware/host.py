@@ -242,7 +242,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
         if measured.dram_read_gbps is not None and measured.dram_read_gbps > 0:
             dram_gbps = quantized_dram_gbps(measured.dram_read_gbps)
             measured_fields.append("memory.peak_bandwidth_gbps")
-        if measured.shared_cache_read_gbps:
+        if measured.shared_cache_read_gbps and "L3" in caches:
             shared_cache_gbps = quantized_dram_gbps(measured.shared_cache_read_gbps)
             measured_fields.append("shared_cache_read_gbps")
         uncertain = [u for u in uncertain if u not in measured_fields]
@@ -288,7 +288,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
                  *((MAX_CLOCK_SOURCE,) if max_clock_ghz else ()),
                  *(("host FMA probe (xfc.tiledb.probe)",) if measured_fields else ())),
         uncertain=tuple(f"host:{u}" for u in uncertain), source_path="",
-        notes=notes, shared_cache_read_gbps=shared_cache_gbps if l3 else None)
+        notes=notes, shared_cache_read_gbps=shared_cache_gbps)
 
 
 def _cap(cap) -> Optional[str]:

@@ -175,14 +175,14 @@ __attribute__((noinline)) static void dram_read(int threads)
 
 /* One core's read rate from the shared cache: one thread sums a buffer of several times its L2
  * (far less than the L3) {SHARED_CACHE_PASSES} times, with 256-bit loads (64 bytes per cycle at two loads: far
- * above any L3). The first run brings it in; the best run reads it from the L3. */
+ * above any L3). An untimed pass first brings it back from wherever the DRAM runs pushed it. */
 #define SHARED_CACHE_BYTES {max(shared_cache_bytes, 64)}L
 static float *l3_buf;
-__attribute__((target("avx"), noinline)) static void l3_read(void)
+__attribute__((target("avx"), noinline)) static void l3_read(int passes)
 {{
     const long n = SHARED_CACHE_BYTES / sizeof(float);
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int pass = 0; pass < {SHARED_CACHE_PASSES}; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (long i = 0; i + 32 <= n; i += 32) {{
             s0 = _mm256_add_ps(s0, _mm256_load_ps(l3_buf + i));
             s1 = _mm256_add_ps(s1, _mm256_load_ps(l3_buf + i + 8));
@@ -205,6 +205,7 @@ int main(int argc, char **argv)
                 if (!(l3_buf = aligned_alloc(64, SHARED_CACHE_BYTES))) return 3;
                 for (long i = 0; i < SHARED_CACHE_BYTES / (long)sizeof(float); i++) l3_buf[i] = 1.0f;
             }}
+            if (!strcmp(name, "l3")) l3_read(1);   /* untimed: the buffer into the L3 */
             double t0 = now();
             if (!strcmp(name, "add")) {{ iters = {ITERS["add"]}; addchain(iters); ops = iters * {ADDS_PER_ITER}; }}
             else if (!strcmp(name, "lat")) {{ iters = {ITERS["lat"]}; fmalat(iters); ops = iters; }}
@@ -213,7 +214,7 @@ int main(int argc, char **argv)
             else if (!strcmp(name, "fma512")) {{ iters = {ITERS["fma512"]}; fma512(iters); ops = iters * {CHAINS[512]}; }}
             else if (!strcmp(name, "dram1")) {{ dram_read(1); ops = DRAM_BYTES; }}
             else if (!strcmp(name, "dram")) {{ dram_read(omp_get_num_procs()); ops = DRAM_BYTES; }}
-            else if (!strcmp(name, "l3")) {{ l3_read(); ops = SHARED_CACHE_BYTES * {SHARED_CACHE_PASSES}L; }}
+            else if (!strcmp(name, "l3")) {{ l3_read({SHARED_CACHE_PASSES}); ops = SHARED_CACHE_BYTES * {SHARED_CACHE_PASSES}L; }}
             else return 2;
             printf("%s %ld %.9e\\n", name, ops, now() - t0);
         }}
@@ -384,8 +385,8 @@ def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, 
 
 METHOD = ("independent FMA chains per width ({chains}); clock from a dependent integer-add chain "
           "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms; "
-          "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}; "
-          "L3: one thread summing a {shared_mib} MiB buffer " + str(SHARED_CACHE_PASSES) + " times, best of {repeats}")
+          "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}{l3}")
+L3_METHOD = "; L3: one thread summing a {shared_mib} MiB buffer " + str(SHARED_CACHE_PASSES) + " times after an untimed pass, best of {repeats}"
 
 
 def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> list[CalibrationRow]:
@@ -465,6 +466,7 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
             if cached is not None and not (cached.measured_busy and not _busy(hostcc.load_average())):
                 return cached
         l2 = read_caches().get("L2")
+        shared_bytes = shared_cache_buffer_bytes(int(l2["size_kib"] * 1024) if l2 else None, l3_bytes)
         clock, fma, latency, repeats, spread, conditions, compiler, dram, shared = measure_host(
             cpu["flags"], l3_bytes=l3_bytes, l2_bytes=int(l2["size_kib"] * 1024) if l2 else None)
         if cached is not None and cached.dram_read_gbps:   # re-measured because the cached one was busy
@@ -477,8 +479,8 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
                           fma_latency_cycles=round(latency, 3),
                           method=METHOD.format(chains=chains, repeats=repeats,
                                                dram_mib=dram_buffer_bytes(l3_bytes) >> 20,
-                                               shared_mib=shared_cache_buffer_bytes(
-                                                   int(l2["size_kib"] * 1024) if l2 else None, l3_bytes) >> 20),
+                                               l3=L3_METHOD.format(shared_mib=shared_bytes >> 20, repeats=repeats)
+                                               if shared_bytes else ""),
                           repeats=repeats, spread=round(spread, 4), measured_at=utc_now(),
                           dram_read_gbps=round(dram, 2), measured_busy=_busy(conditions.get("loadavg_before")),
                           shared_cache_read_gbps=round(shared, 2) if shared else None)
