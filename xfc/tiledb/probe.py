@@ -59,7 +59,7 @@ DRAM_L3_MULTIPLE = 8
 MIN_DRAM_GBPS, MAX_DRAM_GBPS = 0.5, 2000.0
 # The shared-cache read buffer: several times one core's L2, so the L2 holds little of it, and within
 # half of the L3 (cost_model.L3_FILL), so none of it leaves for DRAM. Read SHARED_CACHE_PASSES times
-# per run (a few ms); the first run brings it in from DRAM, the best run is the cache's rate.
+# per timed run (a few ms), after an untimed pass that brings it back from where the DRAM runs pushed it.
 SHARED_CACHE_L2_MULTIPLE = 4
 SHARED_CACHE_PASSES = 8
 ATTEMPTS = 3                      # probe runs before an implausible result is given up on
