@@ -27,7 +27,7 @@ class FakeProbe:
         dram, load = self.next
         fma = {bits: 2.0 for bits in probe.widths_for(flags)}
         conditions = {"loadavg_before": load, "loadavg_after": load}
-        return 3.0, fma, 4.0, 5, 0.01, conditions, "gcc (fake)", dram, dram * 2
+        return 3.0, fma, 4.0, 5, 0.01, conditions, "gcc (fake)", dram, dram * 2, 1.5
 
 
 def test_a_busy_probe_is_measured_again_when_quiet_and_keeps_the_higher_read(tmp_path, monkeypatch):

@@ -173,21 +173,30 @@ def test_probe_is_plausible_cached_and_remeasured(tmp_path, monkeypatch):
         assert probe_module.MIN_DRAM_GBPS <= first.shared_cache_read_gbps <= 64 * first.clock_ghz
     else:
         assert first.shared_cache_read_gbps is None
+    # every CPU against one reading a buffer past the L3: where there is an L3 and more than one CPU
+    import os
+    l3_bytes = int(caches["L3"]["size_kib"] * 1024) if "L3" in caches else None
+    if probe_module.overflow_buffer_bytes(l3_bytes, os.cpu_count() or 1):
+        assert 1.0 <= first.l3_overflow_read_speedup <= (os.cpu_count() or 1)
+    else:
+        assert first.l3_overflow_read_speedup is None
     second = host_probe(environ)
     assert second.cached and (second.clock_ghz, second.fma_per_cycle, second.dram_read_gbps,
-                              second.shared_cache_read_gbps) == \
-        (first.clock_ghz, first.fma_per_cycle, first.dram_read_gbps, first.shared_cache_read_gbps)
+                              second.shared_cache_read_gbps, second.l3_overflow_read_speedup) == \
+        (first.clock_ghz, first.fma_per_cycle, first.dram_read_gbps, first.shared_cache_read_gbps,
+         first.l3_overflow_read_speedup)
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
         rows = db.rows("calibration")
-        # clock, FMA latency, DRAM and L3 read bandwidths (0: not measured), one FMA rate per vector width
-        assert len(rows) == 4 + len(first.fma_per_cycle)
+        # clock, FMA latency, DRAM and L3 read bandwidths, the past-L3 speedup (0: not measured), one
+        # FMA rate per vector width
+        assert len(rows) == 5 + len(first.fma_per_cycle)
         assert any(r.name == "dram_read_gbps" and r.unit == "GB/s" for r in rows)
         assert {r.subject for r in rows} == {f"cpu:{first.cpu_key}"} and {r.source for r in rows} == {"host"}
         assert {r.origin for r in rows} == {db.db_id}
     third = host_probe(environ, remeasure=True)
     assert not third.cached
     with TileDb.open(tmp_path / "tile-db.sqlite", readonly=True) as db:
-        assert len(db.rows("calibration")) == 4 + len(first.fma_per_cycle)   # replaced, not added
+        assert len(db.rows("calibration")) == 5 + len(first.fma_per_cycle)   # replaced, not added
     core = detect_host(measured=third.measurement()).cluster().core
     assert core.fma_per_cycle * 2 == int(core.fma_per_cycle * 2)
 

@@ -80,6 +80,7 @@ def hardware_summary(hw) -> dict:
                       "l2_bytes": c.l2.size_bytes, "core": asdict(c.core)} for c in hw.clusters],
         "gpu": asdict(hw.gpu) if hw.gpu else None,
         "l3_bytes": hw.l3_bytes, "slc_bytes": hw.slc_bytes, "shared_cache_read_gbps": hw.shared_cache_read_gbps,
+        "l3_overflow_read_speedup": hw.l3_overflow_read_speedup,
         "memory": asdict(hw.memory) if hw.memory else None,
         "derived": derived_figures(hw), "uncertain": list(hw.uncertain), "sources": list(hw.sources),
         "notes": hw.notes,
@@ -141,7 +142,9 @@ def cmd_hw_show(args) -> int:
                   "clock_ghz": f"{cluster.clock_ghz:g} GHz",
                   "memory.peak_bandwidth_gbps": f"{hw.memory.peak_bandwidth_gbps:g} GB/s DRAM",
                   "shared_cache_read_gbps": (f"{hw.shared_cache_read_gbps:g} GB/s L3 read per core"
-                                             if hw.shared_cache_read_gbps else "L3 read per core")}
+                                             if hw.shared_cache_read_gbps else "L3 read per core"),
+                  "l3_overflow_read_speedup": (f"{hw.l3_overflow_read_speedup:g}x past-L3 read, all CPUs"
+                                               if hw.l3_overflow_read_speedup else "past-L3 read, all CPUs")}
         print("\nHost figures:")
         for field, how in figures.items():
             print(f"  {values[field]:<36} {how}")

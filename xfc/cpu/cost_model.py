@@ -279,17 +279,33 @@ def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DE
     return (hw.memory.peak_bandwidth_gbps if hw.memory else DRAM_FALLBACK_GBPS) * 1e9 * constants.dram_efficiency
 
 
+def overflow_stream_speedup(hw: HardwareDescription, cluster: CpuCluster, threads: int) -> float:
+    """How many times faster `threads` threads together stream a buffer a little past the L3 than
+    one does: the description's measured l3_overflow_read_speedup (every CPU of the cluster against
+    one thread), in proportion for fewer threads; 1 where nothing measured it (one chip-wide rate,
+    as on the session-28 VM, where one and two threads streamed U in the same time)."""
+    measured = hw.l3_overflow_read_speedup
+    cores = max(cluster.count, 1)
+    if not measured or cores < 2 or threads <= 1:
+        return 1.0
+    return 1.0 + (measured - 1.0) * (min(threads, cores) - 1) / (cores - 1)
+
+
 def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster,
-                                     constants: CostConstants = DEFAULT_CONSTANTS) -> float:
-    """How fast a Winograd GEMM stage streams its transformed filter from DRAM, all threads
-    together: the fitted rate (winograd_stream_bytes_per_cycle) when there is one, else the chip's
-    rate at the static dram_efficiency. Not the fitted dram_efficiency: calibration fits that on
-    the direct and depthwise plans, whose DRAM traffic barely moves them, so it landed anywhere on a
-    flat ridge (0.6 in one host run, 1.0 in the next) and moved the prediction of a streamed filter
-    by 1.7x."""
+                                     constants: CostConstants = DEFAULT_CONSTANTS, threads: int = 1) -> float:
+    """How fast a Winograd GEMM stage streams the part of its transformed filter past the shared
+    cache, all threads together: the fitted rate (winograd_stream_bytes_per_cycle) when there is
+    one, else the chip's rate at the static dram_efficiency; times what more threads gain on such a
+    stream where the host probe measured it (overflow_stream_speedup: on the Zen 4 VM of session 62
+    r18_l4's F(4,3), U 37.7 MB past a 32 MB L3, ran 0.93 ms on one thread and 0.61 on two, split
+    over output channels, where one chip-wide rate predicted 0.99 ms on two; regret_winograd_zen4_2t_s62.json).
+    Not the fitted dram_efficiency: calibration fits that on the direct and depthwise plans, whose
+    DRAM traffic barely moves them, so it landed anywhere on a flat ridge (0.6 in one host run, 1.0
+    in the next) and moved the prediction of a streamed filter by 1.7x."""
+    speedup = overflow_stream_speedup(hw, cluster, threads)
     if constants.winograd_stream_bytes_per_cycle > 0:
-        return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9
-    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
+        return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9 * speedup
+    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS) * speedup
 
 
 def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS,

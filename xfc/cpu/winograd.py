@@ -242,7 +242,7 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the tiles' own traffic is the
     # tile-traffic term (and with no shared cache, all of U streams).
     dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared) * copies
-    return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants)
+    return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants, threads)
 
 
 def u_owned_extra_bytes(spec: Conv2dSpec, m: int, mr: int, nr: int, vectors: str, cluster, threads: int,

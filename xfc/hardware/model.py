@@ -161,6 +161,10 @@ class HardwareDescription:
     # What one core reads from the shared cache (L3), GB/s: the host probe's measurement; None where
     # nothing measured it (the cost model then assumes cost_model.SHARED_CACHE_BYTES_PER_CYCLE)
     shared_cache_read_gbps: Optional[float] = None
+    # How many times faster every CPU together reads a buffer a little larger than the L3, over and
+    # over, than one thread does: the host probe's measurement; None where nothing measured it (the
+    # cost model then streams such a buffer at one chip-wide rate, whatever the threads)
+    l3_overflow_read_speedup: Optional[float] = None
 
     def cluster(self, role: Optional[str] = None) -> CpuCluster:
         """The cluster to synthesize for: the named role, or the default 'big' one.

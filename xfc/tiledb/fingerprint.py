@@ -12,6 +12,7 @@ A fingerprint names one CPU cluster of one resolved description. It hashes exact
   shared caches: l3_bytes, slc_bytes
   dram_gbps                             peak memory bandwidth (operator-level rows depend on it)
   shared_cache_read_gbps                one core's measured L3 read rate, only where measured
+  l3_overflow_read_speedup              every CPU over one thread reading past the L3, only where measured
 
 Left out on purpose: names and marketing text of the SoC, sources, notes, the 'uncertain' list,
 core counts and CPU ids (threads are part of operator keys instead), qemu_cpu (an emulator
@@ -58,6 +59,7 @@ def cluster_facts(hw: HardwareDescription, cluster: CpuCluster) -> dict:
         "dram_gbps": float(hw.memory.peak_bandwidth_gbps) if hw.memory else None,
         # only where measured, so every description without the figure keeps its fingerprint
         **({"shared_cache_read_gbps": float(hw.shared_cache_read_gbps)} if hw.shared_cache_read_gbps else {}),
+        **({"l3_overflow_read_speedup": float(hw.l3_overflow_read_speedup)} if hw.l3_overflow_read_speedup else {}),
     }
 
 

@@ -16,6 +16,10 @@ How (x86-64, one small C program built with the host gcc, well under a second):
   L3          one thread summing a buffer of SHARED_CACHE_L2_MULTIPLE x its L2, inside half the
               L3, over and over: what one core reads from the shared cache (the description's
               shared_cache_read_gbps). Not measured without an L3 that holds it.
+  past the L3 one thread, then every CPU, summing a buffer of OVERFLOW_L3_MULTIPLE x the L3 over
+              and over (each CPU its static share): how many times faster all of them read a
+              stream a little larger than the L3 than one does (the description's
+              l3_overflow_read_speedup). Not measured without an L3, or with one CPU.
 Each figure is the best of a few runs (the most the machine sustains; contention only slows).
 
 The result is cached in the per-user tile database (table `calibration`, subject
@@ -51,7 +55,8 @@ CHAINS = {128: 12, 256: 12, 512: 16}
 ITERS = {"add": 120_000, "fma128": 1_000_000, "fma256": 1_000_000, "fma512": 750_000, "lat": 1_500_000}
 ADDS_PER_ITER = 100
 WIDTH_FLAGS = {128: ("fma",), 256: ("avx", "fma"), 512: ("avx512f",)}
-FACT_NAMES = ("clock_ghz", "fma_latency_cycles", "dram_read_gbps", "shared_cache_read_gbps")
+FACT_NAMES = ("clock_ghz", "fma_latency_cycles", "dram_read_gbps", "shared_cache_read_gbps",
+              "l3_overflow_read_speedup")
 # The DRAM read buffer: far beyond the last-level cache, so the hardware prefetchers cannot keep
 # it on chip (8x the L3 when that is larger; 256 MiB costs ~0.1 s to fault in once).
 DRAM_MIN_BYTES = 256 << 20
@@ -62,6 +67,12 @@ MIN_DRAM_GBPS, MAX_DRAM_GBPS = 0.5, 2000.0
 # per timed run (a few ms), after an untimed pass that brings it back from where the DRAM runs pushed it.
 SHARED_CACHE_L2_MULTIPLE = 4
 SHARED_CACHE_PASSES = 8
+# The buffer a little larger than the L3, as a Winograd filter transform just past it (ResNet's
+# 512-channel F(4,3): 1.15x a 32 MiB L3), read OVERFLOW_PASSES times per timed run after an untimed
+# pass. On the 2-vCPU Zen 4 VM of session 62 two CPUs read it 1.6-1.9x as fast as one, three runs
+# (benchmarks/stream_past_cache.py), where the DRAM reads' ratio moved between 1.1x and 2.0x.
+OVERFLOW_L3_MULTIPLE = 1.2
+OVERFLOW_PASSES = 3
 ATTEMPTS = 3                      # probe runs before an implausible result is given up on
 MIN_CLOCK_GHZ, MAX_CLOCK_GHZ = 0.4, 7.0
 MIN_FMA_LATENCY, MAX_FMA_LATENCY = 2.5, 10.0
@@ -107,7 +118,15 @@ def shared_cache_buffer_bytes(l2_bytes: Optional[int], l3_bytes: Optional[int]) 
     return size if size <= l3_bytes // 2 else 0
 
 
-def probe_source(dram_bytes: int = DRAM_MIN_BYTES, shared_cache_bytes: int = 0) -> str:
+def overflow_buffer_bytes(l3_bytes: Optional[int], cpus: int) -> int:
+    """The buffer past the L3 (OVERFLOW_L3_MULTIPLE x the L3, in 64-byte lines), or 0 when there is
+    no L3 or one CPU (nothing to compare)."""
+    if not l3_bytes or cpus < 2:
+        return 0
+    return int(OVERFLOW_L3_MULTIPLE * l3_bytes) // 64 * 64
+
+
+def probe_source(dram_bytes: int = DRAM_MIN_BYTES, shared_cache_bytes: int = 0, overflow_bytes: int = 0) -> str:
     """The probe program: argv = repeats, then test names; prints 'name ops seconds' lines."""
     funcs = "".join(_fma_function(bits) for bits in (128, 256, 512))
     return f"""#include <immintrin.h>
@@ -154,22 +173,26 @@ static int dram_init(void)
     for (long i = 0; i < n; i++) dram_buf[i] = 1.0f;
     return 0;
 }}
+/* Inside a parallel region: this thread's static share of buf[0, n), summed `passes` times. */
+static float sum_share(const float *buf, long n, int passes)
+{{
+    const long id = omp_get_thread_num(), nth = omp_get_num_threads();
+    const long lo = n * id / nth / 16 * 16, hi = n * (id + 1) / nth / 16 * 16;
+    __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int pass = 0; pass < passes; pass++)
+        for (long i = lo; i < hi; i += 16) {{
+            s0 = _mm_add_ps(s0, _mm_load_ps(buf + i));
+            s1 = _mm_add_ps(s1, _mm_load_ps(buf + i + 4));
+            s2 = _mm_add_ps(s2, _mm_load_ps(buf + i + 8));
+            s3 = _mm_add_ps(s3, _mm_load_ps(buf + i + 12));
+        }}
+    return _mm_cvtss_f32(_mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+}}
 __attribute__((noinline)) static void dram_read(int threads)
 {{
-    const long n = DRAM_BYTES / sizeof(float);
     float total = 0.0f;
 #pragma omp parallel num_threads(threads) reduction(+:total)
-    {{
-        __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-#pragma omp for schedule(static)
-        for (long i = 0; i < n; i += 16) {{
-            s0 = _mm_add_ps(s0, _mm_load_ps(dram_buf + i));
-            s1 = _mm_add_ps(s1, _mm_load_ps(dram_buf + i + 4));
-            s2 = _mm_add_ps(s2, _mm_load_ps(dram_buf + i + 8));
-            s3 = _mm_add_ps(s3, _mm_load_ps(dram_buf + i + 12));
-        }}
-        total += _mm_cvtss_f32(_mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
-    }}
+    total += sum_share(dram_buf, DRAM_BYTES / sizeof(float), 1);
     sink = total;
 }}
 
@@ -192,6 +215,28 @@ __attribute__((target("avx"), noinline)) static void l3_read(int passes)
     sink = _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))));
 }}
 
+/* A buffer a little larger than the L3, summed {OVERFLOW_PASSES} times by one thread or by every CPU (each
+ * its static share, first touched by the same split over every CPU), as the GEMMs of a split over
+ * output channels read their parts of a filter transform just past the L3. */
+#define OVERFLOW_BYTES {max(overflow_bytes, 64)}L
+static float *ovf_buf;
+static int ovf_init(void)
+{{
+    if (ovf_buf) return 0;
+    if (!(ovf_buf = aligned_alloc(64, OVERFLOW_BYTES))) return 1;
+    const long n = OVERFLOW_BYTES / sizeof(float);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) ovf_buf[i] = 1.0f;
+    return 0;
+}}
+__attribute__((noinline)) static void ovf_read(int threads, int passes)
+{{
+    float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+:total)
+    total += sum_share(ovf_buf, OVERFLOW_BYTES / sizeof(float), passes);
+    sink = total;
+}}
+
 int main(int argc, char **argv)
 {{
     if (argc < 3) return 2;
@@ -205,7 +250,10 @@ int main(int argc, char **argv)
                 if (!(l3_buf = aligned_alloc(64, SHARED_CACHE_BYTES))) return 3;
                 for (long i = 0; i < SHARED_CACHE_BYTES / (long)sizeof(float); i++) l3_buf[i] = 1.0f;
             }}
+            if (!strncmp(name, "ovf", 3) && ovf_init()) return 3;
             if (!strcmp(name, "l3")) l3_read(1);   /* untimed: the buffer into the L3 */
+            if (!strcmp(name, "ovf1")) ovf_read(1, 1);   /* untimed: as much of it on chip as stays */
+            if (!strcmp(name, "ovf")) ovf_read(omp_get_num_procs(), 1);
             double t0 = now();
             if (!strcmp(name, "add")) {{ iters = {ITERS["add"]}; addchain(iters); ops = iters * {ADDS_PER_ITER}; }}
             else if (!strcmp(name, "lat")) {{ iters = {ITERS["lat"]}; fmalat(iters); ops = iters; }}
@@ -215,6 +263,8 @@ int main(int argc, char **argv)
             else if (!strcmp(name, "dram1")) {{ dram_read(1); ops = DRAM_BYTES; }}
             else if (!strcmp(name, "dram")) {{ dram_read(omp_get_num_procs()); ops = DRAM_BYTES; }}
             else if (!strcmp(name, "l3")) {{ l3_read({SHARED_CACHE_PASSES}); ops = SHARED_CACHE_BYTES * {SHARED_CACHE_PASSES}L; }}
+            else if (!strcmp(name, "ovf1")) {{ ovf_read(1, {OVERFLOW_PASSES}); ops = OVERFLOW_BYTES * {OVERFLOW_PASSES}L; }}
+            else if (!strcmp(name, "ovf")) {{ ovf_read(omp_get_num_procs(), {OVERFLOW_PASSES}); ops = OVERFLOW_BYTES * {OVERFLOW_PASSES}L; }}
             else return 2;
             printf("%s %ld %.9e\\n", name, ops, now() - t0);
         }}
@@ -271,6 +321,7 @@ class HostProbe:
     dram_read_gbps: Optional[float] = None           # sustained all-CPU read; None: not measured
     measured_busy: bool = False                      # measured beside other work (BUSY_LOAD_PER_CPU)
     shared_cache_read_gbps: Optional[float] = None   # one core reading the L3; None: not measured
+    l3_overflow_read_speedup: Optional[float] = None  # every CPU over one thread, past the L3; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -280,7 +331,8 @@ class HostProbe:
         return HostMeasurement(clock_ghz=self.clock_ghz, fma_per_cycle=self.fma_per_cycle,
                                fma_latency_cycles=self.fma_latency_cycles, measured_at=self.measured_at,
                                cached=self.cached, dram_read_gbps=self.dram_read_gbps,
-                               shared_cache_read_gbps=self.shared_cache_read_gbps)
+                               shared_cache_read_gbps=self.shared_cache_read_gbps,
+                               l3_overflow_read_speedup=self.l3_overflow_read_speedup)
 
 
 def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float], float, int, float]:
@@ -327,6 +379,19 @@ def shared_cache_read_gbps(lines: str) -> Optional[float]:
     return max(rates, default=None)
 
 
+def l3_overflow_read_speedup(lines: str, cpus: int) -> Optional[float]:
+    """The best 'ovf' (every CPU) run's rate over the best 'ovf1' (one thread) run's, within
+    [1, cpus] (None when the output lacks either). Below 1 only where another process held a CPU
+    during the all-CPU run: the model then keeps one chip-wide rate, as without the figure."""
+    best: dict[str, float] = {}
+    for parts in map(str.split, lines.splitlines()):
+        if len(parts) == 3 and parts[0] in ("ovf", "ovf1") and float(parts[2]) > 0:
+            best[parts[0]] = max(best.get(parts[0], 0.0), int(parts[1]) / float(parts[2]))
+    if "ovf" not in best or "ovf1" not in best:
+        return None
+    return min(max(best["ovf"] / best["ovf1"], 1.0), float(max(cpus, 1)))
+
+
 def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
                 dram_gbps: Optional[float] = None) -> str:
     """Why a probe result cannot be right ('' when it can). Another process taking the core during
@@ -346,10 +411,11 @@ def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
 
 
 def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, l2_bytes: Optional[int] = None
-                 ) -> tuple[float, dict[int, float], float, int, float, dict, str, float, Optional[float]]:
+                 ) -> tuple[float, dict[int, float], float, int, float, dict, str, float, Optional[float],
+                            Optional[float]]:
     """Build and run the probe: (clock GHz, FMAs/cycle by width, latency, repeats, spread,
-    conditions, compiler, DRAM read GB/s, one core's shared-cache read GB/s or None). ToolchainError
-    when it cannot run here."""
+    conditions, compiler, DRAM read GB/s, one core's shared-cache read GB/s or None, every CPU's
+    read of a buffer past the L3 over one thread's or None). ToolchainError when it cannot run here."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ToolchainError(f"host probe: x86-64 only (this machine is {platform.machine()})")
     widths = widths_for(flags)
@@ -358,18 +424,21 @@ def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, 
     with tempfile.TemporaryDirectory(prefix="xfc-probe-") as tmp:
         src = Path(tmp) / "probe.c"
         shared_bytes = shared_cache_buffer_bytes(l2_bytes, l3_bytes)
-        src.write_text(probe_source(dram_buffer_bytes(l3_bytes), shared_bytes))
+        cpus = os.cpu_count() or 1
+        overflow_bytes = overflow_buffer_bytes(l3_bytes, cpus)
+        src.write_text(probe_source(dram_buffer_bytes(l3_bytes), shared_bytes, overflow_bytes))
         exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2", "-fopenmp"], "host probe compile")
         problem = ""
         for _attempt in range(ATTEMPTS):
             before = hostcc.snapshot()
             out = run([str(exe), str(repeats), "add", "lat", *(f"fma{b}" for b in widths), "dram1", "dram",
-                       *(("l3",) if shared_bytes else ())],
+                       *(("l3",) if shared_bytes else ()), *(("ovf1", "ovf") if overflow_bytes else ())],
                       "host probe",
                       hostcc.RUN_TIMEOUT_S).stdout
             after = hostcc.snapshot()
             clock, fma, latency, reps, spread = analyse(out, widths)
             dram, shared = dram_read_gbps(out), shared_cache_read_gbps(out)
+            overflow = l3_overflow_read_speedup(out, cpus)
             if dram is None:
                 raise ToolchainError("host probe: no DRAM read result in its output")
             problem = implausible(clock, fma, latency, dram) or (
@@ -380,13 +449,16 @@ def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, 
         else:
             raise ToolchainError(f"host probe: implausible figures in {ATTEMPTS} attempts ({problem}); "
                                  "the machine is probably busy, nothing cached")
-    return clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version(), dram, shared
+    return (clock, fma, latency, reps, spread, hostcc.conditions(before, after), hostcc.compiler_version(), dram, shared,
+            overflow)
 
 
 METHOD = ("independent FMA chains per width ({chains}); clock from a dependent integer-add chain "
           "(1 cycle per add); FMA latency from one dependent chain; best of {repeats} runs of ~3 ms; "
           "DRAM: one thread, then every CPU, summing a {dram_mib} MiB buffer, best of {repeats}{l3}")
 L3_METHOD = "; L3: one thread summing a {shared_mib} MiB buffer " + str(SHARED_CACHE_PASSES) + " times after an untimed pass, best of {repeats}"
+OVERFLOW_METHOD = ("; past the L3: one thread, then every CPU, summing a {overflow_mib} MiB buffer "
+                   + str(OVERFLOW_PASSES) + " times after an untimed pass, best of {repeats}")
 
 
 def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> list[CalibrationRow]:
@@ -401,6 +473,9 @@ def _rows(probe: HostProbe, origin: str, conditions: dict, compiler: str) -> lis
     # 0: not measured (no L3 holds the buffer), so a cached probe is complete without one
     rows.append(CalibrationRow(name="shared_cache_read_gbps", value=probe.shared_cache_read_gbps or 0.0,
                                unit="GB/s", **common))
+    # 0: not measured (no L3, or one CPU)
+    rows.append(CalibrationRow(name="l3_overflow_read_speedup", value=probe.l3_overflow_read_speedup or 0.0,
+                               unit="x (every CPU over one thread)", **common))
     rows += [CalibrationRow(name=f"fma_per_cycle@{bits}", value=rate, unit="FMA instructions per cycle", **common)
              for bits, rate in probe.fma_per_cycle]
     return rows
@@ -421,7 +496,8 @@ def _from_rows(rows: list[CalibrationRow], key: str, model: str, widths: tuple[i
                      repeats=any_row.repeats, spread=any_row.spread or 0.0, measured_at=any_row.created_at,
                      cached=True, dram_read_gbps=latest["dram_read_gbps"].value,
                      measured_busy=_busy(_recorded_load(latest["dram_read_gbps"].conditions)),
-                     shared_cache_read_gbps=latest["shared_cache_read_gbps"].value or None)
+                     shared_cache_read_gbps=latest["shared_cache_read_gbps"].value or None,
+                     l3_overflow_read_speedup=latest["l3_overflow_read_speedup"].value or None)
 
 
 def _recorded_load(conditions: str) -> Optional[float]:
@@ -467,23 +543,29 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
                 return cached
         l2 = read_caches().get("L2")
         shared_bytes = shared_cache_buffer_bytes(int(l2["size_kib"] * 1024) if l2 else None, l3_bytes)
-        clock, fma, latency, repeats, spread, conditions, compiler, dram, shared = measure_host(
+        clock, fma, latency, repeats, spread, conditions, compiler, dram, shared, overflow = measure_host(
             cpu["flags"], l3_bytes=l3_bytes, l2_bytes=int(l2["size_kib"] * 1024) if l2 else None)
         if cached is not None and cached.dram_read_gbps:   # re-measured because the cached one was busy
             dram = max(dram, cached.dram_read_gbps)
         if cached is not None and cached.shared_cache_read_gbps and shared:   # contention only lowers it too
             shared = max(shared, cached.shared_cache_read_gbps)
+        if cached is not None and cached.l3_overflow_read_speedup and overflow:   # a busy CPU only lowers it
+            overflow = max(overflow, cached.l3_overflow_read_speedup)
         chains = ", ".join(f"{CHAINS[b]} x {b}-bit" for b in sorted(fma))
+        overflow_mib = overflow_buffer_bytes(l3_bytes, os.cpu_count() or 1) >> 20
         probe = HostProbe(cpu_key=key, cpu_model=cpu["model_name"], clock_ghz=round(clock, 4),
                           fma_per_cycle=tuple((b, round(fma[b], 4)) for b in sorted(fma)),
                           fma_latency_cycles=round(latency, 3),
                           method=METHOD.format(chains=chains, repeats=repeats,
                                                dram_mib=dram_buffer_bytes(l3_bytes) >> 20,
-                                               l3=L3_METHOD.format(shared_mib=shared_bytes >> 20, repeats=repeats)
-                                               if shared_bytes else ""),
+                                               l3=(L3_METHOD.format(shared_mib=shared_bytes >> 20, repeats=repeats)
+                                                   if shared_bytes else "")
+                                               + (OVERFLOW_METHOD.format(overflow_mib=overflow_mib, repeats=repeats)
+                                                  if overflow_mib else "")),
                           repeats=repeats, spread=round(spread, 4), measured_at=utc_now(),
                           dram_read_gbps=round(dram, 2), measured_busy=_busy(conditions.get("loadavg_before")),
-                          shared_cache_read_gbps=round(shared, 2) if shared else None)
+                          shared_cache_read_gbps=round(shared, 2) if shared else None,
+                          l3_overflow_read_speedup=round(overflow, 3) if overflow else None)
         if db is not None:
             conditions = {**conditions, "cpu_model": cpu["model_name"]}
             rows = _rows(probe, db.origin_for("host"), conditions, compiler)

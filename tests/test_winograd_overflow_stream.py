@@ -1,0 +1,64 @@
+"""The part of a Winograd filter transform U past the shared cache streams faster on more threads
+where the host probe measured that every CPU reads a buffer a little past the L3 faster than one
+(the description's l3_overflow_read_speedup). Found on a Zen 4 VM (session 62): r18_l4's F(4,3), U
+37.7 MB past a 32 MB L3, ran 0.93 ms on one thread and 0.61 ms on two, and two CPUs read a 38 MiB
+buffer 1.6-1.9x as fast as one. Unit: nothing is built or timed."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from xfc.cpu.cost_model import overflow_stream_speedup, winograd_stream_bytes_per_second
+from xfc.cpu.synth import synthesize_cpu
+from xfc.cpu.winograd import packed_floats, weights_memory
+from xfc.cpu.tiles import FLOAT_BYTES
+from xfc.ops.spec import make_spec
+
+from support.calibration import CLUSTER, HW
+
+pytestmark = pytest.mark.unit
+
+# ResNet's last stage: 512 -> 512 channels at 7x7; F(4,3)'s U is 36 x 512 x 512 floats (37.7 MB)
+R18_L4 = make_spec("conv2d", dict(c=512, h=7, w=7, k=512, r=3, s=3), pad=1)
+MEASURED = replace(HW, l3_overflow_read_speedup=2.0)
+
+
+def test_the_speedup_is_measured_for_every_cpu_and_in_proportion_for_fewer_threads():
+    assert HW.l3_overflow_read_speedup is None
+    assert overflow_stream_speedup(HW, CLUSTER, 2) == 1.0          # not measured: one chip-wide rate
+    assert overflow_stream_speedup(MEASURED, CLUSTER, 1) == 1.0
+    assert overflow_stream_speedup(MEASURED, CLUSTER, 2) == 2.0
+    assert overflow_stream_speedup(MEASURED, CLUSTER, 8) == 2.0    # more threads than CPUs gain nothing more
+    four = replace(CLUSTER, count=4, cpu_ids=(0, 1, 2, 3))
+    assert overflow_stream_speedup(replace(MEASURED, l3_overflow_read_speedup=2.5), four, 2) == pytest.approx(1.5)
+    assert winograd_stream_bytes_per_second(MEASURED, CLUSTER, threads=2) == pytest.approx(
+        2 * winograd_stream_bytes_per_second(HW, CLUSTER, threads=2))
+
+
+def test_the_part_of_u_past_the_cache_streams_at_the_threads_rate():
+    u_bytes = FLOAT_BYTES * packed_floats(R18_L4, 4, "channels", 4, 64)
+    assert u_bytes > HW.l3_bytes        # past the whole L3: part of it comes from DRAM on every call
+    for threads, owned in ((1, False), (2, False), (2, True)):
+        level, plain_s = weights_memory(R18_L4, 4, 4, HW, CLUSTER, threads, 0, vectors="channels", nr=64, owned=owned)
+        _, measured_s = weights_memory(R18_L4, 4, 4, MEASURED, CLUSTER, threads, 0, vectors="channels", nr=64,
+                                       owned=owned)
+        assert level == "DRAM" and plain_s > 0
+        assert measured_s == pytest.approx(plain_s / (2.0 if threads == 2 else 1.0))
+    # a U read from memory on every call keeps the cold stream's own fitted rate
+    cold = [weights_memory(R18_L4, 4, 4, hw, CLUSTER, 2, 0, vectors="channels", nr=64, from_memory=True)[1]
+            for hw in (HW, MEASURED)]
+    assert cold[0] == cold[1]
+
+
+def test_two_threads_that_stream_past_the_l3_faster_take_the_larger_tile():
+    """On the recorded machine without the figure, two threads run F(2,3) on r18_l4 (U 16.8 MB,
+    within the L3); measured to read past the L3 twice as fast, F(4,3)'s stream no longer outweighs
+    its fewer multiplications. One thread is priced as before."""
+    def chosen_m(hw, threads):
+        plan = synthesize_cpu(R18_L4, hw, hw.cluster().role, threads, lowering="winograd").plan
+        return plan.winograd_m
+
+    assert chosen_m(HW, 2) == 2
+    assert chosen_m(MEASURED, 2) == 4
+    assert chosen_m(MEASURED, 1) == chosen_m(HW, 1)
