@@ -12,11 +12,11 @@ threads than on one (benchmarks/results/regret_winograd_zen4_2t_s62.json, 0.61 m
 where the model, pricing the stream at one chip-wide rate, predicted 0.99 ms.
 This tool measures the rate that question needs, on this machine, with no model: a buffer of
 SIZE x the L3, summed N times with 128-bit loads (four independent sums) after an untimed pass; on
-several threads each sums its static share (first touched by the same split), as a split over
-output channels reads its half of U. Best of --repeats runs. The figures are the host's, side by
-side in one run. The host probe measures the same ratio at one size, 1.2x the L3 (the description's
-l3_overflow_read_speedup, which the cost model uses: cost_model.overflow_stream_speedup); this tool
-shows how it moves with the size.
+several threads each sums its static share (the buffer first touched by every CPU's static
+share, as the host probe does), as a split over output channels reads its half of U. Best of --repeats runs. The figures are the host's, side by
+side in one run. The host probe measures the same ratio at one size, 1.2x the L3, and takes from it what its DRAM
+figure already holds (the description's l3_overflow_read_speedup, which the cost model uses:
+cost_model.overflow_stream_speedup); this tool shows how the plain ratio moves with the size.
 
 Writes benchmarks/results/stream_past_cache.json (machine named; --out for another file) and a
 table: GB/s for 1 thread and for every CPU, and their ratio.
@@ -37,7 +37,7 @@ from machine import machine_facts, warn_if_loaded
 
 from xfc.outputs import write_json_result
 from xfc.tiledb import hostcc
-from xfc.tiledb.hostdesc import load_hardware
+from xfc.hardware.host import read_caches
 
 RESULTS = Path(__file__).resolve().parent / "results"
 READ_BYTES_PER_RUN = 512 << 20   # each timed run reads at least this much (passes over the buffer)
@@ -91,8 +91,8 @@ int main(int argc, char **argv)
     size_t floats = bytes / sizeof(float) / 16 * 16;
     float *buf = aligned_alloc(64, floats * sizeof(float));
     if (!buf) return 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < floats; i++) buf[i] = 1.0f;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < floats; i++) buf[i] = 1.0f;   /* every CPU's share, whatever the run's threads */
     volatile float sink = sum_shares(buf, floats, threads, 1);   /* untimed warm pass */
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
@@ -128,11 +128,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = parse_sizes(args.sizes)
     load = warn_if_loaded()
-    hw = load_hardware("host", os.environ, warn=lambda line: print(line, file=sys.stderr))
-    l3_bytes = hw.l3_bytes or 0
+    l3 = read_caches().get("L3")   # sysfs, as the host description reads it (no probe run for this)
+    l3_bytes = int(l3["size_kib"] * 1024) if l3 else 0
     if not l3_bytes:
-        raise SystemExit("stream_past_cache: the host description names no L3; nothing to pass")
-    cpus = os.cpu_count() or 1
+        raise SystemExit("stream_past_cache: this machine reports no L3 (sysfs); nothing to pass")
+    try:
+        cpus = len(os.sched_getaffinity(0))   # the CPUs OpenMP's team may use, as the probe counts them
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
     rows = []
     with tempfile.TemporaryDirectory(prefix="xfc-stream-") as tmp:
         src = Path(tmp) / "stream.c"

@@ -110,10 +110,12 @@ def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
     assert (l3_read == "measured (one core)") == bool(data.get("shared_cache_read_gbps"))
     # every CPU against one reading past the L3: measured where there is an L3 and more than one CPU
     overflow = figures.pop("l3_overflow_read_speedup", None)
-    assert overflow in (None, "measured (every CPU against one thread)") or overflow.startswith("not measured")
+    assert overflow in (None, "measured (every CPU against one thread)", "measured (no gain over the DRAM figure)") \
+        or overflow.startswith("not measured")
     assert (overflow == "measured (every CPU against one thread)") == bool(data.get("l3_overflow_read_speedup"))
-    if data.get("l3_overflow_read_speedup"):
-        assert 1.0 <= data["l3_overflow_read_speedup"] <= data["clusters"][0]["count"]
+    if data.get("l3_overflow_read_speedup"):   # half steps above 1, no more than the CPUs it counts
+        assert data["l3_overflow_read_speedup"] in [1.5 + step / 2 for step in range(2 * data["clusters"][0]["count"])]
+        assert data["l3_overflow_read_speedup"] <= data["clusters"][0]["count"]
     assert figures == {"fma_per_cycle": "measured", "fma_latency_cycles": "measured",
                        "clock_ghz": "measured", "memory.peak_bandwidth_gbps": "measured (sustained read)"}
     assert "just now" in data["notes"] and "host:fma_per_cycle" not in data["uncertain"]
@@ -206,19 +208,26 @@ def test_the_past_l3_probe_and_its_speedup_in_the_description():
     mib = 1 << 20
     assert overflow_buffer_bytes(32 * mib, 2) == int(1.2 * 32 * mib) // 64 * 64   # a little past the L3
     assert overflow_buffer_bytes(None, 2) == 0 and overflow_buffer_bytes(32 * mib, 1) == 0
-    # the best all-CPU run over the best one-thread run, within [1, cpus]
-    text = "ovf1 900000000 0.030\novf1 900000000 0.031\novf 900000000 0.017\novf 900000000 0.016\n"
+    # the best all-CPU run over the best one-thread run, within [1, cpus], less what the DRAM figure
+    # (the faster of one thread and every CPU) already holds of it
+    dram_alike = "dram1 1000000000 0.040\ndram 1000000000 0.041\n"
+    text = dram_alike + "ovf1 900000000 0.030\novf1 900000000 0.031\novf 900000000 0.017\novf 900000000 0.016\n"
     assert l3_overflow_read_speedup(text, 2) == pytest.approx(30 / 16)
-    assert l3_overflow_read_speedup("ovf1 900000000 0.03\novf 900000000 0.04\n", 2) == 1.0   # a busy CPU
-    assert l3_overflow_read_speedup("ovf1 900000000 0.03\novf 900000000 0.001\n", 2) == 2.0
-    assert l3_overflow_read_speedup("ovf1 900000000 0.03\n", 2) is None
+    dram_scaled = "dram1 1000000000 0.040\ndram 1000000000 0.025\n"      # every CPU read DRAM 1.6x as fast
+    assert l3_overflow_read_speedup(text.replace(dram_alike, dram_scaled), 2) == pytest.approx(30 / 16 / 1.6)
+    assert l3_overflow_read_speedup(dram_alike + "ovf1 900000000 0.03\novf 900000000 0.04\n", 2) == 1.0
+    assert l3_overflow_read_speedup(dram_alike + "ovf1 900000000 0.03\novf 900000000 0.001\n", 2) == 2.0
+    assert l3_overflow_read_speedup(dram_alike + "ovf1 900000000 0.03\n", 2) is None
+    assert l3_overflow_read_speedup("ovf1 900000000 0.03\novf 900000000 0.02\n", 2) is None
     base = _measurement(3.61, 2.0, 2.0, 4.0)
     caches = {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}
     measured = HostMeasurement(**{**base.__dict__, "l3_overflow_read_speedup": 1.81})
     hw = describe_host(FACTS, caches, 2, "x86_64", measured=measured)
-    assert hw.l3_overflow_read_speedup == 2.0           # half steps
-    for speedup, described in ((1.89, 2.0), (1.64, 1.5), (1.05, 1.0)):
-        assert describe_host(FACTS, caches, 2, "x86_64", measured=HostMeasurement(
+    assert hw.l3_overflow_read_speedup == 1.5           # down to half steps: 1.64, 1.81, 1.89 all 1.5
+    for speedup, cpus, described in ((1.89, 2, 1.5), (1.64, 2, 1.5), (2.0, 2, 2.0), (1.45, 2, None),
+                                     (5.0, 2, 2.0), (5.0, 8, 5.0)):
+        # no gain (1): no figure, the fingerprint as without it; never more than the CPUs it counts
+        assert describe_host(FACTS, caches, cpus, "x86_64", measured=HostMeasurement(
             **{**base.__dict__, "l3_overflow_read_speedup": speedup})).l3_overflow_read_speedup == described
     # no L3, or one CPU: no figure, whatever the probe says; not measured: the fingerprint as before
     assert describe_host(FACTS, {}, 2, "x86_64", measured=measured).l3_overflow_read_speedup is None

@@ -143,8 +143,7 @@ def cmd_hw_show(args) -> int:
                   "memory.peak_bandwidth_gbps": f"{hw.memory.peak_bandwidth_gbps:g} GB/s DRAM",
                   "shared_cache_read_gbps": (f"{hw.shared_cache_read_gbps:g} GB/s L3 read per core"
                                              if hw.shared_cache_read_gbps else "L3 read per core"),
-                  "l3_overflow_read_speedup": (f"{hw.l3_overflow_read_speedup:g}x past-L3 read, all CPUs"
-                                               if hw.l3_overflow_read_speedup else "past-L3 read, all CPUs")}
+                  "l3_overflow_read_speedup": f"{hw.l3_overflow_read_speedup or 1:g}x past-L3 read, all CPUs"}
         print("\nHost figures:")
         for field, how in figures.items():
             print(f"  {values[field]:<36} {how}")

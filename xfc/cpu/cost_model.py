@@ -42,8 +42,10 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # threads, and added to the FMAs it does not overlap at every thread count; 9: only the part of a
 # filter transform past the cache share streamed, also past the whole cache, and the share of that
 # stream the FMAs do not hide fitted with its rate; 10: split over tiles, each thread streams that
-# part of the filter transform itself, and holds all of it when it is to stay in L2).
-COST_MODEL_VERSION = 10
+# part of the filter transform itself, and holds all of it when it is to stay in L2; 11: split over
+# output channels, the threads stream the part past the cache share faster by the host's measured
+# l3_overflow_read_speedup, where the description has one).
+COST_MODEL_VERSION = 11
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -280,25 +282,27 @@ def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DE
 
 
 def overflow_stream_speedup(hw: HardwareDescription, cluster: CpuCluster, threads: int) -> float:
-    """How many times faster `threads` threads together stream a buffer a little past the L3 than
-    one does: the description's measured l3_overflow_read_speedup (every CPU of the cluster against
-    one thread), in proportion for fewer threads; 1 where nothing measured it (one chip-wide rate,
-    as on the session-28 VM, where one and two threads streamed U in the same time)."""
+    """How many times faster `threads` threads together stream their shares of a buffer a little
+    past the L3 than the DRAM figure prices one stream: the description's measured
+    l3_overflow_read_speedup (every CPU of the cluster against one thread), at most one per thread
+    (a few threads reach what all of them draw on a many-core chip); 1 where the description has
+    no figure (every phone description; the probe measured no gain)."""
     measured = hw.l3_overflow_read_speedup
-    cores = max(cluster.count, 1)
-    if not measured or cores < 2 or threads <= 1:
+    if not measured or threads <= 1:
         return 1.0
-    return 1.0 + (measured - 1.0) * (min(threads, cores) - 1) / (cores - 1)
+    return max(1.0, min(measured, float(min(threads, max(cluster.count, 1)))))
 
 
 def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster,
                                      constants: CostConstants = DEFAULT_CONSTANTS, threads: int = 1) -> float:
     """How fast a Winograd GEMM stage streams the part of its transformed filter past the shared
     cache, all threads together: the fitted rate (winograd_stream_bytes_per_cycle) when there is
-    one, else the chip's rate at the static dram_efficiency; times what more threads gain on such a
-    stream where the host probe measured it (overflow_stream_speedup: on the Zen 4 VM of session 62
-    r18_l4's F(4,3), U 37.7 MB past a 32 MB L3, ran 0.93 ms on one thread and 0.61 on two, split
-    over output channels, where one chip-wide rate predicted 0.99 ms on two; regret_winograd_zen4_2t_s62.json).
+    one, else the chip's rate at the static dram_efficiency; with `threads` reading disjoint shares
+    of it (a split over output channels; 1 for a split over tiles, where every thread reads all of
+    it), times what those threads gain on such a stream where the host probe measured it
+    (overflow_stream_speedup: on the Zen 4 VM of session 62 r18_l4's F(4,3), U 37.7 MB past a 32 MB
+    L3, ran 0.93 ms on one thread and 0.58-0.61 on two, split over output channels, where one
+    chip-wide rate predicted 0.99 ms on two; regret_winograd_zen4_2t_s62.json).
     Not the fitted dram_efficiency: calibration fits that on the direct and depthwise plans, whose
     DRAM traffic barely moves them, so it landed anywhere on a flat ridge (0.6 in one host run, 1.0
     in the next) and moved the prediction of a streamed filter by 1.7x."""

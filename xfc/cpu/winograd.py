@@ -242,7 +242,11 @@ def weights_memory(spec: Conv2dSpec, m: int, mr: int, hw, cluster, threads: int,
     # r18_l4 on the Zen 4 VM, 17% slower. Never more than U: the tiles' own traffic is the
     # tile-traffic term (and with no shared cache, all of U streams).
     dram_bytes = min(u_bytes, u_bytes + tile_bytes - shared) * copies
-    return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants, threads)
+    # Split over output channels the threads stream disjoint parts of U, as the host probe's past-L3
+    # read does (l3_overflow_read_speedup); split over tiles each streams all of it, which that
+    # figure does not measure (on the Zen 5 VM such a split ran slower than the other at 2 threads).
+    streams = 1 if owned else threads
+    return "DRAM", spec.n * dram_bytes / winograd_stream_bytes_per_second(hw, cluster, constants, streams)
 
 
 def u_owned_extra_bytes(spec: Conv2dSpec, m: int, mr: int, nr: int, vectors: str, cluster, threads: int,

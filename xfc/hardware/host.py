@@ -87,10 +87,14 @@ def quantized_dram_gbps(gbps: float) -> float:
     return round(DRAM_QUANTUM ** round(math.log(gbps) / math.log(DRAM_QUANTUM)), 1)
 
 
-def quantized_speedup(speedup: float) -> float:
-    """To half steps, never below 1 (three runs of one machine gave 1.64x, 1.81x and 1.89x:
-    the figure keys the plan cache through the fingerprint, so it moves only for a real change)."""
-    return max(1.0, round(speedup * 2) / 2)
+def quantized_speedup(speedup: float, cpus: int) -> Optional[float]:
+    """Down to half steps, within [1, cpus]; None for 1 (no gain: the description and its
+    fingerprint stay as without the figure). Down, not to the nearest: three probe-style runs of
+    one machine gave 1.64x, 1.81x and 1.89x, all 1.5, where rounding put them at 1.5 and 2.0 (the
+    figure keys the plan cache through the fingerprint). Capped at the CPUs the description counts:
+    a figure probed with more CPUs than a later process may use."""
+    stepped = min(math.floor(speedup * 2) / 2, float(max(cpus, 1)))
+    return stepped if stepped > 1.0 else None
 
 
 def quantized_clock_ghz(clock_ghz: float) -> float:
@@ -254,7 +258,7 @@ def describe_host(cpuinfo: dict, caches: dict, n_cpus: int, machine: str, isa: O
             shared_cache_gbps = quantized_dram_gbps(measured.shared_cache_read_gbps)
             measured_fields.append("shared_cache_read_gbps")
         if measured.l3_overflow_read_speedup and "L3" in caches and n_cpus > 1:
-            overflow_speedup = quantized_speedup(measured.l3_overflow_read_speedup)
+            overflow_speedup = quantized_speedup(measured.l3_overflow_read_speedup, n_cpus)
             measured_fields.append("l3_overflow_read_speedup")
         uncertain = [u for u in uncertain if u not in measured_fields]
     l1 = caches.get("L1d", {"size_kib": 32, "line_bytes": 64, "ways": 8, "shared_by_cores": 1})

@@ -162,7 +162,8 @@ class HardwareDescription:
     # nothing measured it (the cost model then assumes cost_model.SHARED_CACHE_BYTES_PER_CYCLE)
     shared_cache_read_gbps: Optional[float] = None
     # How many times faster every CPU together reads a buffer a little larger than the L3, over and
-    # over, than one thread does: the host probe's measurement; None where nothing measured it (the
+    # over, than one thread does, less what the DRAM figure already holds of that: the host probe's
+    # measurement (xfc.tiledb.probe); None where nothing measured it or it measured no gain (the
     # cost model then streams such a buffer at one chip-wide rate, whatever the threads)
     l3_overflow_read_speedup: Optional[float] = None
 

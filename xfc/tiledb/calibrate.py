@@ -180,7 +180,8 @@ REGULARIZATION = 2e-4
 CONTENDED_RETRIES = 3
 # ... unless the model predicts t threads at more than this share of the 1-thread time: then no
 # speed-up is expected, and none missing means nothing (the F(4,3) plan of the 544-channel 6x6
-# training layer streams its filter from DRAM at the same rate on 1 and 2 threads).
+# training layer streams its filter from DRAM at the same rate on 1 and 2 threads, unless the
+# host's l3_overflow_read_speedup says more threads stream it faster).
 SCALING_EXPECTED = 0.8
 # Fields whose effects trade off against each other (a slower FMA issue or a slower staging copy
 # give the same time for one operator): searched together, every combination of grid values, each

@@ -18,7 +18,8 @@ How (x86-64, one small C program built with the host gcc, well under a second):
               shared_cache_read_gbps). Not measured without an L3 that holds it.
   past the L3 one thread, then every CPU, summing a buffer of OVERFLOW_L3_MULTIPLE x the L3 over
               and over (each CPU its static share): how many times faster all of them read a
-              stream a little larger than the L3 than one does (the description's
+              stream a little larger than the L3 than one does, less what the DRAM figure (the
+              faster of one thread and every CPU) already holds of it (the description's
               l3_overflow_read_speedup). Not measured without an L3, or with one CPU.
 Each figure is the best of a few runs (the most the machine sustains; contention only slows).
 
@@ -69,8 +70,8 @@ SHARED_CACHE_L2_MULTIPLE = 4
 SHARED_CACHE_PASSES = 8
 # The buffer a little larger than the L3, as a Winograd filter transform just past it (ResNet's
 # 512-channel F(4,3): 1.15x a 32 MiB L3), read OVERFLOW_PASSES times per timed run after an untimed
-# pass. On the 2-vCPU Zen 4 VM of session 62 two CPUs read it 1.6-1.9x as fast as one, three runs
-# (benchmarks/stream_past_cache.py), where the DRAM reads' ratio moved between 1.1x and 2.0x.
+# pass. On the 2-vCPU Zen 4 VM of session 62 two CPUs read it 1.8-2.1x as fast as one, three runs
+# (benchmarks/stream_past_cache.py), where the DRAM reads' ratio moved between 1.2x and 2.0x.
 OVERFLOW_L3_MULTIPLE = 1.2
 OVERFLOW_PASSES = 3
 ATTEMPTS = 3                      # probe runs before an implausible result is given up on
@@ -380,16 +381,29 @@ def shared_cache_read_gbps(lines: str) -> Optional[float]:
 
 
 def l3_overflow_read_speedup(lines: str, cpus: int) -> Optional[float]:
-    """The best 'ovf' (every CPU) run's rate over the best 'ovf1' (one thread) run's, within
-    [1, cpus] (None when the output lacks either). Below 1 only where another process held a CPU
-    during the all-CPU run: the model then keeps one chip-wide rate, as without the figure."""
+    """How many times faster every CPU streams past the L3 than the DRAM figure prices one stream:
+    the best 'ovf' (every CPU) run's rate over the best 'ovf1' (one thread) run's, times the best
+    'dram1' over the DRAM figure (the faster of 'dram1' and 'dram', dram_read_gbps): where every CPU
+    read DRAM faster than one, the DRAM figure already holds that much of the gain (on the Zen 4 VM
+    of session 62 the all-CPU DRAM read moved between 1.2x and 2.0x one thread's). Within [1, cpus];
+    None when the output lacks any of the four."""
     best: dict[str, float] = {}
     for parts in map(str.split, lines.splitlines()):
-        if len(parts) == 3 and parts[0] in ("ovf", "ovf1") and float(parts[2]) > 0:
+        if len(parts) == 3 and parts[0] in ("ovf", "ovf1", "dram", "dram1") and float(parts[2]) > 0:
             best[parts[0]] = max(best.get(parts[0], 0.0), int(parts[1]) / float(parts[2]))
-    if "ovf" not in best or "ovf1" not in best:
+    if any(name not in best for name in ("ovf", "ovf1", "dram", "dram1")):
         return None
-    return min(max(best["ovf"] / best["ovf1"], 1.0), float(max(cpus, 1)))
+    held = best["dram1"] / max(best["dram1"], best["dram"])
+    return min(max(best["ovf"] / best["ovf1"] * held, 1.0), float(max(cpus, 1)))
+
+
+def probe_cpus() -> int:
+    """The CPUs this process may run on (its affinity: what the probe's OpenMP team and the host
+    description count), not every CPU of the machine."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def implausible(clock_ghz: float, fma: dict[int, float], latency_cycles: float,
@@ -424,7 +438,7 @@ def measure_host(flags, repeats: int = REPEATS, l3_bytes: Optional[int] = None, 
     with tempfile.TemporaryDirectory(prefix="xfc-probe-") as tmp:
         src = Path(tmp) / "probe.c"
         shared_bytes = shared_cache_buffer_bytes(l2_bytes, l3_bytes)
-        cpus = os.cpu_count() or 1
+        cpus = probe_cpus()
         overflow_bytes = overflow_buffer_bytes(l3_bytes, cpus)
         src.write_text(probe_source(dram_buffer_bytes(l3_bytes), shared_bytes, overflow_bytes))
         exe = hostcc.compile_c(src, Path(tmp) / "probe", ["-O2", "-fopenmp"], "host probe compile")
@@ -549,10 +563,8 @@ def host_probe(environ: Mapping[str, str], *, remeasure: bool = False, db_path: 
             dram = max(dram, cached.dram_read_gbps)
         if cached is not None and cached.shared_cache_read_gbps and shared:   # contention only lowers it too
             shared = max(shared, cached.shared_cache_read_gbps)
-        if cached is not None and cached.l3_overflow_read_speedup and overflow:   # a busy CPU only lowers it
-            overflow = max(overflow, cached.l3_overflow_read_speedup)
         chains = ", ".join(f"{CHAINS[b]} x {b}-bit" for b in sorted(fma))
-        overflow_mib = overflow_buffer_bytes(l3_bytes, os.cpu_count() or 1) >> 20
+        overflow_mib = overflow_buffer_bytes(l3_bytes, probe_cpus()) >> 20
         probe = HostProbe(cpu_key=key, cpu_model=cpu["model_name"], clock_ghz=round(clock, 4),
                           fma_per_cycle=tuple((b, round(fma[b], 4)) for b in sorted(fma)),
                           fma_latency_cycles=round(latency, 3),
