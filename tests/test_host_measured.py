@@ -110,9 +110,9 @@ def test_hw_show_host_reports_measured_figures_and_remeasures(tmp_path):
     assert (l3_read == "measured (one core)") == bool(data.get("shared_cache_read_gbps"))
     # every CPU against one reading past the L3: measured where there is an L3 and more than one CPU
     overflow = figures.pop("l3_overflow_read_speedup", None)
-    assert overflow in (None, "measured (every CPU against one thread)", "measured (no gain over the DRAM figure)") \
-        or overflow.startswith("not measured")
-    assert (overflow == "measured (every CPU against one thread)") == bool(data.get("l3_overflow_read_speedup"))
+    assert overflow in (None, "measured (every CPU against one thread, less the DRAM figure's share)",
+                        "measured (below 1.5x: not used)") or overflow.startswith("not measured")
+    assert overflow.startswith("measured (every") == bool(data.get("l3_overflow_read_speedup"))
     if data.get("l3_overflow_read_speedup"):   # half steps above 1, no more than the CPUs it counts
         assert data["l3_overflow_read_speedup"] in [1.5 + step / 2 for step in range(2 * data["clusters"][0]["count"])]
         assert data["l3_overflow_read_speedup"] <= data["clusters"][0]["count"]
@@ -223,7 +223,7 @@ def test_the_past_l3_probe_and_its_speedup_in_the_description():
     caches = {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}
     measured = HostMeasurement(**{**base.__dict__, "l3_overflow_read_speedup": 1.81})
     hw = describe_host(FACTS, caches, 2, "x86_64", measured=measured)
-    assert hw.l3_overflow_read_speedup == 1.5           # down to half steps: 1.64, 1.81, 1.89 all 1.5
+    assert hw.l3_overflow_read_speedup == 1.5           # down to half steps
     for speedup, cpus, described in ((1.89, 2, 1.5), (1.64, 2, 1.5), (2.0, 2, 2.0), (1.45, 2, None),
                                      (5.0, 2, 2.0), (5.0, 8, 5.0)):
         # no gain (1): no figure, the fingerprint as without it; never more than the CPUs it counts
@@ -236,3 +236,20 @@ def test_the_past_l3_probe_and_its_speedup_in_the_description():
     assert plain.l3_overflow_read_speedup is None
     assert "l3_overflow_read_speedup" not in cluster_facts(plain, plain.cluster())
     assert fingerprint(hw, hw.cluster()) != fingerprint(plain, plain.cluster())
+
+
+@pytest.mark.unit
+def test_hw_show_says_whether_the_past_l3_gain_was_measured_and_used():
+    from xfc.tiledb.hostdesc import measured_or_assumed
+    base = _measurement(3.61, 2.0, 2.0, 4.0)
+    caches = {"L3": {"size_kib": 32768, "line_bytes": 64, "ways": 16, "shared_by_cores": 2}}
+
+    def shown(speedup, isa=None, measured=True):
+        m = HostMeasurement(**{**base.__dict__, "l3_overflow_read_speedup": speedup}) if measured else None
+        hw = describe_host(FACTS, caches, 2, "x86_64", isa=isa, measured=m)
+        return hw.l3_overflow_read_speedup, measured_or_assumed(hw)["l3_overflow_read_speedup"]
+
+    assert shown(2.0) == (2.0, "measured (every CPU against one thread, less the DRAM figure's share)")
+    assert shown(1.2) == (None, "measured (below 1.5x: not used)")
+    assert shown(None)[1].startswith("not measured") and shown(2.0, measured=False)[1].startswith("not measured")
+    assert shown(2.0, isa="avx2") == shown(2.0) and shown(1.2, isa="avx2") == shown(1.2)

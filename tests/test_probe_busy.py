@@ -85,7 +85,7 @@ def test_the_past_l3_speedup_is_cached_taken_from_the_quiet_re_measure_and_measu
     # a cache written before the figure existed lacks its row: measured again once, then cached
     from xfc.tiledb.store import TileDb
     with TileDb.open(tmp_path / "tile-db.sqlite") as db:
-        db.transact(lambda conn: conn.execute("DELETE FROM calibration WHERE name = 'l3_overflow_read_speedup'"),
+        db.transact(lambda conn: conn.execute("DELETE FROM calibration WHERE name = ?", (probe.OVERFLOW_ROW,)),
                     "drop the row")
     fake.overflow = 1.7
     assert not run().cached and fake.calls == 4

@@ -24,16 +24,21 @@ R18_L4 = make_spec("conv2d", dict(c=512, h=7, w=7, k=512, r=3, s=3), pad=1)
 MEASURED = replace(HW, l3_overflow_read_speedup=2.0)
 
 
-def test_the_speedup_is_measured_for_every_cpu_and_in_proportion_for_fewer_threads():
+def test_the_speedup_is_measured_for_every_cpu_and_in_proportion_for_fewer_threads_never_below_1():
     assert HW.l3_overflow_read_speedup is None
     assert overflow_stream_speedup(HW, CLUSTER, 2) == 1.0          # not measured: one chip-wide rate
     assert overflow_stream_speedup(MEASURED, CLUSTER, 1) == 1.0
     assert overflow_stream_speedup(MEASURED, CLUSTER, 2) == 2.0
     assert overflow_stream_speedup(MEASURED, CLUSTER, 8) == 2.0    # more threads than CPUs gain nothing more
-    # at most one per thread: two of 64 CPUs measured at 6x stream twice as fast, four 4x, eight 6x
-    many = replace(CLUSTER, count=64, cpu_ids=tuple(range(64)))
-    six = replace(MEASURED, l3_overflow_read_speedup=6.0)
-    assert [overflow_stream_speedup(six, many, t) for t in (2, 4, 8)] == [2.0, 4.0, 6.0]
+    # in proportion to the share of the CPUs, never below 1, never past all of them: 8 CPUs at 4x
+    eight = replace(CLUSTER, count=8, cpu_ids=tuple(range(8)))
+    four = replace(MEASURED, l3_overflow_read_speedup=4.0)
+    assert [overflow_stream_speedup(four, eight, t) for t in (2, 4, 6, 8, 16)] == [1.0, 2.0, 3.0, 4.0, 4.0]
+    # a fitted stream rate is not scaled by it (the figure is relative to the DRAM figure)
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS
+    fitted = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=8.0)
+    assert winograd_stream_bytes_per_second(MEASURED, CLUSTER, fitted, 2) == winograd_stream_bytes_per_second(
+        HW, CLUSTER, fitted, 2)
     assert winograd_stream_bytes_per_second(MEASURED, CLUSTER, threads=2) == pytest.approx(
         2 * winograd_stream_bytes_per_second(HW, CLUSTER, threads=2))
 

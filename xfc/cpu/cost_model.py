@@ -284,13 +284,16 @@ def dram_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DE
 def overflow_stream_speedup(hw: HardwareDescription, cluster: CpuCluster, threads: int) -> float:
     """How many times faster `threads` threads together stream their shares of a buffer a little
     past the L3 than the DRAM figure prices one stream: the description's measured
-    l3_overflow_read_speedup (every CPU of the cluster against one thread), at most one per thread
-    (a few threads reach what all of them draw on a many-core chip); 1 where the description has
-    no figure (every phone description; the probe measured no gain)."""
+    l3_overflow_read_speedup (every CPU of the cluster), in proportion to the share of the CPUs the
+    threads are, never below 1; 1 where the description has no figure (every phone description;
+    the probe measured less than 1.5). In proportion, not one per thread: the figure may already
+    be net of a DRAM figure that every CPU read, which fewer threads do not reach; this may price
+    a few threads of a many-core chip too slow, never too fast."""
     measured = hw.l3_overflow_read_speedup
+    cores = max(cluster.count, 1)
     if not measured or threads <= 1:
         return 1.0
-    return max(1.0, min(measured, float(min(threads, max(cluster.count, 1)))))
+    return max(1.0, measured * min(threads, cores) / cores)
 
 
 def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluster,
@@ -306,10 +309,11 @@ def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluste
     Not the fitted dram_efficiency: calibration fits that on the direct and depthwise plans, whose
     DRAM traffic barely moves them, so it landed anywhere on a flat ridge (0.6 in one host run, 1.0
     in the next) and moved the prediction of a streamed filter by 1.7x."""
-    speedup = overflow_stream_speedup(hw, cluster, threads)
     if constants.winograd_stream_bytes_per_cycle > 0:
-        return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9 * speedup
-    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS) * speedup
+        # a fitted rate was fitted at the threads the calibration ran; the figure is relative to
+        # the DRAM figure, not to it
+        return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9
+    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS) * overflow_stream_speedup(hw, cluster, threads)
 
 
 def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS,

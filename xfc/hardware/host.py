@@ -72,7 +72,7 @@ class HostMeasurement:
     cached: bool                                      # True: read back from the per-user cache
     dram_read_gbps: Optional[float] = None            # sustained all-CPU read bandwidth; None: not measured
     shared_cache_read_gbps: Optional[float] = None    # one core's read from the L3; None: not measured
-    l3_overflow_read_speedup: Optional[float] = None  # every CPU over one thread, past the L3; None: not measured
+    l3_overflow_read_speedup: Optional[float] = None  # the probe's past-L3 stream gain; None: not measured
 
     def fma_per_cycle_at(self, vector_bits: int) -> Optional[float]:
         return dict(self.fma_per_cycle).get(vector_bits)
@@ -88,11 +88,13 @@ def quantized_dram_gbps(gbps: float) -> float:
 
 
 def quantized_speedup(speedup: float, cpus: int) -> Optional[float]:
-    """Down to half steps, within [1, cpus]; None for 1 (no gain: the description and its
-    fingerprint stay as without the figure). Down, not to the nearest: three probe-style runs of
-    one machine gave 1.64x, 1.81x and 1.89x, all 1.5, where rounding put them at 1.5 and 2.0 (the
-    figure keys the plan cache through the fingerprint). Capped at the CPUs the description counts:
-    a figure probed with more CPUs than a later process may use."""
+    """Down to half steps, within [1, cpus]; None below 1.5 (no gain the model uses: the
+    description and its fingerprint stay as without the figure). Down, not to the nearest: the
+    figure never claims more gain than was measured (the committed Zen 4 runs,
+    benchmarks/results/stream_past_cache_zen4_s62*.json, give 0.91, 1.54 and 1.60: none, 1.5, 1.5;
+    it keys the plan cache through the fingerprint, and still moves between none and 1.5 there).
+    Capped at the CPUs the description counts: a figure probed with more CPUs than a later process
+    may use."""
     stepped = min(math.floor(speedup * 2) / 2, float(max(cpus, 1)))
     return stepped if stepped > 1.0 else None
 

@@ -12,7 +12,8 @@ A fingerprint names one CPU cluster of one resolved description. It hashes exact
   shared caches: l3_bytes, slc_bytes
   dram_gbps                             peak memory bandwidth (operator-level rows depend on it)
   shared_cache_read_gbps                one core's measured L3 read rate, only where measured
-  l3_overflow_read_speedup              every CPU over one thread reading past the L3, only where measured
+  l3_overflow_read_speedup              every CPU's past-L3 read over one thread's, less what the DRAM
+                                        figure holds of it, only where measured above 1
 
 Left out on purpose: names and marketing text of the SoC, sources, notes, the 'uncertain' list,
 core counts and CPU ids (threads are part of operator keys instead), qemu_cpu (an emulator

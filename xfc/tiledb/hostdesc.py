@@ -59,10 +59,10 @@ def measured_or_assumed(hw: HardwareDescription) -> dict[str, str]:
     if hw.l3_bytes:
         out["shared_cache_read_gbps"] = ("measured (one core)" if hw.shared_cache_read_gbps
                                          else f"not measured (assumed {SHARED_CACHE_BYTES_PER_CYCLE:g} bytes/cycle per core)")
-        # describe_host lists the measured fields in its notes; a measured figure of 1 is left out
-        # of the description (no gain over the DRAM figure)
+        # describe_host lists the measured fields in its notes; a measured figure below 1.5 is left
+        # out of the description (host.quantized_speedup)
         out["l3_overflow_read_speedup"] = (
-            "measured (every CPU against one thread)" if hw.l3_overflow_read_speedup
-            else "measured (no gain over the DRAM figure)" if probed and "l3_overflow_read_speedup" in hw.notes
+            "measured (every CPU against one thread, less the DRAM figure's share)" if hw.l3_overflow_read_speedup
+            else "measured (below 1.5x: not used)" if probed and "l3_overflow_read_speedup" in hw.notes
             else "not measured (one chip-wide rate assumed)")
     return out
