@@ -362,24 +362,26 @@ def analyse(lines: str, widths: tuple[int, ...]) -> tuple[float, dict[int, float
     return clock_hz / 1e9, fma, latency, min(len(ts) for ts in times.values()), spread
 
 
+def best_gbps(lines: str) -> dict[str, float]:
+    """The best run of each named read in the probe's output ('name bytes seconds' lines), GB/s."""
+    best: dict[str, float] = {}
+    for parts in map(str.split, lines.splitlines()):
+        if len(parts) == 3 and float(parts[2]) > 0:
+            best[parts[0]] = max(best.get(parts[0], 0.0), int(parts[1]) / float(parts[2]) / 1e9)
+    return best
+
+
 def dram_read_gbps(lines: str) -> Optional[float]:
     """The best 'dram' or 'dram1' run's bytes per second in GB/s (None when the output has
     neither). One thread alone counts too: when another process holds a core, the all-CPU run
     waits for its slowest thread, while one thread on an idle core still shows what memory gives."""
-    best = None
-    for line in lines.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] in ("dram", "dram1") and float(parts[2]) > 0:
-            rate = int(parts[1]) / float(parts[2]) / 1e9
-            best = rate if best is None else max(best, rate)
-    return best
+    best = best_gbps(lines)
+    return max((best[name] for name in ("dram", "dram1") if name in best), default=None)
 
 
 def shared_cache_read_gbps(lines: str) -> Optional[float]:
     """The best 'l3' run's bytes per second in GB/s (None when the output has none)."""
-    rates = [int(parts[1]) / float(parts[2]) / 1e9 for parts in map(str.split, lines.splitlines())
-             if len(parts) == 3 and parts[0] == "l3" and float(parts[2]) > 0]
-    return max(rates, default=None)
+    return best_gbps(lines).get("l3")
 
 
 def l3_overflow_read_speedup(lines: str, cpus: int) -> Optional[float]:
@@ -389,10 +391,7 @@ def l3_overflow_read_speedup(lines: str, cpus: int) -> Optional[float]:
     read DRAM faster than one, the DRAM figure already holds that much of the gain (on the Zen 4 VM
     of session 62 the all-CPU DRAM read moved between 1.2x and 2.0x one thread's). Within [1, cpus];
     None when the output lacks any of the four."""
-    best: dict[str, float] = {}
-    for parts in map(str.split, lines.splitlines()):
-        if len(parts) == 3 and parts[0] in ("ovf", "ovf1", "dram", "dram1") and float(parts[2]) > 0:
-            best[parts[0]] = max(best.get(parts[0], 0.0), int(parts[1]) / float(parts[2]))
+    best = best_gbps(lines)
     if any(name not in best for name in ("ovf", "ovf1", "dram", "dram1")):
         return None
     held = best["dram1"] / max(best["dram1"], best["dram"])
