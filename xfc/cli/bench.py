@@ -18,6 +18,8 @@ import sys
 import threading
 
 from ..errors import OperatorError, VerificationError
+from .adb_options import add_adb_server_options
+from .arg_types import non_negative_int, positive_float
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
@@ -63,7 +65,8 @@ def _device_and_description(args, say):
         if not args.hw:
             raise OperatorError("--hw is required with --device qemu (there is no device to identify)")
         return load(args.hw), None, None, None
-    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
+    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port,
+                        start_server=not args.no_start_server)
     identity = runner.read_identity()
     match = match_identity(identity)
     if args.hw:
@@ -145,10 +148,10 @@ def register(sub) -> None:
                    help="run even if the device lacks CPU features the --hw description needs "
                    "(the kernel then dies of SIGILL: 'illegal instruction ...')")
     p.add_argument("--repeat", type=int, default=10, help="timed runs after warm-up (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is considered hung")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--adb-host", default=None, help="adb server host (default: $ANDROID_ADB_SERVER_HOST or 127.0.0.1)")
-    p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed warm-up runs (default 2)")
+    p.add_argument("--timeout", type=positive_float, default=300.0,
+                   help="seconds before a run is considered hung (default 300)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
+    add_adb_server_options(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_bench)

@@ -28,6 +28,7 @@ from typing import Optional
 from .._version import __version__
 from ..errors import OperatorError, ToolchainError, VerificationError, XfcError
 from ..ops.accuracy import format_ratio
+from .arg_types import non_negative_int, positive_float
 from ..outputs import claim_file, json_is_ours, write_json_result, write_owned_file
 from ..testing.fuzz import (DTYPES, TARGETS, FuzzCase, for_dtypes, choices_from_descriptions, command_text, generate_cases, replay_argv,
                    select_hardware, shrink)
@@ -594,14 +595,14 @@ def register(sub) -> None:
         "with the command that reproduces them. Exit 0: no failure; 4: some case failed.")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--cases", type=int, default=None, metavar="N", help=f"cases to run (default {DEFAULT_CASES})")
-    size.add_argument("--time", type=float, default=None, metavar="S", help="run new cases for S seconds instead")
+    size.add_argument("--time", type=positive_float, default=None, metavar="S", help="run new cases for S seconds instead")
     size.add_argument("--networks", type=int, default=None, metavar="N",
                       help="instead of operators: N random small fp32 networks (convolutions, depthwise and grouped, "
                            "fused activations, residual Add, squeeze-excitation, pooling, Concat, Split, Slice, Pad, "
                            "Resize, Transpose, channel shuffle, broadcasting Add/Sub/Mul/Div, BatchNormalization, a "
                            "classifier head) through `xfc model --emit lib --verify`, "
                            "alternating --targets host and qemu (snapdragon-865)")
-    p.add_argument("--seed", type=int, default=1, help="generation seed: same seed, same cases (default 1)")
+    p.add_argument("--seed", type=non_negative_int, default=1, help="generation seed: same seed, same cases (default 1)")
     p.add_argument("--targets", default=None, metavar="T,...",
                    help="where to run: host (native gcc), qemu (aarch64 under qemu-aarch64), pocl (OpenCL on PoCL); "
                    "default: every one with hardware for the --dtype asked for")
@@ -613,9 +614,9 @@ def register(sub) -> None:
                    help="only these descriptions (e.g. host,cortex-a55,snapdragon.yaml,mali-g78); default every "
                    "shipped one and the host")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="J", help="worker processes (default: CPUs)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"seconds one case may take before it counts as a failure (default {DEFAULT_TIMEOUT_S:g})")
-    p.add_argument("--shrink-attempts", type=int, default=SHRINK_ATTEMPTS, metavar="N",
+    p.add_argument("--shrink-attempts", type=non_negative_int, default=SHRINK_ATTEMPTS, metavar="N",
                    help=f"cases run to shrink one failure (default {SHRINK_ATTEMPTS}; 0: do not shrink); "
                    f"at most {MAX_SHRUNK_FAILURES} failures are shrunk")
     p.add_argument("--save-dir", default=str(DEFAULT_SAVE_DIR), metavar="DIR",

@@ -202,6 +202,17 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"xfc: error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # The innermost subcommand parses first and names itself, so arguments it does not know are
+        # reported against it ('xfc bench --help'), not against 'xfc'.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if not hasattr(namespace, _COMMAND_PROG):
+            setattr(namespace, _COMMAND_PROG, self.prog)
+        return namespace, extras
+
+
+_COMMAND_PROG = "_xfc_command_prog"   # the namespace attribute naming the subcommand that parsed
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xfc", description="Bottom-up synthesis of fast tensor kernels for mobile SoCs "
@@ -291,7 +302,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _main(argv=None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        prog = getattr(args, _COMMAND_PROG, parser.prog)
+        parser.exit(2, f"xfc: error: {prog}: unrecognized arguments: {' '.join(extras)} (see '{prog} --help')\n")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 
 from ..errors import OperatorError
+from .adb_options import add_adb_server_options
+from .arg_types import non_negative_int
+
+DEFAULT_REPEAT = 20      # --bench: timed runs per layer, or rounds of the network with --emit lib
 
 DEFAULT_OUT_ROOT = Path("xfc-out")
 TOOLCHAIN_ENV = ("ANDROID_NDK_HOME", "XFC_ANDROID_API")   # --emit lib: the NDK's clang for arm64-v8a
@@ -23,7 +27,8 @@ def _device_runner(args, hw, say):
         return None
     from ..hardware.identity import check_description, match_identity
     from ..runners import get_runner
-    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port)
+    runner = get_runner(args.device, adb_host=args.adb_host, adb_port=args.adb_port,
+                        start_server=not args.no_start_server)
     identity = runner.read_identity()
     for note in check_description(identity, hw, hw.cluster(args.cluster), match_identity(identity)):
         say(f"note: {note}")
@@ -37,8 +42,15 @@ def cmd_model(args) -> int:
     from ..model.pipeline import raise_if_unverified, run_model
     from ..model.report import format_report
     from ..model.pipeline import check_request
-    if args.repeat < 1:
-        raise OperatorError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.repeat is not None and not args.bench:
+        raise OperatorError("--repeat sets the timed runs of --bench: add --bench")
+    repeat = DEFAULT_REPEAT if args.repeat is None else args.repeat
+    if repeat < 1:
+        raise OperatorError(f"--repeat must be >= 1, got {repeat}")
+    if args.seed is not None and not (args.verify or args.bench or args.device is not None):
+        raise OperatorError("--seed seeds the random inputs of --verify and --bench: add one of them")
+    if args.thread_wait is not None and not (args.emit == "lib" and args.bench):
+        raise OperatorError("--thread-wait sets how the benchmark program's threads wait: add --emit lib --bench")
     if args.profile and not (args.emit == "lib" and args.bench):
         raise OperatorError("--profile times the steps of the network's benchmark program: add --emit lib --bench")
     if args.embed_weights and args.emit != "lib":
@@ -51,10 +63,10 @@ def cmd_model(args) -> int:
     runner = _device_runner(args, hw, progress or (lambda msg: None))
     report = run_model(args.model, hw, out_dir, input_shapes=input_shapes, cluster=args.cluster,
                        threads=args.threads, verify=args.verify or args.device is not None, explain=args.explain,
-                       force=args.force, seed=args.seed, target=args.target, device=args.device, runner=runner,
+                       force=args.force, seed=args.seed or 0, target=args.target, device=args.device, runner=runner,
                        emit=args.emit, toolchain_env={k: os.environ[k] for k in TOOLCHAIN_ENV if k in os.environ},
-                       bench=args.bench, repeat=args.repeat, progress=progress, embed_weights=args.embed_weights,
-                       thread_wait=args.thread_wait, profile=args.profile, dtype=args.dtype)
+                       bench=args.bench, repeat=repeat, progress=progress, embed_weights=args.embed_weights,
+                       thread_wait=args.thread_wait or "spin", profile=args.profile, dtype=args.dtype)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -100,20 +112,21 @@ def register(sub) -> None:
     p.add_argument("--verify", action="store_true",
                    help="run the network with xfc's kernels (host, qemu-aarch64 for ARM descriptions, a device with "
                         "--device, PoCL for --target gpu) and compare with onnxruntime")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the random inputs for --verify and --bench (default 0)")
     p.add_argument("--bench", action="store_true",
                    help="--hw host: time every covered layer (weights pre-packed) and compare with onnxruntime's "
                         "per-node profiler times (same thread count; fused nodes matched to layers); with --emit lib: "
                         "the whole network's benchmark program against onnxruntime's session.run (host), under qemu "
                         "(ARM, emulated) or on --device")
-    p.add_argument("--repeat", type=int, default=20,
-                   help="timed runs per layer (per round of the network with --emit lib) for --bench (default 20)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help=f"timed runs per layer (per round of the network with --emit lib) for --bench "
+                        f"(default {DEFAULT_REPEAT})")
     p.add_argument("--device", metavar="SERIAL|qemu", default=None,
                    help="ARM descriptions: run the layers under qemu-aarch64 ('qemu', the default for --verify) or on "
                         "an ADB device (a serial, see 'xfc devices'; implies --verify). The virtual device's and "
                         "qemu's figures are emulated")
-    p.add_argument("--adb-host", default=None, help="adb server host (default: 127.0.0.1)")
-    p.add_argument("--adb-port", type=int, default=None, help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)")
+    add_adb_server_options(p)
     p.add_argument("--emit", choices=("kernels", "lib"), default="kernels",
                    help="kernels (one per distinct layer, with its harness; default) or lib (the whole network in C: "
                         "a static library lib<xfc_model>-<abi>.a for the description's ABI with its C API header, the "
@@ -121,7 +134,7 @@ def register(sub) -> None:
                         "DIR itself, beside report.json; --verify / --bench then run the network's benchmark program: "
                         "natively, under qemu-aarch64 for ARM descriptions (emulated) or on --device); a quantized "
                         "model (QDQ / QOperator) runs as an int8 network")
-    p.add_argument("--thread-wait", choices=("spin", "passive"), default="spin",
+    p.add_argument("--thread-wait", choices=("spin", "passive"), default=None,
                    help="with --emit lib --bench and more than one thread: how idle threads wait, the same for xfc "
                         "and onnxruntime: spin (default: both runtimes' defaults, what an app gets: they spin a while, "
                         "then sleep) or passive (they sleep at once, OMP_WAIT_POLICY=passive and onnxruntime without "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import XfcError
 from .adb_options import add_adb_server_options
+from .arg_types import non_negative_int, positive_int
 from ..tiledb.records import RANKS, source_kind
 from ..tiledb.store import TileDb, TileDbError, timestamps
 
@@ -373,7 +374,7 @@ def register(sub) -> None:
     b.add_argument("--token-file", metavar="PATH",
                    help="--executor ray: the cluster token, a copy of the file 'xfc cluster head' wrote "
                         "(default: $XDG_STATE_HOME/xfc/ray-cluster.token, i.e. ~/.local/state/xfc/...)")
-    b.add_argument("--retries", type=int, default=2,
+    b.add_argument("--retries", type=non_negative_int, default=2,
                    help="--executor ray: times a task is retried when its worker or node dies (default 2)")
     add_adb_server_options(b)
     b.set_defaults(func=cmd_build)
@@ -384,7 +385,7 @@ def register(sub) -> None:
     s.add_argument("--cluster", choices=("prime", "big", "mid", "little"))
     s.add_argument("--source", help="only rows of this source (static, host, llvm-mca:<model>, ...)")
     s.add_argument("--isa", help="only this ISA")
-    s.add_argument("--limit", type=int, default=0, help="at most this many rows")
+    s.add_argument("--limit", type=non_negative_int, default=0, help="at most this many rows (default 0: all)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_show)
 
@@ -425,7 +426,7 @@ def register(sub) -> None:
                         "(xfc/tiledb/calibrate.py) and store them in the database. About a minute.")
     s.add_argument("--hw", default="host", metavar="HW", help="host or host:<isa> (default host)")
     s.add_argument("--threads", default="1,2", metavar="T[,T...]", help="thread counts to time (default 1,2)")
-    s.add_argument("--repeats", type=int, default=15, help="timed runs per operator (the fastest counts; default 15)")
+    s.add_argument("--repeats", type=positive_int, default=15, help="timed runs per operator (the fastest counts; default 15)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     s.add_argument("--db", metavar="PATH", help=db_help)
     s.set_defaults(func=cmd_calibrate)
