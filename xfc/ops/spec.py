@@ -303,14 +303,23 @@ def make_spec(op: str, shape: dict[str, int], *, stride: str | tuple = "1", pad:
     """Build and validate a spec from CLI-style pieces. stride/pad/dilation accept '1', '1,2', (1, 2).
     residual / alpha: the network runtime's epilogue extensions (Epilogue)."""
     epilogue = Epilogue(bias=bias, activation=activation, residual=residual, alpha=alpha)
-    if op == "matmul":
-        return _validate(MatmulSpec(m=shape["m"], n=shape["n"], k=shape["k"], batch=shape.get("batch", 1),
-                                    epilogue=epilogue))
-    if op not in ("conv2d", "depthwise"):
+    if op not in SHAPE_KEYS:
         raise OperatorError(f"unknown operator '{op}' (expected one of {', '.join(OPERATORS)})")
+    missing = [k for k in SHAPE_KEYS[op][0] if k not in shape]
+    if missing:
+        raise OperatorError(f"shape for {op} is missing {', '.join(missing)} (got {dict(shape)})")
 
     def as_text(v):
         return ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+    if op == "matmul":
+        # A matmul has no window: a stride, pad or dilation asked for would be silently ignored.
+        for what, value, neutral in (("--stride", stride, 1), ("--pad", pad, 0), ("--dilation", dilation, 1)):
+            given = _int_list(as_text(value), what, (1, 2, 4))
+            if any(v != neutral for v in given):
+                raise OperatorError(f"{what} {as_text(value)}: applies to conv2d and depthwise, not matmul")
+        return _validate(MatmulSpec(m=shape["m"], n=shape["n"], k=shape["k"], batch=shape.get("batch", 1),
+                                    epilogue=epilogue))
 
     st = _int_list(as_text(stride), "--stride", (1, 2))
     dl = _int_list(as_text(dilation), "--dilation", (1, 2))
