@@ -58,9 +58,9 @@ def gcc_march(core: CpuCore, isa: str) -> str:
 def fp16_refusal(core: CpuCore, target_arch: str, where: str) -> Optional[str]:
     """Why this core cannot run fp16 kernels (one line, naming `where`), or None when it can."""
     if target_arch != "aarch64":
-        return (f"--dtype fp16 is supported for --target gpu only on {where} ({target_arch}): not implemented for "
-                f"this target yet (fp16 CPU kernels need AArch64 FP16 arithmetic, FMLA .8h; xfc does not run fp32 "
-                f"arithmetic under an fp16 label)")
+        return (f"--dtype fp16: no fp16 CPU kernels for {where} ({target_arch}): they need an AArch64 core with "
+                f"FP16 arithmetic (FMLA .8h), e.g. --hw snapdragon-865 (xfc does not run fp32 arithmetic under an "
+                f"fp16 label)")
     missing = [f for f in isa_row(FP16_ISA).required_features if f not in core.features]
     if missing:
         return (f"--dtype fp16: {core.name} ({where}) lacks the '{missing[0]}' feature (FP16 arithmetic, "

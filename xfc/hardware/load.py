@@ -118,6 +118,8 @@ def read_yaml(path: Path) -> dict:
     """Read one file as a mapping, or raise a one-line HardwareError naming the file."""
     where = display(path)
     try:
+        if path.is_dir():
+            raise HardwareError(f"{where}: a directory, not a YAML file")
         if not path.is_file():
             raise HardwareError(f"{where}: no such file")
         size = path.stat().st_size
@@ -327,6 +329,8 @@ def load(name_or_path: str, *, host_isa_cap=FROM_ENVIRONMENT, host_measurement=N
     path = Path(text)
     if _is_file(path):
         return load_path(path)
+    if (path.suffix in (".yaml", ".yml") or os.sep in text) and path.is_dir():   # a path, not a shipped name
+        raise HardwareError(f"--hw {text}: a directory, not a hardware description file")
     if path.suffix in (".yaml", ".yml") or os.sep in text:
         shipped = SHIPPED_ROOT / text
         if _is_file(shipped):

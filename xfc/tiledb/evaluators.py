@@ -429,9 +429,10 @@ class TileDbEvaluator:
                 if not rows:
                     stale = [fp for fp in self.db.fingerprints_for_label(self.label) if fp != self.fingerprint]
                     if stale:
-                        self._note(f"tile db {self.db.path}: its rows for {self.label} were built from a different "
-                                   f"description (fingerprint {stale[0][:12]}, now {self.fingerprint[:12]}); "
-                                   "ignored, using the static model")
+                        self._note(f"note: tile db {self.db.path}: its rows for {self.label} were built from a "
+                                   f"different description (fingerprint {stale[0][:12]}, now {self.fingerprint[:12]}); "
+                                   f"ignored, using the static model (to measure them again: xfc tiledb build --hw "
+                                   f"{self._hw.name} --cluster {self.cluster.role}; --tile-db off skips the database)")
             except TileDbError as exc:
                 self._note(f"warning: {exc}; using the static model")
                 self.db = None
