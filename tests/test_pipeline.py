@@ -1,6 +1,8 @@
 """xfc.compile / xfc.pipeline: the Python API the README documents, without any CLI module."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,26 @@ def test_python_api_sees_the_machine_and_the_tile_db_as_the_command_line(tmp_pat
         assert ours.get(key) == report.get(key), key
     assert report["tile_db"]["choice"] == "auto"
     assert xfc.synthesize(spec, xfc.load_hardware("host"), threads=1, tile_db="off").plan.spec == spec
+
+
+def _readme_python_block() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("```python\n", text.index("### Python API")) + len("```python\n")
+    return text[start:text.index("\n```", start)]
+
+
+@pytest.mark.emulated
+def test_the_readme_python_block_runs_as_printed(tmp_path, monkeypatch):
+    """The README's Python API block, run as printed in a fresh directory (a newcomer's first try
+    failed on it: a spec without a bias unpacked into three inputs). Its model file is a small
+    MobileNetV2-style network saved under the name the block uses, with the input shape it feeds."""
+    import onnx
+    from support.nets import mobilenet_net
+    monkeypatch.chdir(tmp_path)
+    onnx.save(mobilenet_net(blocks=1, c=8, hw=224), str(tmp_path / "mobilenet_v2.onnx"))
+    scope: dict = {}
+    exec(compile(_readme_python_block(), "README.md (Python API)", "exec"), scope)
+    spec, out, x, w, bias = (scope[k] for k in ("spec", "out", "x", "w", "bias"))
+    assert out.shape == spec.output_shape and check_output(spec, out, x, w, bias).ok
+    assert scope["logits"].shape == (1, 10) and np.isfinite(scope["logits"]).all()
+    assert scope["report"].verified is True and scope["arm"].files["binary"].is_file()
