@@ -355,6 +355,26 @@ def test_default_output_directories_of_different_kernels_do_not_collide(tmp_path
     assert first.get("dtype", "fp32") == "fp32" and "int8" not in json.dumps(first.get("tiles"))
 
 
+@pytest.mark.unit
+def test_a_local_description_gets_its_own_default_folder(tmp_path):
+    """A user's copy of a shipped SoC with other L2 sizes wrote into the shipped one's default folder
+    (xfc-out/snapdragon-865-cpu/...), each replacing the other: a description from the user's own
+    file adds a digest of what it describes; the same description always gives the same folder."""
+    from xfc.cli.hardware import output_folder_name
+    from xfc.hardware import SHIPPED_ROOT
+    shipped = xfc.load_hardware("snapdragon-865")
+    assert output_folder_name(shipped) == "snapdragon-865"
+    text = (SHIPPED_ROOT / "soc" / "snapdragon-865.yaml").read_text()
+    for folder, body in (("a", text), ("b", text), ("edited", text.replace("l2_kib: 512", "l2_kib: 256", 1))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "snapdragon-865.yaml").write_text(body)    # a description's name is its file's
+    assert "l2_kib: 512" in text
+    same, again, edited = (output_folder_name(xfc.load_hardware(str(tmp_path / folder / "snapdragon-865.yaml")))
+                           for folder in ("a", "b", "edited"))
+    assert same == again and same.startswith("snapdragon-865-") and same != "snapdragon-865"
+    assert edited.startswith("snapdragon-865-") and edited != same
+
+
 @pytest.mark.host
 def test_synth_replaces_its_own_output_directory(tmp_path, capfd):
     out_dir = tmp_path / "k"

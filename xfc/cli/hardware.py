@@ -2,9 +2,13 @@
 (xfc.tiledb.hostdesc) with this process's environment, warnings on stderr."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import sys
+from pathlib import Path
 
+from ..hardware.load import SHIPPED_ROOT
 from ..hardware.model import HardwareDescription
 from ..tiledb.hostdesc import load_hardware
 
@@ -12,3 +16,15 @@ from ..tiledb.hostdesc import load_hardware
 def load_for_command_line(name: str, *, remeasure: bool = False) -> HardwareDescription:
     return load_hardware(name, os.environ, remeasure=remeasure,
                          warn=lambda message: print(f"xfc: {message}", file=sys.stderr, flush=True))
+
+
+def output_folder_name(hw: HardwareDescription) -> str:
+    """The hardware's part of a default output folder: its name for a shipped description or the host;
+    for a description loaded from the user's own file, the name and a digest of what it describes, so
+    a local edit of a shipped SoC (same name, other caches or clocks) never shares, and replaces, the
+    shipped one's folder. Same description, same folder."""
+    source = Path(hw.source_path).resolve() if hw.source_path else None
+    if source is None or source.is_relative_to(SHIPPED_ROOT.resolve()):
+        return hw.name
+    described = repr(dataclasses.replace(hw, source_path=""))
+    return f"{hw.name}-{hashlib.sha256(described.encode()).hexdigest()[:8]}"

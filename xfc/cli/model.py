@@ -17,7 +17,8 @@ TOOLCHAIN_ENV = ("ANDROID_NDK_HOME", "XFC_ANDROID_API")   # --emit lib: the NDK'
 
 
 def default_out_dir(hw, model_path: str, target: str = "cpu") -> Path:
-    return DEFAULT_OUT_ROOT / f"{hw.name}-{target}" / f"model-{Path(model_path).stem}"
+    from .hardware import output_folder_name
+    return DEFAULT_OUT_ROOT / f"{output_folder_name(hw)}-{target}" / f"model-{Path(model_path).stem}"
 
 
 def _device_runner(args, hw, say):

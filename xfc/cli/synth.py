@@ -38,6 +38,7 @@ def default_out_dir(hw, spec, args) -> Path:
     """xfc-out/<hw>-<target>/<op key>-<what else makes the kernel differ>: dtype, the CPU cluster and
     thread count, a forced lowering and int8 quantization parameters, so that two requests for
     different kernels never share (and silently replace) one folder."""
+    from .hardware import output_folder_name
     parts = [spec.key(), args.dtype]
     if args.target == "cpu" and hw.clusters:
         cluster = hw.cluster(args.cluster)
@@ -46,7 +47,7 @@ def default_out_dir(hw, spec, args) -> Path:
         parts.append(args.lowering)
     if args.dtype == "int8" and args.quant:
         parts.append("q" + hashlib.sha256(args.quant.encode()).hexdigest()[:8])
-    return DEFAULT_OUT_ROOT / f"{hw.name}-{args.target}" / "-".join(parts)
+    return DEFAULT_OUT_ROOT / f"{output_folder_name(hw)}-{args.target}" / "-".join(parts)
 
 
 def _gflops_label(report: dict) -> str:
