@@ -49,6 +49,24 @@ def test_uncovered_nodes_missing_from_the_profile_are_reported_as_fused_away(tmp
     assert fused_away(net, profiled) == ("rb0_relu2", "rb1_relu2")
 
 
+@pytest.mark.unit
+def test_nodes_the_model_leaves_unnamed_match_by_the_name_onnxruntime_gives_them(tmp_path):
+    """An exporter that names no node: onnxruntime profiles them as '<op type>_<graph index>'. The
+    classifier matched no layer, and the unnamed pooling and Flatten were reported both as
+    unmatched and as fused away."""
+    model = nets.mobilenet_net(blocks=1)
+    for node in model.graph.node:
+        node.name = ""
+    net = map_network(load_model(save(model, tmp_path, "unnamed")))
+    ops = [n.op_type for n in model.graph.node]
+    classifier, pool, flatten = (f"{op}_{ops.index(op)}" for op in ("Gemm", "GlobalAveragePool", "Flatten"))
+    profiled = [ProfiledNode(name=n, op_type=n.split("_")[0], median_s=1e-6) for n in (classifier, pool, flatten)]
+    per_layer, unmatched = match_profiled(net, profiled)
+    assert [n.name for nodes in per_layer.values() for n in nodes] == [classifier]
+    assert [n.name for n in unmatched] == [pool, flatten]
+    assert pool not in fused_away(net, profiled) and flatten not in fused_away(net, profiled)
+
+
 @pytest.mark.host
 @pytest.mark.parametrize("name, builder", [("resnet", lambda: nets.resnet_net(blocks=1, hw=9)),
                                            ("odd", nets.odd_net)])            # odd: a MatMul with B not constant

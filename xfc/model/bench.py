@@ -188,12 +188,16 @@ def profile_onnxruntime(net: MappedNetwork, feeds: Mapping[str, np.ndarray], *, 
     return nodes, label
 
 
-def _keys(groups) -> dict[str, str]:
-    """Names onnxruntime may give the nodes of each group (name, onnx nodes) -> the group's name."""
+def _keys(net: MappedNetwork, groups) -> dict[str, str]:
+    """Names onnxruntime may give the nodes of each group (name, onnx nodes) -> the group's name: a
+    node's own name, its outputs, and for a node the model leaves unnamed the one onnxruntime gives
+    it, '<op type>_<index in the graph>' (a classifier 'Gemm_6' of an exporter that names no node
+    matched no layer, and unnamed pooling nodes were reported as fused away although they ran)."""
+    unnamed = {tuple(n.output): f"{n.op_type}_{i}" for i, n in enumerate(net.loaded.model.graph.node) if not n.name}
     keys = {}
     for group, nodes in groups:
         for node in nodes:
-            for name in [node.name, *[o for o in node.output if o]]:
+            for name in [node.name or unnamed.get(tuple(node.output), ""), *[o for o in node.output if o]]:
                 if name:
                     keys.setdefault(name, group)
     return keys
@@ -210,7 +214,7 @@ def _candidates(profiled_name: str) -> list[str]:
 
 def match_profiled(net: MappedNetwork, profiled) -> tuple[dict[str, list], list]:
     """layer name -> the profiled nodes that ran its ONNX nodes; and the nodes that match no layer."""
-    keys = _keys((layer.name, layer.onnx_nodes) for layer in net.layers)
+    keys = _keys(net, ((layer.name, layer.onnx_nodes) for layer in net.layers))
     per_layer: dict[str, list] = {}
     unmatched = []
     for node in profiled:
@@ -225,7 +229,7 @@ def match_profiled(net: MappedNetwork, profiled) -> tuple[dict[str, list], list]
 def fused_away(net: MappedNetwork, profiled) -> tuple[str, ...]:
     """Nodes xfc leaves to onnx.reference that onnxruntime's profile does not show: it fused them into
     another node (e.g. a residual Add and Relu into an NCHWc Conv), whose time then covers them."""
-    keys = _keys((u.name, [u.node]) for u in net.uncovered)
+    keys = _keys(net, ((u.name, [u.node]) for u in net.uncovered))
     seen = {keys[c] for node in profiled for c in _candidates(node.name) if c in keys}
     return tuple(u.name for u in net.uncovered if u.name not in seen)
 
