@@ -190,7 +190,7 @@ def test_evaluator_can_be_replaced_by_measurements():
 @pytest.mark.unit
 def test_bad_thread_and_cluster_requests():
     hw = xfc.load_hardware("snapdragon-865")
-    with pytest.raises(xfc.errors.OperatorError, match="exceeds the 1 cores of snapdragon-865's prime cluster"):
+    with pytest.raises(xfc.errors.OperatorError, match="exceeds the 1 core of snapdragon-865's prime cluster"):
         synthesize_cpu(suite_spec("mm_512"), hw, cluster="prime", threads=2)
     with pytest.raises(xfc.errors.OperatorError, match="positive"):
         synthesize_cpu(suite_spec("mm_512"), hw, threads=0)

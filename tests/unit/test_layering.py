@@ -1,7 +1,7 @@
 """The layering rules of docs/ARCHITECTURE.md, checked on the import statements of every module
 (an `ast` walk: imports inside functions count too, so a lazy import cannot hide a wrong edge).
 
-Layers, lowest first: leaves (errors, _version, paths, outputs, settings) -> hardware/, ops/ -> the
+Layers, lowest first: leaves (errors, _version, paths, outputs, settings, wording) -> hardware/, ops/ -> the
 targets cpu/, gpu/ (pure: plans and source text) -> toolchain/, runners/ -> pipeline/ (and analysis/)
 -> tiledb/, testing/, model/, hwprobe/ -> cli/ and api (the composition roots).
 """
@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-LEAVES = {"xfc.errors", "xfc._version", "xfc.paths", "xfc.outputs", "xfc.settings"}
+LEAVES = {"xfc.errors", "xfc._version", "xfc.paths", "xfc.outputs", "xfc.settings", "xfc.wording"}
 # Modules that may read os.environ or print, besides cli/ and settings.py (docs/ARCHITECTURE.md, exceptions):
 ENVIRON_EXCEPTIONS = {
     "xfc.toolchain.procs": "passes xfc's own environment through to children (plus the variables a run adds)",

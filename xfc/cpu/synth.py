@@ -24,6 +24,7 @@ from typing import Optional
 
 from ..errors import OperatorError
 from ..hardware.model import CpuCluster, HardwareDescription
+from ..wording import counted
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec, OperatorSpec, gemm_view
 from . import decide, winograd
 from .cost_model import (DEFAULT_CONSTANTS, L1_FILL, L2_FILL, L3_FILL, CostConstants, CostEstimate,
@@ -316,7 +317,7 @@ def _check_request(spec: OperatorSpec, hw: HardwareDescription, cluster_role: Op
     if not isinstance(threads, int) or threads < 1:
         raise OperatorError(f"--threads must be a positive integer, got {threads!r}")
     if threads > cluster.count:
-        raise OperatorError(f"--threads {threads} exceeds the {cluster.count} cores of {hw.name}'s "
+        raise OperatorError(f"--threads {threads} exceeds the {counted(cluster.count, 'core')} of {hw.name}'s "
                             f"{cluster.role} cluster")
     return cluster, threads
 

@@ -6,6 +6,7 @@ from typing import Mapping, Optional
 
 from .._version import __version__
 from ..ops.accuracy import format_ratio
+from ..wording import counted
 from ..ops.spec import Conv2dSpec, DepthwiseSpec, MatmulSpec
 from .coverage import Coverage, nothing_covered
 from .runtime.report import network_lines
@@ -179,7 +180,7 @@ def format_report(report: dict, explain: bool = False) -> str:
         out.append(f"note: nothing covered: {report['nothing_covered']}")
     out.append(f"predicted time of the covered part: {report['predicted_covered_seconds'] * 1e3:.4g} ms "
                f"({'/'.join(report['prediction_sources']) or 'static'} cost model, not a measurement)")
-    line = (f"synthesis: {n['distinct_layers']} distinct layers in {report['synthesis_seconds'] * 1e3:.1f} ms "
+    line = (f"synthesis: {counted(n['distinct_layers'], 'distinct layer')} in {report['synthesis_seconds'] * 1e3:.1f} ms "
             f"({report['synthesis_ms_per_distinct_layer']:.1f} ms per distinct layer)")
     if report["build_seconds"] is not None:
         line += f"; build: {report['build_seconds']:.1f} s"
@@ -232,7 +233,7 @@ def _library_lines(report: dict) -> list[str]:
     out = []
     lib = report.get("library")
     if lib:
-        out.append(f"library: {lib['library']} ({lib['abi']}, the network runtime and {lib['functions']} kernels, built "
+        out.append(f"library: {lib['library']} ({lib['abi']}, the network runtime and {counted(lib['functions'], 'kernel')}, built "
                    f"with {lib['compiler']}); {lib['header']}, {lib['weights']}, {lib['benchmark_source']}, "
                    f"{lib['cmake']} (add_subdirectory; target {lib['cmake_target']}; builds {lib['benchmark_program']}), "
                    f"{lib['manifest']}")

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...toolchain.cpu import compile_with_pch
+from ...wording import counted
 from ...toolchain.tools import COMPILE_TIMEOUT_S, require_tool, run
 from ...cpu.isa import ISA_TABLE
 from ...errors import OperatorError
@@ -416,8 +417,9 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
     header_lines = [
         f"hardware: {hw.name}, isa {isa} ({row.lanes[0] if row and row.lanes else '?'} {program.dtype.name} lanes), kernels synthesized "
         f"for {default_threads} thread{'s' if default_threads != 1 else ''} (the count is chosen at create)",
-        f"steps: {len(program.steps)} ({kernel_count} kernel calls, {len(program.steps) - kernel_count} runtime ops), "
-        f"{len(functions)} distinct kernels, {len(program.aliases)} aliases (no copy), {len(program.folded)} nodes "
+        f"steps: {len(program.steps)} ({counted(kernel_count, 'kernel call')}, "
+        f"{counted(len(program.steps) - kernel_count, 'runtime op')}), {counted(len(functions), 'distinct kernel')}, "
+        f"{counted(len(program.aliases), 'alias', 'aliases')} (no copy), {counted(len(program.folded), 'node')} "
         f"folded at load",
         f"arena: {plan.arena_bytes} bytes in {plan.buffers} buffers, liveness lower bound {plan.lower_bound_bytes} bytes "
         f"(x{plan.ratio:.3f}); {len(plan.inplace_steps)} ops and {len(plan.residual_inplace)} residual kernels in place",
@@ -567,7 +569,7 @@ def compile_objects(rendered: Rendered, src_dir: Path, obj_dir: Path, tools, pro
         compile_with_pch([tools.cc, *flags, f"-march={march}", "-c", str(src_dir / source), "-o", str(obj)],
                          f"{tools.abi} compile of {source}", (rendered.files.get(source, ""),), cwd=src_dir)
 
-    say(f"--emit lib: compiling {len(sources)} sources for {tools.abi} ({len(rendered.kernel_files)} kernels, the "
+    say(f"--emit lib: compiling {len(sources)} sources for {tools.abi} ({counted(len(rendered.kernel_files), 'kernel')}, the "
         f"network{', the weights' if len(sources) > len(rendered.kernel_files) + 1 else ''})")
     workers = max(1, min(len(sources), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:   # one compiler process per core
@@ -637,7 +639,7 @@ def emit_network_library(rendered: Rendered, hw, lib_dir: Path, scratch: Path, *
     shutil.copy2(archive, lib_dir / archive.name)
     manifest = {**rendered.manifest, "abis": {tools.abi: {"library": archive.name, "compiler": tools.label}}}
     write_atomic(lib_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-    say(f"--emit lib: {archive.name} ({tools.abi}: {len(rendered.kernel_files)} kernels, the network runtime) with "
+    say(f"--emit lib: {archive.name} ({tools.abi}: {counted(len(rendered.kernel_files), 'kernel')}, the network runtime) with "
         f"{rendered.prefix}.h, benchmark_{rendered.name}.c, CMakeLists.txt, {rendered.weights_file} and manifest.json, "
         f"into the output directory")
     return {"abi": tools.abi, "compiler": tools.label, "library": archive.name, "header": f"{rendered.prefix}.h",

@@ -38,6 +38,7 @@ from math import prod
 from typing import Optional
 
 import numpy as np
+import onnx
 
 from ...errors import OperatorError
 from ...ops.dtypes import FP32, DType
@@ -57,6 +58,14 @@ ALIAS_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"
 RESIDUAL_SPECS = ("conv2d", "matmul")   # kernels that add a residual (GEMM and Winograd templates)
 MAX_BROADCAST_DIMS = 4                  # after merging, the binary ops loop over at most this many dims
 MAX_MOVE_DIMS = 6                       # transpose / slice / pad loop nests
+
+
+def _element_type_name(elem: int) -> str:
+    """'int64' for ONNX element type 7 (the number alone tells a user nothing)."""
+    try:
+        return onnx.TensorProto.DataType.Name(elem).lower()
+    except ValueError:
+        return "unknown"
 
 
 class _Unsupported(Exception):
@@ -475,7 +484,8 @@ class _Lowering:
         index_of = {id(u): i for i, u in enumerate(self.uncovered_nodes)}
         for name, shape, elem in self.loaded.inputs:
             if elem != FLOAT:
-                self.unsupported.append(f"input '{name}' (element type {elem}: the runtime takes float32)")
+                self.unsupported.append(f"input '{name}' (ONNX element type {elem}, "
+                                        f"{_element_type_name(elem)}: the runtime takes float32)")
             self.shapes[name] = tuple(shape)
         for step in self.net.steps:
             if step.covered:
@@ -513,9 +523,8 @@ class _Lowering:
         if self.unsupported:
             shown = "; ".join(self.unsupported[:12])
             more = f"; and {len(self.unsupported) - 12} more" if len(self.unsupported) > 12 else ""
-            raise OperatorError(f"{self.path}: --emit lib: {len(self.unsupported)} node"
-                                f"{'s' if len(self.unsupported) != 1 else ''} the network runtime cannot run: "
-                                f"{shown}{more}")
+            raise OperatorError(f"{self.path}: --emit lib: the network runtime cannot run {len(self.unsupported)} "
+                                f"part{'s' if len(self.unsupported) != 1 else ''} of this model: {shown}{more}")
 
     def node(self, node, reason: str):
         op = node.op_type

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...ops.accuracy import format_ratio
+from ...wording import counted
 
 WEAK_BOUND_SHARE = 0.1
 PROFILE_LINES = 8         # --profile: the slowest steps printed (all are in the JSON report)   # an output bound above this share of the output's magnitude is flagged (as report.py does)
@@ -15,9 +16,10 @@ def network_lines(report: dict) -> list[str]:
     net = report.get("network")
     if not net:
         return []
-    out = [f"network: {net['steps']} steps in C ({net['kernel_calls']} kernel calls of {net['distinct_kernels']} "
-           f"distinct kernels, {net['runtime_ops']} runtime ops: {', '.join(net['ops']) or 'none'}); "
-           f"{net['aliases']} aliases (no copy), {net['folded_nodes']} nodes folded at load",
+    out = [f"network: {counted(net['steps'], 'step')} in C ({counted(net['kernel_calls'], 'kernel call')} of "
+           f"{counted(net['distinct_kernels'], 'distinct kernel')}, {counted(net['runtime_ops'], 'runtime op')}: "
+           f"{', '.join(net['ops']) or 'none'}); {counted(net['aliases'], 'alias', 'aliases')} (no copy), "
+           f"{counted(net['folded_nodes'], 'node')} folded at load",
            f"  arena {_mib(net['arena_bytes'])} ({net['arena_bytes']} bytes, {net['arena_buffers']} buffers), liveness "
            f"lower bound {net['arena_lower_bound_bytes']} bytes: x{net['arena_to_lower_bound']:.3f}; in place: "
            f"{net['in_place_ops']} ops, {net['residuals_in_place']} residual kernels",
