@@ -188,14 +188,14 @@ BAD_REQUESTS = [
     # Numbers out of range are refused while parsing, naming the option (a negative seed reached numpy
     # as an internal error; --timeout 0 was a device error after the build; a port past 65535 went to adb).
     (["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4", "--device", "qemu", "--seed", "-1"],
-     "xfc bench: argument --seed: must be >= 0, got '-1'"),
+     "xfc bench: argument --seed: must be an integer >= 0, got '-1'"),
     (["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4", "--device", "qemu", "--timeout", "0"],
      "argument --timeout: must be a number > 0, got '0'"),
     (["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4", "--device", "qemu", "--warmup", "-1"],
-     "argument --warmup: must be >= 0"),
+     "argument --warmup: must be an integer >= 0"),
     (["bench", "matmul", "--hw", "cortex-a76", "--shape", "m=4,n=4,k=4", "--device", "X", "--adb-port", "99999"],
      "argument --adb-port: must be a TCP port 1-65535, got '99999'"),
-    (["model", "net.onnx", "--hw", "cortex-a76", "--verify", "--seed", "-1"], "xfc model: argument --seed: must be >= 0"),
+    (["model", "net.onnx", "--hw", "cortex-a76", "--verify", "--seed", "-1"], "xfc model: argument --seed: must be an integer >= 0"),
     (["model", "net.onnx", "--hw", "cortex-a76", "--seed", "3"], "--seed seeds the random inputs of --verify and --bench"),
     (["model", "net.onnx", "--hw", "cortex-a76", "--repeat", "3"], "--repeat sets the timed runs of --bench"),
     (["model", "net.onnx", "--hw", "cortex-a76", "--bench", "--thread-wait", "passive"],

@@ -172,6 +172,47 @@ def test_node_ip_needs_expose_and_expose_needs_an_address_of_this_host(tmp_path,
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("argv, words", [
+    (["head", "--port", "99999"], "argument --port: must be a TCP port 1-65535, got '99999'"),
+    (["head", "--port", "0"], "argument --port: must be a TCP port 1-65535, got '0'"),
+    (["head", "--num-cpus", "0"], "argument --num-cpus: must be an integer >= 1, got '0'"),
+    (["join", "--address", "127.0.0.1:6379", "--num-cpus", "-1"], "argument --num-cpus: must be an integer >= 1"),
+    (["head", "--object-store-mb", "0"], "argument --object-store-mb: must be an integer >= 1, got '0'"),
+    (["head", "--adb-port", "70000"], "argument --adb-port: must be a TCP port 1-65535, got '70000'"),
+    (["join", "--address", "127.0.0.1:6379", "--adb-port", "0"], "argument --adb-port: must be a TCP port"),
+    (["resources", "--adb-port", "65536"], "argument --adb-port: must be a TCP port 1-65535, got '65536'"),
+])
+def test_a_number_out_of_range_is_refused_while_parsing(argv, words, tmp_path, capsys):
+    from xfc.cli import main
+    token = tmp_path / "t.token"
+    with pytest.raises(SystemExit) as exited:
+        main(["cluster", *argv, "--no-adb", "--token-file", str(token)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"xfc: error: xfc cluster {argv[0]}: {words}"), err
+    assert not token.exists()
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_what_ray_would_refuse_is_one_line_before_anything_starts(tmp_path, capsys):
+    from xfc.cli import main
+    token = tmp_path / "t.token"
+    assert main(["cluster", "head", "--token-file", str(token), "--object-store-mb", "10", "--no-adb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xfc: error: --object-store-mb 10: Ray needs at least 75 MiB"), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not token.exists()                   # refused before a token is written
+
+
+@pytest.mark.subprocess
+def test_head_on_an_impossible_port_is_one_line_exit_2():
+    proc = xfc("cluster", "head", "--port", "99999", "--no-adb", timeout=60)
+    assert "--port: must be a TCP port 1-65535, got '99999'" in one_line_error(proc, 2)
+    assert "ray start" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.unit
 @pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
 def test_an_evaluators_error_stops_the_build_a_dead_worker_is_reported():
     import ray.exceptions as ex

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import XfcError
 from .adb_options import add_adb_server_options
+from .arg_types import positive_int, tcp_port
 
 DEFAULT_HEAD_PORT = 6379
 
@@ -39,15 +40,27 @@ def _node_ip(args, head: bool) -> str:
     return check_node_ip(args.node_ip)
 
 
+def _check_object_store(ray, megabytes) -> None:
+    """--object-store-mb below the installed Ray's minimum is one line here, not a traceback of
+    `ray start` after the node's other processes started."""
+    if megabytes is None:
+        return
+    try:
+        from ray._private.ray_constants import OBJECT_STORE_MINIMUM_MEMORY_BYTES as minimum
+    except ImportError:             # a Ray without this constant: `ray start` says so itself
+        return
+    if megabytes * 1024 * 1024 < minimum:
+        raise XfcError(f"--object-store-mb {megabytes}: Ray needs at least {-(-minimum // (1024 * 1024))} MiB")
+
+
 def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
     """(the `ray start` arguments, the cluster token)."""
     from ..tiledb.cluster import EXPOSE_WARNING, node_resources, start_args
     from ..tiledb.ray_executor import require_ray
     from ..tiledb.raybind import LOOPBACK, dashboard_packages, exposed_ports, exposure_warnings
     from ..tiledb.raytoken import create_token_file, listen_note, read_token
-    require_ray()
-    if args.num_cpus is not None and args.num_cpus < 0:
-        raise XfcError(f"--num-cpus must be >= 0, got {args.num_cpus}")
+    ray = require_ray()
+    _check_object_store(ray, args.object_store_mb)
     node_ip = _node_ip(args, head)
     exposed = exposed_ports() if node_ip != LOOPBACK else None
     if head:
@@ -67,9 +80,10 @@ def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
     phones = sorted(k.split(":", 1)[1] for k in resources if k.startswith("xfc-phone:"))
     print(f"xfc: {'head' if head else 'worker'} node offering {', '.join(sorted(resources)) or 'CPU only'}"
           + (f" (phones: {', '.join(phones)})" if phones else ""), file=sys.stderr, flush=True)
+    store_mb = args.object_store_mb
     return start_args(head=head, address=getattr(args, "address", None), port=getattr(args, "port", 0),
                       resources=resources, num_cpus=args.num_cpus,
-                      object_store_bytes=args.object_store_mb * 1024 * 1024 if args.object_store_mb else None,
+                      object_store_bytes=store_mb * 1024 * 1024 if store_mb is not None else None,
                       temp_dir=args.temp_dir, node_ip=node_ip, exposed=exposed), token
 
 
@@ -116,8 +130,12 @@ def _token_option(p, what: str) -> None:
 
 
 def _common(p) -> None:
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs this node offers to tasks (default: all)")
-    p.add_argument("--object-store-mb", type=int, default=None, help="Ray object store size in MiB")
+    # >= 1, not Ray's >= 0: every xfc task asks for one CPU (RayExecutor.submit), so a node without
+    # CPUs would advertise its phones and tools yet run none of their tasks (a build would wait on it).
+    p.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
+                   help="CPUs this node offers to tasks, >= 1 (default: all)")
+    p.add_argument("--object-store-mb", type=positive_int, default=None, metavar="MB",
+                   help="Ray object store size in MiB (Ray's minimum: 75)")
     p.add_argument("--temp-dir", default=None, help="Ray's temporary directory (sockets, logs)")
     p.add_argument("--expose", action="store_true",
                    help="let other hosts reach this node at --node-ip instead of listening on 127.0.0.1 only "
@@ -138,7 +156,8 @@ def register(sub) -> None:
     stop = "blocks; Ctrl-C or SIGTERM stops every Ray process it started"
     p = csub.add_parser("head", help=f"start the cluster's head node here ({stop})",
                         description=f"Start the cluster's head node here: {what} ({stop}).")
-    p.add_argument("--port", type=int, default=DEFAULT_HEAD_PORT, help=f"GCS port (default {DEFAULT_HEAD_PORT})")
+    p.add_argument("--port", type=tcp_port, default=DEFAULT_HEAD_PORT, metavar="PORT",
+                   help=f"GCS port, 1-65535 (default {DEFAULT_HEAD_PORT})")
     _token_option(p, "write a fresh cluster token here (mode 0600; replaces only a token file xfc wrote)")
     _common(p)
     p.set_defaults(func=cmd_head)
