@@ -197,12 +197,19 @@ def test_a_number_out_of_range_is_refused_while_parsing(argv, words, tmp_path, c
 @pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
 def test_what_ray_would_refuse_is_one_line_before_anything_starts(tmp_path, capsys):
     from xfc.cli import main
-    token = tmp_path / "t.token"
-    assert main(["cluster", "head", "--token-file", str(token), "--object-store-mb", "10", "--no-adb"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("xfc: error: --object-store-mb 10: Ray needs at least 75 MiB"), err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not token.exists()                   # refused before a token is written
+    from xfc.tiledb.raytoken import create_token_file
+    fresh, copy = tmp_path / "head.token", tmp_path / "copy.token"
+    create_token_file(copy)
+    for args, words in ((["head", "--token-file", str(fresh), "--object-store-mb", "10"],
+                         "--object-store-mb 10: Ray needs at least 75 MiB"),
+                        (["join", "--token-file", str(copy), "--address", "127.0.0.1:99999"],
+                         "--address 127.0.0.1:99999: the port must be a TCP port 1-65535, got 99999"),
+                        (["join", "--token-file", str(copy), "--address", "127.0.0.1"],
+                         "--address 127.0.0.1: not HOST:PORT")):
+        assert main(["cluster", *args, "--no-adb"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"xfc: error: {words}") and len(err.strip().splitlines()) == 1, err
+    assert not fresh.exists()                   # the head refused before it wrote a token
 
 
 @pytest.mark.subprocess
@@ -210,6 +217,32 @@ def test_head_on_an_impossible_port_is_one_line_exit_2():
     proc = xfc("cluster", "head", "--port", "99999", "--no-adb", timeout=60)
     assert "--port: must be a TCP port 1-65535, got '99999'" in one_line_error(proc, 2)
     assert "ray start" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_join_where_no_head_listens_is_one_line_exit_3_at_once(tmp_path):
+    """`ray start --address` retries for many minutes where nothing listens: join asks first."""
+    from xfc.tiledb.raytoken import create_token_file
+    token = tmp_path / "t.token"
+    create_token_file(token)
+    address = f"127.0.0.1:{free_port()}"        # bound and closed: nothing listens there
+    marker = f"nohead{os.getpid()}{tmp_path.name}"
+    started = time.monotonic()
+    try:
+        proc = xfc("cluster", "join", "--address", address, "--token-file", str(token), "--no-adb",
+                   marker=marker, timeout=90)
+        took = time.monotonic() - started
+        line = one_line_error(proc, 3)
+        assert line.startswith(f"xfc: error: --address {address}: no Ray cluster answers there"), line
+        assert took < 20, f"join took {took:.1f} s to give up"    # the check itself: 5 s at most
+        assert marked_pids(marker) == []                          # no `ray start` was left behind
+    finally:
+        for pid in marked_pids(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @pytest.mark.unit

@@ -134,13 +134,23 @@ def test_without_the_token_nothing_starts_or_connects(tmp_path, capsys, monkeypa
 
 
 def test_an_address_where_nothing_listens_is_one_line_not_a_hang():
-    """ray.init would wait without end; the reachability check answers at once."""
+    """ray.init would wait without end; the reachability check answers at once: a head that is not
+    there is exit 3 (like a missing adb server), an impossible address exit 2."""
     import socket as _socket
 
+    from xfc.errors import DeviceError
     from xfc.tiledb.ray_executor import check_reachable
     with _socket.socket() as s:                 # a free loopback port with nothing listening on it
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(XfcError, match=f"127.0.0.1:{port}: no Ray cluster answers there"):
+    with pytest.raises(DeviceError, match=f"127.0.0.1:{port}: no Ray cluster answers there") as absent:
         check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    assert absent.value.exit_code == 3
+    for address in ("127.0.0.1:99999", "127.0.0.1:0"):
+        with pytest.raises(XfcError, match="the port must be a TCP port 1-65535") as wrong:
+            check_reachable(address)
+        assert wrong.value.exit_code == 2
+    with pytest.raises(XfcError, match="not HOST:PORT") as wrong:
+        check_reachable("auto", host_port=True)   # a node joining needs the head's HOST:PORT
+    assert wrong.value.exit_code == 2
     check_reachable("auto")                     # not host:port: left to Ray

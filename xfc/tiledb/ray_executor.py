@@ -219,19 +219,26 @@ def _probe_token(ray, address: str) -> None:
 REACH_TIMEOUT_S = 5.0
 
 
-def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """One TCP connection to the head's port first: ray.init waits without end for an address where
-    nothing listens, and a user must get one line instead of a hung command."""
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S, *, host_port: bool = False) -> None:
+    """One TCP connection to the head's port first: ray.init and `ray start --address` wait minutes
+    (retrying) for an address where nothing listens, and a user must get one line instead of a hung
+    command. Nothing listening is DeviceError (exit 3); a port outside 1-65535 is XfcError (exit 2),
+    and so with host_port (a node joining) is an address that is not HOST:PORT."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host or "/" in host:
+        if host_port:
+            raise XfcError(f"--address {address}: not HOST:PORT (the head's address, e.g. 127.0.0.1:6379)")
         return                     # not host:port (Ray resolves other forms itself)
+    if not 1 <= int(port) <= 65535:
+        raise XfcError(f"--address {address}: the port must be a TCP port 1-65535, got {port}")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
-        reason = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
-        raise XfcError(f"--address {address}: no Ray cluster answers there ({reason}); start one with "
-                       f"'xfc cluster head' or check the address") from None
+        reason = (f"no answer within {timeout_s:g} s" if isinstance(exc, socket.timeout)
+                  else (exc.strerror or str(exc)))
+        raise DeviceError(f"--address {address}: no Ray cluster answers there ({reason}); start one with "
+                          f"'xfc cluster head' or check the address") from None
 
 
 def connect(ray, address: str) -> None:
