@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import xfc
-from xfc.errors import XfcError
+from xfc.errors import OperatorError, VerificationError, XfcError
 from xfc.ops.reference import check_output, make_inputs
 
 pytestmark = pytest.mark.host
@@ -42,6 +42,10 @@ def test_specs_and_kernels_agree_on_the_bias():
     assert none is None
     kernel = xfc.compile(plain, hw, threads=1)
     assert check_output(plain, kernel(a, b), a, b, None).ok
+    # A wrong shape is the caller's input (OperatorError, exit 2), not a wrong result (VerificationError, 4).
+    with pytest.raises(OperatorError, match=r"in0 has shape \(1, 8, 9\), expected \(1, 8, 10\)") as err:
+        kernel(a[..., :-1], b)
+    assert not isinstance(err.value, VerificationError)
     with pytest.raises(XfcError, match="has no bias .* would be ignored"):
         kernel(a, b, np.ones(9, np.float32))
     with_bias = xfc.compile(biased, hw, threads=1)
@@ -58,7 +62,6 @@ def test_network_only_epilogues_are_refused_outside_the_network_runtime():
     """A residual epilogue adds what the output buffer holds on entry: a single kernel called from
     Python would add garbage, so xfc.compile refuses it in one line; int8 kernels fuse only bias
     and relu / relu6, so an int8 plan with a network activation is refused instead of built without it."""
-    from xfc.errors import OperatorError
     from xfc.ops.quant import QuantParams
     from xfc.pipeline.synth import plan_cpu
     hw = xfc.load_hardware("host")

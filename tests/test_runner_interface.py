@@ -15,7 +15,7 @@ from xfc.toolchain.cpu import COMMON_FLAGS, build_arm, write_sources
 from xfc.toolchain.tools import HOST_CC
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.plans import hand_plan
-from xfc.errors import DeviceError, VerificationError
+from xfc.errors import DeviceError, OperatorError
 from xfc.ops.reference import check_output, make_inputs
 from xfc.runners.adb import AdbRunner
 from xfc.runners.base import HarnessRunner, Measurement, Runner, RunSpec, harness_args
@@ -62,7 +62,7 @@ def test_run_spec_checks_shapes_and_entry_points():
     a, b, bias = make_inputs(spec)
     shapes = tuple(tuple(s) for s in spec.operand_shapes)
     RunSpec(harness=Path("h"), inputs=(a, b, bias), input_shapes=shapes).check_input_shapes("k")
-    with pytest.raises(VerificationError, match=r"k: in1 has shape \(2, 2\)"):
+    with pytest.raises(OperatorError, match=r"k: in1 has shape \(2, 2\)"):
         RunSpec(harness=Path("h"), inputs=(a, np.zeros((2, 2), np.float32), bias),
                 input_shapes=shapes).check_input_shapes("k")
     rs = RunSpec(harness=Path("h"), inputs=(a, b, bias), protocol="times-file", prepacked=True, repeat=3, warmup=2)
@@ -128,5 +128,5 @@ def test_qemu_runner_agrees_with_the_reference(spec, tmp_path):
         _check(spec, m, a, b, bias)
         assert m.emulated and "qemu-aarch64 -cpu cortex-a76" in m.where
         assert any("emulated" in note for note in m.notes)
-    with pytest.raises(VerificationError, match="in0 has shape"):
+    with pytest.raises(OperatorError, match="in0 has shape"):
         QemuRunner("cortex-a76").execute(_run_spec(binary, spec, a[..., :1], b, bias, False))

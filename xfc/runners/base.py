@@ -62,7 +62,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from xfc.errors import DeviceError, ToolchainError, VerificationError
+from xfc.errors import DeviceError, OperatorError, ToolchainError, VerificationError
 
 INPUT_NAMES = ("a", "b", "bias")      # the file names of three inputs; more are in3, in4, ...
 PROTOCOLS = ("json", "times-file")
@@ -125,13 +125,14 @@ class RunSpec:
             raise DeviceError(f"timeout must be > 0 s, got {self.timeout_s}")
 
     def check_input_shapes(self, what: str) -> None:
-        """VerificationError when an array input's shape is not the one the kernel was built for."""
+        """OperatorError when an array input's shape is not the one the kernel was built for: bad input,
+        not a wrong result (VerificationError, exit 4)."""
         if self.input_shapes is None:
             return
         names = ("in0", "in1", "bias") + tuple(f"in{i}" for i in range(3, len(self.inputs)))
         for name, value, shape in zip(names, self.inputs, self.input_shapes):
             if isinstance(value, np.ndarray) and value.shape != tuple(shape):
-                raise VerificationError(f"{what}: {name} has shape {value.shape}, expected {tuple(shape)}")
+                raise OperatorError(f"{what}: {name} has shape {value.shape}, expected {tuple(shape)}")
 
 
 @dataclass(frozen=True, eq=False)

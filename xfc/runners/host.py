@@ -72,7 +72,7 @@ class HostKernel:
     def _operand(self, index: int, value) -> np.ndarray:
         """Operand `index` as a contiguous array of its C type and shape. An optional operand left out
         (the bias of a spec without one) is zeros the kernel never reads; giving one the kernel would
-        ignore, or leaving out one it needs, is an OperatorError."""
+        ignore, leaving out one it needs, or a wrong shape or integer type is an OperatorError."""
         abi, name = self.abi, self.abi.operand_names[index]
         shape, ctype = tuple(abi.operand_shapes[index]), np.dtype(abi.operand_types[index])
         if name == "bias" and abi.operand_names[:2] == ("in0", "in1") and (value is None) != (index in abi.optional):
@@ -90,10 +90,11 @@ class HostKernel:
         if ctype.kind == "f":
             array = np.ascontiguousarray(array, ctype)
         elif array.dtype != ctype:   # integers are never converted: a value that does not fit would change
-            raise VerificationError(f"{self.rendered.function_name}: {name} is {array.dtype}{array.shape}, "
+            raise OperatorError(f"{self.rendered.function_name}: {name} is {array.dtype}{array.shape}, "
                                     f"expected {ctype}{shape}")
         if array.shape != shape:
-            raise VerificationError(f"{self.rendered.function_name}: {name} has shape {array.shape}, expected {shape}")
+            # The caller's array, not the kernel's result: bad input (exit 2), never a verification failure.
+            raise OperatorError(f"{self.rendered.function_name}: {name} has shape {array.shape}, expected {shape}")
         return np.ascontiguousarray(array)
 
     def _operands(self, values: Sequence) -> list[GuardedBuffer]:
@@ -168,7 +169,7 @@ class HostKernel:
             raise OperatorError(f"{self.rendered.function_name}: run_packed takes the packed weights as operand {w + 1}")
         packed = np.ascontiguousarray(values[w], self.abi.packed_type).reshape(-1)
         if packed.size != int(self._packed_size()):
-            raise VerificationError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
+            raise OperatorError(f"{self.rendered.function_name}: packed weights have {packed.size} elements, "
                                     f"expected {int(self._packed_size())} (from prepack of this kernel)")
         return w, values, packed
 
