@@ -1,10 +1,14 @@
 """xfc.compile / xfc.pipeline: the Python API the README documents, without any CLI module."""
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from support import nets
 
 import xfc
 from xfc.errors import OperatorError, VerificationError, XfcError
@@ -94,10 +98,15 @@ def test_compile_into_a_users_directory_never_overwrites_their_files(tmp_path):
     theirs = tmp_path / "mine"
     theirs.mkdir()
     (theirs / "xfc_matmul.c").write_text("/* my own file */\n")
-    with pytest.raises(OutputError):
+    with pytest.raises(OutputError, match="choose another out_dir, .* or pass force=True"):
         xfc.compile(spec, xfc.load_hardware("host"), threads=1, out_dir=theirs)
     assert (theirs / "xfc_matmul.c").read_text() == "/* my own file */\n"
     assert sorted(p.name for p in theirs.iterdir()) == ["xfc_matmul.c"]
+    beside = tmp_path / "notes"
+    beside.mkdir()
+    (beside / "notes.txt").write_text("mine\n")
+    kernel = xfc.compile(spec, xfc.load_hardware("host"), threads=1, out_dir=beside, force=True)
+    assert (beside / "notes.txt").read_text() == "mine\n" and (beside / "xfc_matmul.c").exists()
     ours = tmp_path / "ours"
     kernel = xfc.compile(spec, xfc.load_hardware("host"), threads=1, out_dir=ours)
     a, b, bias = make_inputs(spec, 0)
@@ -221,3 +230,104 @@ def test_the_readme_python_block_runs_as_printed(tmp_path, monkeypatch):
     assert out.shape == spec.output_shape and check_output(spec, out, x, w, bias).ok
     assert scope["logits"].shape == (1, 10) and np.isfinite(scope["logits"]).all()
     assert scope["report"].verified is True and scope["arm"].files["binary"].is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# xfc.compile_model's arguments: checked in Python's terms, never a command-line flag
+# ---------------------------------------------------------------------------------------------
+
+def small_net(dynamic: bool = False):
+    """One 3x3 convolution and a Relu on x (1, 3, 6, 6); dynamic: batch and height are named dims."""
+    b = nets.Builder(5)
+    y = b.node("Relu", [b.conv("x", 3, 4, name="conv")], name="relu")
+    model = b.model({"x": [1, 3, 6, 6]}, [y])
+    if dynamic:
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        dims[0].dim_param, dims[2].dim_param = "batch", "height"
+        for d in model.graph.output[0].type.tensor_type.shape.dim:
+            d.dim_param = "o"
+    return model
+
+
+def described_host():
+    from xfc.hardware.load import load
+    return load("host")     # the described host: no probe process, so these stay unit tests
+
+
+def assert_python_terms(text: str, *needles: str) -> None:
+    assert "\n" not in text and "--" not in text and "-o " not in text, text
+    for needle in needles:
+        assert needle in text, text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kwargs, needles", [
+    (dict(threads=0), ["threads=0", "positive integer"]),
+    (dict(threads=1.5), ["threads=1.5", "positive integer"]),
+    (dict(threads=10 ** 6), ["threads=1000000", "cores"]),
+    (dict(input_shapes={"x": "1x3x6x6"}), ["input_shapes['x']", "not a string", "write (1, 3, 6, 6)"]),
+    (dict(input_shapes={"x": (1, 3, 0, 6)}), ["input_shapes['x'] is (1, 3, 0, 6)", "dimensions must be positive"]),
+    (dict(input_shapes={"x": 6}), ["input_shapes['x'] is 6", "sequence of positive ints"]),
+    (dict(input_shapes={"x": (1, 3, 6.0, 6)}), ["input_shapes['x']", "sequence of positive ints"]),
+    (dict(input_shapes=[("x", (1, 3, 6, 6))]), ["input_shapes must be a dict", "got list"]),
+    (dict(input_shapes={"y": (1, 3, 6, 6)}), ["input_shapes:", "has no input 'y'", "inputs: x"]),
+    (dict(input_shapes={"x": (1, 3, 6)}), ["input_shapes['x'] = (1, 3, 6)", "rank 4, not 3"]),
+])
+def test_compile_model_names_a_bad_argument_as_its_python_parameter(kwargs, needles):
+    with pytest.raises(OperatorError) as err:
+        xfc.compile_model(small_net(dynamic=True), described_host(), **kwargs)
+    assert_python_terms(str(err.value), *needles)
+
+
+@pytest.mark.unit
+def test_compile_and_synthesize_name_threads_as_their_parameter():
+    spec = xfc.make_spec("matmul", dict(m=5, n=6, k=7))
+    for call in (xfc.compile, xfc.synthesize):
+        for threads, needle in ((0, "threads=0: must be a positive integer"), (True, "threads=True"),
+                                (10 ** 6, "threads=1000000: more than the")):
+            with pytest.raises(OperatorError) as err:
+                call(spec, described_host(), threads=threads)
+            assert_python_terms(str(err.value), needle)
+
+
+@pytest.mark.unit
+def test_compile_model_suggests_input_shapes_that_work_when_pasted(tmp_path):
+    """The dynamic-shape error suggests input_shapes={...} (the command line's --input-shape is no
+    Python argument); the suggested dict, read back, loads the model."""
+    from xfc.model.load import API_SHAPES, load_model
+    model = small_net(dynamic=True)
+    with pytest.raises(OperatorError) as err:
+        xfc.compile_model(model, described_host())
+    text = str(err.value)
+    assert_python_terms(text, "input 'x' has a dynamic shape", "fix it with input_shapes={'x': (1, 3, ")
+    suggested = ast.literal_eval(re.search(r"input_shapes=(\{.*?\})", text).group(1))
+    path = tmp_path / "net.onnx"
+    path.write_bytes(model.SerializeToString())
+    loaded = load_model(path, suggested, API_SHAPES)
+    assert [(name, shape) for name, shape, _ in loaded.inputs] == [("x", suggested["x"])]
+
+
+@pytest.mark.unit
+def test_compile_model_into_a_users_directory_names_out_dir_and_force(tmp_path):
+    from xfc.outputs import OutputError
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    with pytest.raises(OutputError) as err:
+        xfc.compile_model(small_net(), described_host(), threads=1, out_dir=theirs)
+    assert_python_terms(str(err.value), f"out_dir {theirs}", "choose another out_dir", "pass force=True")
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.host
+def test_compile_model_with_force_writes_beside_a_users_files(tmp_path):
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    net = xfc.compile_model(small_net(), described_host(), threads=1, out_dir=theirs, force=True)
+    x = np.random.default_rng(1).uniform(-1, 1, size=(1, 3, 6, 6)).astype(np.float32)
+    assert net(x).shape == (1, 4, 6, 6)
+    assert (theirs / "notes.txt").read_text() == "mine\n" and (theirs / f"lib{net.prefix}.so").is_file()
+    with pytest.raises(OperatorError, match=r"input 'x' has shape \(1, 3, 6, 5\), expected \(1, 3, 6, 6\)"):
+        net(x[..., :5])
+    net.close()

@@ -228,6 +228,11 @@ class _SignalsHeld:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
+# OutputDir's names for the Python API (xfc.compile, xfc.compile_model): its messages then say
+# "choose another out_dir ... pass force=True", the arguments a Python caller has.
+API_OUTPUT_NAMES = {"option": "out_dir", "force_option": "force=True"}
+
+
 @dataclass
 class OutputDir:
     """Stage an output directory and move it into place on commit().

@@ -3,7 +3,9 @@
 Everything that can be wrong with the file itself is found here and reported as one line
 (OperatorError, exit status 2) naming the file and the input, node or field at fault: not ONNX
 or unreadable, rejected by the ONNX checker, an opset outside SUPPORTED_OPSETS, a dynamic input
-dimension that --input-shape did not fix, a bad --input-shape.
+dimension that --input-shape did not fix, a bad --input-shape. Messages about input shapes name
+them as the caller's user gives them (ShapeSpelling): `--input-shape x=1x3x8x8` on the command
+line, `input_shapes={'x': (1, 3, 8, 8)}` in Python.
 """
 from __future__ import annotations
 
@@ -51,6 +53,31 @@ class LoadedModel:
         if name in self.constants:
             return tuple(self.constants[name].shape)
         return self.shapes.get(name)
+
+
+@dataclass(frozen=True)
+class ShapeSpelling:
+    """How a user fixes input shapes, for the messages that ask them to: the command line's
+    `--input-shape NAME=DIMS` or the Python API's `input_shapes={NAME: DIMS}`."""
+
+    option: str            # what the messages call it: '--input-shape' / 'input_shapes'
+    api: bool = False
+
+    def entry(self, name: Optional[str], shape) -> str:
+        """One given shape, as the user wrote it (to name it in an error)."""
+        if self.api:
+            return f"{self.option}[{name!r}] = {tuple(shape)}"
+        return f"{self.option} {name + '=' if name else ''}{'x'.join(map(str, shape))}"
+
+    def fix(self, shapes: Mapping[str, tuple]) -> str:
+        """What to pass to fix these inputs, ready to paste."""
+        if self.api:
+            return f"{self.option}={ {n: tuple(s) for n, s in shapes.items()} }"
+        return " ".join(self.entry(n, s) for n, s in shapes.items())
+
+
+CLI_SHAPES = ShapeSpelling("--input-shape")
+API_SHAPES = ShapeSpelling("input_shapes", api=True)
 
 
 def parse_input_shapes(items) -> dict[Optional[str], tuple[int, ...]]:
@@ -121,7 +148,7 @@ def _dims(value_info) -> Optional[list]:
     return out
 
 
-def _fix_inputs(path: Path, model, requested: dict) -> list:
+def _fix_inputs(path: Path, model, requested: dict, spelling: ShapeSpelling) -> list:
     """Apply --input-shape to the real (non-initializer) inputs; every input must end up static."""
     initializers = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in initializers]
@@ -130,13 +157,14 @@ def _fix_inputs(path: Path, model, requested: dict) -> list:
     if None in requested:
         dynamic = [vi.name for vi in real if _dims(vi) is None or any(not isinstance(d, int) for d in _dims(vi))]
         if len(dynamic) != 1:
-            raise OperatorError(f"--input-shape {'x'.join(map(str, requested[None]))} without a name needs exactly "
+            raise OperatorError(f"{spelling.entry(None, requested[None])} without a name needs exactly "
                                 f"one dynamic input; {path} has {len(dynamic)} ({', '.join(dynamic) or 'none'}): "
                                 f"use NAME=DIMS")
         requested[dynamic[0]] = requested.pop(None)
     for name in requested:
         if name not in names:
-            raise OperatorError(f"--input-shape: {path} has no input '{name}' (inputs: {', '.join(names) or 'none'})")
+            raise OperatorError(f"{spelling.option}: {path} has no input '{name}' "
+                                f"(inputs: {', '.join(names) or 'none'})")
     fixed, unfixed = [], []
     for vi in real:
         if vi.type.WhichOneof("value") != "tensor_type":
@@ -145,11 +173,11 @@ def _fix_inputs(path: Path, model, requested: dict) -> list:
         if vi.name in requested:
             want = requested[vi.name]
             if dims is not None and len(dims) != len(want):
-                raise OperatorError(f"--input-shape {vi.name}={'x'.join(map(str, want))}: the model's input "
+                raise OperatorError(f"{spelling.entry(vi.name, want)}: the model's input "
                                     f"'{vi.name}' has rank {len(dims)}, not {len(want)}")
             for i, (have, new) in enumerate(zip(dims or [], want)):
                 if isinstance(have, int) and have != new:
-                    raise OperatorError(f"--input-shape {vi.name}={'x'.join(map(str, want))}: dimension {i} of "
+                    raise OperatorError(f"{spelling.entry(vi.name, want)}: dimension {i} of "
                                         f"'{vi.name}' is fixed to {have} in the model")
             shape = vi.type.tensor_type.shape
             del shape.dim[:]
@@ -161,11 +189,11 @@ def _fix_inputs(path: Path, model, requested: dict) -> list:
             continue
         fixed.append((vi.name, tuple(dims), int(vi.type.tensor_type.elem_type)))
     if unfixed:
-        raise OperatorError(_dynamic_input_message(path, model, unfixed))
+        raise OperatorError(_dynamic_input_message(path, model, unfixed, spelling))
     return fixed
 
 
-def _dynamic_input_message(path: Path, model, unfixed: list) -> str:
+def _dynamic_input_message(path: Path, model, unfixed: list, spelling: ShapeSpelling) -> str:
     """One line for inputs --input-shape left dynamic, with an --input-shape hint that works when
     pasted: every dynamic dimension gets a concrete size (SUGGESTED_SIZES, the first with which
     every inferred tensor shape is positive), and the dimensions so filled are named."""
@@ -176,10 +204,11 @@ def _dynamic_input_message(path: Path, model, unfixed: list) -> str:
         head += f" (and {len(unfixed) - 1} more: {', '.join(repr(n) for n, _ in unfixed[1:])})"
     unknown = [n for n, d in unfixed if d is None]
     if unknown:
-        return (f"{head}; give the full shape of {', '.join(repr(n) for n in unknown)} with --input-shape "
-                f"NAME=DIMS (e.g. {unknown[0]}=1x3x224x224 for an image batch)")
+        example = spelling.fix({unknown[0]: (1, 3, 224, 224)})
+        return (f"{head}; give the full shape of {', '.join(repr(n) for n in unknown)} with {spelling.option} "
+                f"(e.g. {example} for an image batch)")
     suggestion = _suggest_sizes(model, unfixed)
-    flags = " ".join(f"--input-shape {n}={'x'.join(map(str, shape))}" for n, shape in suggestion.items())
+    flags = spelling.fix(suggestion)
     named = "; ".join(("" if len(unfixed) == 1 else f"{n}: ") + ", ".join(f"{d or f'dimension {i}'}={shape[i]}"
                                            for i, d in enumerate(dims) if not isinstance(d, int))
                       for (n, dims), shape in zip(unfixed, suggestion.values()))
@@ -366,8 +395,9 @@ def infer_shapes(model, path="model"):
     return infer(work)
 
 
-def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
-    """Read, check and shape-infer `path`; input_shapes from parse_input_shapes."""
+def load_model(path, input_shapes: Optional[dict] = None, spelling: ShapeSpelling = CLI_SHAPES) -> LoadedModel:
+    """Read, check and shape-infer `path`; input_shapes from parse_input_shapes (or the API's,
+    checked alike: spelling says how the user gave them)."""
     import onnx
     from onnx import shape_inference
     path = Path(path)
@@ -377,7 +407,7 @@ def load_model(path, input_shapes: Optional[dict] = None) -> LoadedModel:
         onnx.checker.check_model(model)
     except Exception as exc:
         raise OperatorError(f"{path}: the ONNX checker rejects the model: {_one_line(exc)}") from None
-    inputs = _fix_inputs(path, model, input_shapes or {})
+    inputs = _fix_inputs(path, model, input_shapes or {}, spelling)
     try:
         model = infer_shapes(model, path)
     except OperatorError:

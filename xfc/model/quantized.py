@@ -127,8 +127,8 @@ class _Reader:
         shape = self.loaded.shape(name)
         shape = self.shapes.get(name) if shape is None else tuple(int(d) for d in shape)
         if shape is None:
-            raise OperatorError(f"{self.where(i)}: the shape of '{name}' is not static (fix the inputs with "
-                                f"--input-shape)")
+            raise OperatorError(f"{self.where(i)}: the shape of '{name}' is not static (fix the input shapes: "
+                                f"--input-shape on the command line, input_shapes= in Python)")
         return shape
 
     def infer(self, i: int) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import OperatorError, XfcError
-from ..outputs import OutputDir
+from ..outputs import API_OUTPUT_NAMES, OutputDir
 from ..runners.host import HostKernel
 from . import stages
 from .synth import plan_cpu
@@ -44,11 +44,11 @@ class Kernel:
 
 def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, threads: Optional[int] = None,
             evaluator=None, constants=None, lowering: str = "auto", dtype="fp32", quant=None,
-            out_dir=None) -> Kernel:   # noqa: A001  (the public name the issue asks for)
+            out_dir=None, force: bool = False) -> Kernel:   # noqa: A001  (the public name the issue asks for)
     """Plan (plan_cpu: evaluator and constants from a tile database, or the static model), render and
     build spec for hw. out_dir: where the sources and the built file go (default: a temporary
     directory, removed once the host library is loaded; an ARM build needs out_dir, since the binary
-    must outlive the call)."""
+    must outlive the call); force: write beside files xfc did not write there."""
     if target != "cpu":
         raise OperatorError(f"compile supports target 'cpu' (GPU kernels: xfc.pipeline.run_gpu_synth), got {target!r}")
     result, _seconds = plan_cpu(spec, hw, dtype, cluster=cluster, threads=threads, evaluator=evaluator,
@@ -64,7 +64,8 @@ def compile(spec, hw, *, target: str = "cpu", cluster: Optional[str] = None, thr
     # Built in a staged directory committed under the output-ownership rules (xfc.outputs): a user's
     # directory with files xfc did not write is refused, never overwritten. A loaded host library
     # keeps its mapping across the rename.
-    with OutputDir(out_dir, what=f"xfc.compile {spec.key()} for {hw.name}") as staging:
+    with OutputDir(out_dir, what=f"xfc.compile {spec.key()} for {hw.name}", force=force,
+                   **API_OUTPUT_NAMES) as staging:
         built = stages.realize(result.plan, staging.path)
         staging.commit()
     files = {"dir": out_dir}

@@ -13,17 +13,18 @@ from typing import Optional
 
 from ...errors import OperatorError
 from ..library import abi_for, select_toolchain
-from ..load import load_model
+from ..load import API_SHAPES, load_model
 from .emit import build_shared, compile_objects, render_network, write_sources
 from .network import kernel_names, lower_and_synthesize
 
 
 def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: Optional[dict] = None,
-                    cluster: Optional[str] = None, out_dir=None, name: Optional[str] = None):
+                    cluster: Optional[str] = None, out_dir=None, force: bool = False, name: Optional[str] = None):
     """model: an ONNX file or an onnx.ModelProto; hw: an x86-64 description (this machine). Returns a
-    HostNetwork. out_dir: keep the sources and the shared library there (an xfc output directory);
-    default: a temporary directory, removed once the library is loaded."""
-    from ...outputs import OutputDir
+    HostNetwork. out_dir: keep the sources and the shared library there (an xfc output directory;
+    force: beside files xfc did not write); default: a temporary directory, removed once the library
+    is loaded. Messages name the arguments as xfc.compile_model's (input_shapes=, out_dir, force=True)."""
+    from ...outputs import API_OUTPUT_NAMES, OutputDir
     from ...runners.hostnet import HostNetwork
     if hw.target_arch != "x86_64":
         raise OperatorError(f"compile_model runs the network in this process: {hw.name} is not this machine "
@@ -37,7 +38,7 @@ def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: O
         else:
             path = Path(model)
             stem = name or path.stem
-        lowered, syntheses = lower_and_synthesize(load_model(path, input_shapes), stem, hw, cluster=cluster,
+        lowered, syntheses = lower_and_synthesize(load_model(path, input_shapes, API_SHAPES), stem, hw, cluster=cluster,
                                                   threads=threads)
         program = lowered.program
         keys = program.distinct_kernels()
@@ -54,7 +55,8 @@ def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: O
             (tmp / "build").mkdir()
             library = build(tmp / "build")   # loaded before the directory goes: the mapping outlives the file
             return HostNetwork(library, rendered.prefix, rendered.weights, default_threads, stem)
-        with OutputDir(Path(out_dir), what=f"xfc.compile_model {stem} for {hw.name}") as staging:
+        with OutputDir(Path(out_dir), what=f"xfc.compile_model {stem} for {hw.name}", force=force,
+                       **API_OUTPUT_NAMES) as staging:
             library = build(staging.path)
             staging.commit()
         return HostNetwork(Path(out_dir) / library.name, rendered.prefix, rendered.weights, default_threads, stem)

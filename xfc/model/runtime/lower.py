@@ -114,7 +114,8 @@ class _Lowering:
     def shape(self, name: str) -> tuple[int, ...]:
         shape = self.loaded.shape(name)
         if shape is None:
-            raise _Unsupported(f"the shape of '{name}' is not static (fix the inputs with --input-shape)")
+            raise _Unsupported(f"the shape of '{name}' is not static (fix the input shapes: --input-shape on the "
+                               f"command line, input_shapes= in Python)")
         return tuple(int(d) for d in shape)
 
     def is_const(self, name: str) -> bool:

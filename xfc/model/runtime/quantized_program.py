@@ -88,8 +88,8 @@ class _Lowering:
         if name not in self.shapes:
             shape = self.network.shape(name)
             if shape is None:
-                raise OperatorError(f"{self.loaded.path}: the shape of '{name}' is not static (fix the inputs with "
-                                    f"--input-shape)")
+                raise OperatorError(f"{self.loaded.path}: the shape of '{name}' is not static (fix the input shapes: "
+                                    f"--input-shape on the command line, input_shapes= in Python)")
             self.shapes[name] = shape
         return self.shapes[name]
 
