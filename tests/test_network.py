@@ -295,6 +295,82 @@ def test_network_runs_in_c_and_matches_onnxruntime_on_the_host(tmp_path, capsys,
             "CMakeLists.txt", "manifest.json", report["library"]["library"]} <= files
 
 
+@pytest.fixture(scope="module")
+def tiny_benchmark(tmp_path_factory) -> Path:
+    """benchmark_tiny beside its weights, as `--emit lib --verify` leaves it: one 3x3 convolution and a
+    Relu on 'input' (1, 3, 16, 16), 768 floats."""
+    directory = tmp_path_factory.mktemp("tiny")
+    b = nets.Builder(5)
+    y = b.node("Relu", [b.conv("input", 3, 4, name="conv")], name="relu")
+    path = save(b.model({"input": [1, 3, 16, 16]}, [y]), directory, "tiny")
+    assert main(["model", str(path), "--hw", "host", "--emit", "lib", "--verify", "--threads", "1",
+                 "-o", str(directory / "out")]) == 0
+    return directory / "out" / "benchmark_tiny"
+
+
+def run_benchmark(program: Path, *args: str):
+    import subprocess
+    return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_benchmark_refuses(result, *needles: str) -> None:
+    """Exit 2, nothing on stdout, one line on stderr holding every needle."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and result.stdout == "" and len(lines) == 1, result
+    assert lines[0].startswith("benchmark_tiny: ") and all(n in lines[0] for n in needles), lines[0]
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+@pytest.mark.parametrize("args, needles", [
+    (["--input", "/nonexistent/x.f32"], ["--input '/nonexistent/x.f32': cannot open: No such file or directory"]),
+    (["--random", "--bogus"], ["unknown option '--bogus'"]),
+    (["--bogus", "--random"], ["unknown option '--bogus'"]),
+    (["--random", "--runs"], ["--runs is missing its value"]),
+    (["--random", "--runs", "abc"], ["--runs 'abc': expected a whole number", "from 1 to 2147483647"]),
+    (["--random", "--runs", "0"], ["--runs '0'", "from 1 to"]),
+    (["--random", "--runs", "3x"], ["--runs '3x'"]),
+    (["--random", "--runs", " 3"], ["--runs ' 3'"]),
+    (["--random", "--warmup", "99999999999999999999"], ["--warmup '99999999999999999999'", "from 0 to 2147483647"]),
+    (["--random", "--warmup", "2147483648"], ["--warmup '2147483648'"]),
+    (["--random", "--warmup", "-1"], ["--warmup '-1'"]),
+    (["--random", "--seed", "-5"], ["--seed '-5'", "from 0 to 18446744073709551615"]),
+    (["--random", "--seed", "18446744073709551616"], ["--seed '18446744073709551616'"]),
+    (["--random", "--threads", "100000"], ["--threads '100000'", "0: the default"]),
+    ([], ["0 --input file(s) for 1 graph input(s)", "or --random"]),
+])
+def test_the_benchmark_program_names_a_bad_argument_in_one_line(tiny_benchmark, args, needles):
+    """Before: a missing --input file read as "got -1 floats", an unknown last option as "missing its
+    value", and --runs / --warmup went through atoi ('abc' ran 0 times) and --seed through strtoull
+    (-5 wrapped round)."""
+    assert_benchmark_refuses(run_benchmark(tiny_benchmark, *args), *needles)
+
+
+@support.needs_onnxruntime
+@pytest.mark.host
+def test_the_benchmark_program_checks_its_input_files_and_accepts_what_is_in_range(tiny_benchmark, tmp_path):
+    sizes = {"short": 3000, "partial": 3073, "long": 3076, "exact": 3072}
+    for name, size in sizes.items():
+        (tmp_path / f"{name}.f32").write_bytes(bytes(size))
+    what = "input 'input' is 768 fp32 values (3072 bytes), the file holds"
+    assert_benchmark_refuses(run_benchmark(tiny_benchmark, "--input", str(tmp_path / "short.f32")),
+                             f"{what} 3000 bytes")
+    for name in ("partial", "long"):   # a trailing partial float is no longer read as a whole file
+        assert_benchmark_refuses(run_benchmark(tiny_benchmark, "--input", str(tmp_path / f"{name}.f32")),
+                                 f"{what} more than 3072 bytes")
+    assert_benchmark_refuses(run_benchmark(tiny_benchmark, "--input", str(tmp_path)), "cannot read: Is a directory")
+    ran = run_benchmark(tiny_benchmark, "--input", str(tmp_path / "exact.f32"), "--runs", "2", "--warmup", "0",
+                        "--threads", "1")
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    assert (report["runs"], report["warmup"], report["threads"], report["inputs"]) == (2, 0, 1, "files")
+    ran = run_benchmark(tiny_benchmark, "--random", "--seed", "18446744073709551615", "--runs", "1", "--threads", "0")
+    assert ran.returncode == 0 and json.loads(ran.stdout)["threads"] == 1, ran.stderr   # 0: the default (1 here)
+    shown = run_benchmark(tiny_benchmark, "--help")
+    assert shown.returncode == 0 and shown.stderr == "" and "usage: benchmark_tiny" in shown.stdout
+    assert "'input': 768 values" in shown.stdout
+
+
 @support.needs_onnxruntime
 @pytest.mark.host
 def test_bench_against_onnxruntime_and_a_wrong_step_fails_the_check(tmp_path, capsys):
