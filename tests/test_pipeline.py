@@ -264,7 +264,6 @@ def assert_python_terms(text: str, *needles: str) -> None:
 @pytest.mark.parametrize("kwargs, needles", [
     (dict(threads=0), ["threads=0", "positive integer"]),
     (dict(threads=1.5), ["threads=1.5", "positive integer"]),
-    (dict(threads=10 ** 6), ["threads=1000000", "cores"]),
     (dict(input_shapes={"x": "1x3x6x6"}), ["input_shapes['x']", "not a string", "write (1, 3, 6, 6)"]),
     (dict(input_shapes={"x": (1, 3, 0, 6)}), ["input_shapes['x'] is (1, 3, 0, 6)", "dimensions must be positive"]),
     (dict(input_shapes={"x": 6}), ["input_shapes['x'] is 6", "sequence of positive ints"]),

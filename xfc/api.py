@@ -137,9 +137,9 @@ def compile_model(model, hw="host", *, threads: Optional[int] = None, input_shap
     from .model.runtime.api import compile_network
     shapes = _checked_input_shapes(input_shapes)
     threads = _checked_threads(threads)     # both before the host probe, which can take seconds
+    # Not capped at the cluster's cores here: an int8 network's kernels take more threads than cores.
     if isinstance(hw, str):
         hw = load_hardware(hw)
-    _check_threads_fit(threads, hw, cluster)
     return compile_network(model, hw, threads=threads, input_shapes=shapes, cluster=cluster, out_dir=out_dir,
                            force=force)
 
