@@ -120,6 +120,7 @@ FLAT = [  # stride-1 conv2d: short rows, pads on every side, a dilation, channel
 ]
 
 
+@pytest.mark.matrix(every=2)   # each dialect and edge case stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tile", FLAT,
                          ids=["7x7-pad1-batch2", "dilated-odd-pads", "1x1", "left-pad-wider-no-bottom"])
@@ -146,6 +147,7 @@ FLAT_WIDE = [  # staged rows of 16 positions or more with padding columns: the v
 ]
 
 
+@pytest.mark.matrix(every=2)   # each dialect and edge case stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tile", FLAT_WIDE, ids=["18-wide-pad1-batch2", "22-wide-dilated-pad2",
                                                                   "32-wide-5x5", "19-wide-7x7-pad3"])
@@ -179,6 +181,7 @@ STAGING = [  # rows of 16 pixels and more (the unpack rounds, the last one overl
 ]
 
 
+@pytest.mark.matrix(every=2)   # each dialect and edge case stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("layout", ["flat", "rows"])
 @pytest.mark.parametrize("shape, geometry, act", STAGING, ids=["3x3-w21-c14-int8", "1x1-w19", "3x3-w32-odd-pads"])
@@ -286,6 +289,7 @@ CHANNELS = [  # the GEMM turned around (pixels as rows): a short stage, a stride
 ]
 
 
+@pytest.mark.matrix(every=2)   # each dialect and edge case stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tile", CHANNELS, ids=["7x7-batch2", "dilated-s2x3-odd-pads", "1x1"])
 @pytest.mark.parametrize("rows", ("gathered", "in_place"))
@@ -320,6 +324,7 @@ IN_PLACE = [  # (shape, geometry, tiles): row tiles cut at each output row's end
 ]
 
 
+@pytest.mark.matrix(every=2)   # each dialect and edge case stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa, dialect", DIALECTS, ids=[d for _, d in DIALECTS])
 @pytest.mark.parametrize("shape, geometry, tiles", IN_PLACE, ids=["partial-row-tiles", "stride-2", "strides-2x3-dilated",
                                                                   "1x1-one-run", "3x1-one-run"])
@@ -481,7 +486,7 @@ def test_cli_int8_verify_json(tmp_path, capfd, monkeypatch):
     (["--quant", "w_scale=-2"], "w_scale=-2"), (["--quant", "act=int8,a_zp=200"], "a_zp=200"),
     (["--quant", "out_zp=300"], "out_zp=300"), (["--target", "gpu", "--hw", "adreno-650"], "not implemented"),
     (["--hw", "cortex-a53"], "cortex-a53: the core lacks 'dotprod'"),   # ARM int8 needs SDOT (tests/test_int8_arm.py)
-    (["--dtype", "fp16"], "not implemented for this target yet"),
+    (["--dtype", "fp16"], "no fp16 CPU kernels for host"),
     (["--dtype", "fp32", "--quant", "a_zp=1"], "--quant applies to --dtype int8 only"),
     (["--tile-db", "some.db"], "fp32 rows only"),
     (["--lowering", "winograd"], "fp32 CPU lowerings"),

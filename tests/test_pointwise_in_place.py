@@ -68,6 +68,7 @@ def test_a_pointwise_tile_reads_in_place_whatever_mr():
 
 
 @pytest.mark.host
+@pytest.mark.matrix(every=3)   # each ISA, A reading, MR and shape stays in the sample; test-matrices: all
 @pytest.mark.parametrize("isa", ALL_HOST_ISAS)
 @pytest.mark.parametrize("a_pack", ["im2col_direct", "packed"])
 @pytest.mark.parametrize("mr", MRS)
