@@ -36,6 +36,21 @@ HOST_ISA_ENV = "XFC_HOST_ISA"
 TEST_MUTANT_ENV = "XFC_TEST_MUTANT"
 DEFAULT_ADB_HOST = "127.0.0.1"
 DEFAULT_ADB_PORT = 5037
+SWITCH_ON = ("", "on", "1", "yes", "true")
+SWITCH_OFF = ("off", "0", "no", "false")
+
+
+def switch(environ: Mapping[str, str], name: str) -> bool:
+    """An on/off variable (unset or empty: on). Any other value is one clear error, not silently
+    'on': XFC_HOST_PROBE=maybe measured the host as if it said so."""
+    value = environ.get(name, "").strip().lower()
+    if value in SWITCH_OFF:
+        return False
+    if value not in SWITCH_ON:
+        from .errors import XfcError
+        raise XfcError(f"environment variable {name}={environ[name]!r}: expected on or off "
+                       f"(also {', '.join(v for v in SWITCH_ON[2:] + SWITCH_OFF[1:])})")
+    return True
 
 
 def _env(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
@@ -67,7 +82,7 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
 
 def precompiled_headers(environ: Optional[Mapping[str, str]] = None) -> bool:
     """False when XFC_PCH is off / 0 / no / false (xfc.toolchain.pch: a compile-time cache only)."""
-    return _env(environ).get("XFC_PCH", "").strip().lower() not in ("off", "0", "no", "false")
+    return switch(_env(environ), "XFC_PCH")
 
 
 def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:

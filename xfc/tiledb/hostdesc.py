@@ -17,14 +17,14 @@ from ..cpu.cost_model import SHARED_CACHE_BYTES_PER_CYCLE
 from ..hardware.host import MAX_CLOCK_SOURCE
 from ..hardware.load import is_host_name, load
 from ..hardware.model import HardwareDescription
-from ..settings import FROM_ENVIRONMENT
+from ..settings import FROM_ENVIRONMENT, switch
 from .probe import host_probe_or_none
 
 PROBE_ENV = "XFC_HOST_PROBE"   # 'off': keep the assumed host figures (no measurement, no cache)
 
 
 def probe_enabled(environ: Mapping[str, str]) -> bool:
-    return environ.get(PROBE_ENV, "").strip().lower() not in ("off", "0", "no", "false")
+    return switch(environ, PROBE_ENV)
 
 
 def load_hardware(name: str, environ: Mapping[str, str], *, remeasure: bool = False,
