@@ -5,13 +5,15 @@ plans of its own plan space, all built, verified and measured in one process.
     .venv/bin/python benchmarks/regret.py                                   # both parts, threads 1 and 2
     .venv/bin/python benchmarks/regret.py --part gemm --threads 1 --only conv_r18_l1
     .venv/bin/python benchmarks/regret.py --part winograd --layers held-out --threads 1
+    .venv/bin/python benchmarks/regret.py --part gemm --threads 1 --layer conv2d:c=32,h=112,w=112,k=16,r=1,s=1
 
 regret = time of the chosen plan / time of the fastest measured plan - 1 (0 when the chosen plan is
 also the fastest here).
 
 Part gemm (issue 11, target within 3%): each suite GEMM/conv workload's implicit-GEMM candidates,
 the cost model's top 10 (candidate_syntheses); "chosen" is the first, what `xfc synth --lowering
-direct` picks. Depthwise plans are not GEMM candidates and are left out.
+direct` picks. Depthwise plans are not GEMM candidates and are left out. `--layer OP:K=V,...` measures
+given layers instead of the suite (e.g. a network's step that lost to onnxruntime).
 
 Part winograd (issue 34, targets mean <= 2%, max <= 5% at 1 thread and <= 8% at 2): each 3x3
 stride-1 layer's chosen plan (lowering auto, as `xfc synth` chooses) against its neighbours: the
@@ -65,7 +67,7 @@ from xfc.cpu.synth import candidate_syntheses, synthesize_cpu
 from xfc.cpu.tiles import MicroTile
 from xfc.errors import OperatorError, XfcError
 from xfc.ops.reference import check_output, make_inputs
-from xfc.ops.spec import make_spec
+from xfc.ops.spec import make_spec, parse_shape
 from xfc.ops.winograd import admissible_tile_sizes
 from xfc.ops.workloads import SUITE
 from xfc.outputs import write_json_result
@@ -353,6 +355,9 @@ def main(argv=None) -> int:
                     help="which 3x3 layer set the winograd part measures (default all)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--only", default="", help="comma-separated workload or layer names")
+    ap.add_argument("--layer", action="append", default=[], metavar="OP:K=V,...",
+                    help="gemm part: this layer instead of the suite (repeatable), as xfc synth's --shape with "
+                         "the operator first, e.g. conv2d:c=32,h=112,w=112,k=16,r=1,s=1 (bias added)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=9, help="timed runs per candidate per round")
     ap.add_argument("--confirm-rounds", type=int, default=6,
@@ -395,7 +400,8 @@ def main(argv=None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="xfc-regret-") as tmp:
             if args.part in ("gemm", "all"):
-                rows = gemm_rows(hw, threads, evaluator, constants, args.rounds, args.repeats, Path(tmp), say, only)
+                rows = gemm_rows(hw, threads, evaluator, constants, args.rounds, args.repeats, Path(tmp), say, only,
+                                 layers_from(args.layer) if args.layer else SUITE)
             if args.part in ("winograd", "all"):
                 sets = list(LAYER_SETS) if args.layers == "all" else [args.layers]
                 probe = (cpu_share.build_probe(Path(tmp)) if args.cpu_state == "shared-cache" and max(threads) > 1
@@ -446,13 +452,25 @@ def main(argv=None) -> int:
     return 0 if all(r["verified"] for r in rows + wrows) else 1
 
 
+def layers_from(texts: list[str]) -> dict:
+    """--layer OP:K=V,... -> workloads as SUITE holds them (name -> (op, shape, options)); a 1x1 conv
+    or a matmul takes a bias, as a network's layers mostly do."""
+    out = {}
+    for text in texts:
+        op, _, shape_text = text.partition(":")
+        shape = parse_shape(op.strip(), shape_text)
+        out[f"{op.strip()}:{shape_text.strip()}"] = (op.strip(), shape, dict(bias=True))
+    return out
+
+
 def gemm_rows(hw, threads: list[int], evaluator, constants, rounds: int, repeats: int, tmp: Path, say,
-              only: set) -> list[dict]:
-    """Each suite GEMM/conv workload: the cost model's top-10 implicit-GEMM candidates, measured."""
+              only: set, workloads: dict = SUITE) -> list[dict]:
+    """Each workload (default: the suite's GEMM/conv workloads): the cost model's top-10 implicit-GEMM
+    candidates, measured."""
     cluster = hw.cluster()
     rows = []
-    for name in [n for n in SUITE if not only or n in only]:
-        op, shape, opts = SUITE[name]
+    for name in [n for n in workloads if not only or n in only]:
+        op, shape, opts = workloads[name]
         if op == "depthwise":
             continue
         spec = make_spec(op, shape, **opts)
