@@ -44,8 +44,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # stream the FMAs do not hide fitted with its rate; 10: split over tiles, each thread streams that
 # part of the filter transform itself, and holds all of it when it is to stay in L2; 11: split over
 # output channels, the threads stream the part past the cache share faster by the host's measured
-# l3_overflow_read_speedup, where the description has one).
-COST_MODEL_VERSION = 11
+# l3_overflow_read_speedup, where the description has one; 12: a pointwise conv's A read in place a
+# plane apart charged no wait with one column panel).
+COST_MODEL_VERSION = 12
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -363,7 +364,17 @@ def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuClus
     channels 2.49 against 1.44; with 24 (one column panel) in place ran faster, 0.25 against 0.36
     (pointwise_a_intel_gnr_t1.json); strided by 2 to 512 channels, in place 3.20 ms, packed 1.79. An
     image that fits the L2 keeps most of its lines there: 512 channels at 28x28 (1.6 MB) strided by
-    2 to 1024 ran 1.32 ms in place, 1.55 packed."""
+    2 to 1024 ran 1.32 ms in place, 1.55 packed.
+
+    With one column panel (the output channels within one register tile's columns) whose KC x NR
+    micro-panel of B stays in L1 beside the KC lines of A a row tile reads (b_panel_resident), the
+    image is read once, each channel's row front to back as the row tiles advance, and a line a row
+    tile leaves is still in L1 for the next: the streams a prefetcher follows, no more lines than
+    packing the image reads, so nothing is charged. Measured on the Zen 4 VM of session 63, one
+    thread, 16 output channels: in place ran 0.101-0.368 ms where the packed-B plan ran 0.128-0.461
+    at 24-96 channels at 112x112, and 0.088 against 0.108 at 96 channels 56x56 (benchmarks/regret.py
+    --layer; regret_gemm_pointwise_*_zen4_s63.json). Where the micro-panel and the lines do not fit
+    (256 channels to 64 in one 64-wide panel, above) the wait stays."""
     # one image: the kernel stages and multiplies the images of a batch one at a time
     image_bytes = spec.c * (spec.h + spec.pad_top + spec.pad_bottom) * (spec.w + spec.pad_left
                                                                         + spec.pad_right) * FLOAT_BYTES
@@ -376,6 +387,8 @@ def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuClus
         rows = math.ceil(rows / max(threads, 1))
     else:
         panels = math.ceil(panels / max(threads, 1))
+    if panels == 1 and b_panel_resident(cluster.core, sched, FLOAT_BYTES, sched.kc * a_bytes_per_k):
+        return 0.0
     line_bytes = _batch(spec) * rows * panels * k * a_bytes_per_k
     return line_bytes / constants.shared_cache_bytes_per_s(cluster.clock_ghz * 1e9, 1, hw.shared_cache_read_gbps)
 
