@@ -338,6 +338,9 @@ def assert_benchmark_refuses(result, *needles: str) -> None:
     (["--random", "--seed", "18446744073709551616"], ["--seed '18446744073709551616'"]),
     (["--random", "--threads", "100000"], ["--threads '100000'", "0: the default"]),
     ([], ["0 --input file(s) for 1 graph input(s)", "or --random"]),
+    # the library's own create error carries the system's reason
+    (["--random", "--weights", "/nonexistent/w.weights"],
+     ["cannot open the weights file '/nonexistent/w.weights': No such file or directory"]),
 ])
 def test_the_benchmark_program_names_a_bad_argument_in_one_line(tiny_benchmark, args, needles):
     """Before: a missing --input file read as "got -1 floats", an unknown last option as "missing its
