@@ -245,6 +245,56 @@ def test_join_where_no_head_listens_is_one_line_exit_3_at_once(tmp_path):
                 pass
 
 
+@pytest.mark.subprocess
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
+def test_join_where_another_service_listens_is_one_line_exit_3(tmp_path, answer):
+    """A listener that is not a Ray head (another service on the port): `ray start --address` waited
+    about 40 s a try, some 20 tries. join asks for a gRPC answer first (a Ray head gives one in ms)."""
+    import socket
+    import threading
+    from xfc.tiledb.raytoken import create_token_file
+    token = tmp_path / "t.token"
+    create_token_file(token)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)             # silent: keep it open, say nothing
+            if answer is not None:
+                conn.recv(64)
+                conn.sendall(answer)
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    marker = f"other{os.getpid()}{tmp_path.name}"
+    started = time.monotonic()
+    try:
+        proc = xfc("cluster", "join", "--address", address, "--token-file", str(token), "--no-adb",
+                   marker=marker, timeout=90)
+        took = time.monotonic() - started
+        line = one_line_error(proc, 3)
+        assert line.startswith(f"xfc: error: --address {address}: something listens there, but not a Ray "
+                               f"cluster's head"), line
+        assert took < 20, f"join took {took:.1f} s to give up"
+        assert marked_pids(marker) == []
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+        for pid in marked_pids(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 @pytest.mark.unit
 @pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
 def test_an_evaluators_error_stops_the_build_a_dead_worker_is_reported():

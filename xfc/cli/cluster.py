@@ -56,7 +56,7 @@ def _check_object_store(ray, megabytes) -> None:
 def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
     """(the `ray start` arguments, the cluster token)."""
     from ..tiledb.cluster import EXPOSE_WARNING, node_resources, start_args
-    from ..tiledb.ray_executor import check_reachable, require_ray
+    from ..tiledb.ray_executor import check_reachable, check_speaks_grpc, require_ray
     from ..tiledb.raybind import LOOPBACK, dashboard_packages, exposed_ports, exposure_warnings
     from ..tiledb.raytoken import create_token_file, listen_note, read_token
     ray = require_ray()
@@ -70,6 +70,8 @@ def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
     else:
         token = read_token(token_path)
         check_reachable(args.address, host_port=True)   # `ray start` would retry for many minutes
+        if os.environ.get("RAY_USE_TLS", "").strip().lower() not in ("1", "true"):   # TLS: its own first bytes
+            check_speaks_grpc(args.address)
     print(listen_note(token_path, node_ip), file=sys.stderr, flush=True)
     resources = node_resources(os.environ, args.adb_host, args.adb_port, use_adb=not args.no_adb,
                                start_server=not args.no_start_server, warn=_warn)

@@ -241,6 +241,36 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S, *, host_po
                           f"'xfc cluster head' or check the address") from None
 
 
+# A client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5): a gRPC
+# server, as Ray's GCS is, answers with a frame of its own, a SETTINGS frame first.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS_TYPE = 4
+FRAME_HEADER_BYTES = 9
+
+
+def check_speaks_grpc(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """After check_reachable, for a node joining: what listens at address answers as a gRPC server
+    does. `ray start --address` to a listener that is not a Ray head (another service on the port)
+    waits about 40 s per try and tries about 20 times. DeviceError (exit 3) when it does not. Not
+    for a cluster under Ray's TLS (RAY_USE_TLS), where the first bytes are TLS's: the caller skips it."""
+    host, _, port = address.rpartition(":")
+    header = b""
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(HTTP2_PREFACE)
+            while len(header) < FRAME_HEADER_BYTES:
+                chunk = conn.recv(FRAME_HEADER_BYTES - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except OSError:      # a timeout or a reset: it did not answer as gRPC does
+        pass
+    if len(header) < FRAME_HEADER_BYTES or header[3] != HTTP2_SETTINGS_TYPE:
+        raise DeviceError(f"--address {address}: something listens there, but not a Ray cluster's head (no gRPC "
+                          f"answer within {timeout_s:g} s); check the address and port 'xfc cluster head' printed")
+
+
 def connect(ray, address: str) -> None:
     """ray.init to a running cluster, or XfcError (one line): unreachable, or the token refused.
     A 127.0.0.1 address stays 127.0.0.1 (raybind.loopback_kept): the driver then joins the local
