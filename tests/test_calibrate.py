@@ -141,8 +141,8 @@ def test_synth_reads_calibrated_constants_from_the_tile_db_and_survives_a_broken
     assert reports["auto"]["tile_db"]["constants"] == "calibrated"
     assert reports["off"]["tile_db"]["constants"] == "static"
     assert reports["auto"]["predicted_seconds"] != reports["off"]["predicted_seconds"]
-    broken = tmp_path / "broken.sqlite"
-    broken.write_bytes(b"this is not a database" * 100)
+    broken = tmp_path / "broken.sqlite"      # an SQLite header, then garbage: a damaged database warns
+    broken.write_bytes(b"SQLite format 3\x00" + b"this is not a database" * 100)
     proc = _xfc(*argv, "--tile-db", str(broken), "-o", str(tmp_path / "broken-out"), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line]

@@ -41,13 +41,25 @@ def test_tile_db_path_that_does_not_exist_is_exit_2(tmp_path, capsys):
     assert not out_dir.exists()
 
 
+def test_tile_db_path_that_is_a_directory_or_not_sqlite_is_exit_2(tmp_path, capsys):
+    """The user named it: a directory or a file that is not SQLite at all is a typo, not a warning
+    (a damaged or locked database still warns and synthesis goes on: tests/test_calibrate.py)."""
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n")
+    for path, needle in ((tmp_path, "a directory, not a tile database file"), (text, "not an SQLite file")):
+        out_dir = tmp_path / "out"
+        code, out, err = run(MATMUL + ["--tile-db", str(path), "-o", str(out_dir)], capsys)
+        assert_one_line_error(code, out, err, f"--tile-db {path}", needle)
+        assert not out_dir.exists()
+
+
 def test_tile_db_auto_off_and_existing_paths_still_resolve(tmp_path):
     hw = load_hw("snapdragon-865")
     env = {"XFC_CACHE_DIR": str(tmp_path / "cache")}
     assert resolve("off", hw, env) is None
     assert resolve("auto", hw, env) is not None            # shipped or per-user: need not exist yet
     present = tmp_path / "mine.sqlite"
-    present.write_bytes(b"not a database")                 # exists: the evaluator warns about it, not resolve
+    present.write_bytes(b"SQLite format 3\x00damaged")     # an SQLite file: the evaluator warns about it, not resolve
     assert resolve(str(present), hw, env) == Path(present)
     with pytest.raises(OperatorError, match="no such file"):
         resolve(str(tmp_path / "nope.sqlite"), hw, env)

@@ -54,21 +54,42 @@ def is_shipped_hardware(hw: HardwareDescription) -> bool:
         return False
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _looks_like_sqlite(path: Path) -> bool:
+    """An empty file or one that starts with SQLite's header (an unreadable one is left to the
+    evaluator, which says why)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError:
+        return True
+    return head in (b"", SQLITE_MAGIC)
+
+
 def resolve(choice: str, hw: HardwareDescription, environ: Mapping[str, str]) -> Optional[Path]:
     """The database a `--tile-db PATH|auto|off` choice means for hw (None: off).
 
     auto: the shipped database of this description when it is shipped and its file exists,
     else the per-user database. A shipped description that was edited keeps its name but gets a
     new fingerprint, so its shipped rows stop matching (the evaluator says so). An explicit PATH
-    that does not exist is an OperatorError (exit 2); an unreadable or foreign file is the
-    evaluator's warning.
+    that does not exist, is a directory or is not an SQLite file at all is an OperatorError (exit 2):
+    the user named it, so a typo is bad input. A locked, older- or newer-schema or foreign database
+    is the evaluator's warning.
     """
     if choice == "off":
         return None
     if choice != "auto":
-        if not Path(choice).exists():   # an explicit path is a request: missing is bad input, not a warning
+        path = Path(choice)
+        if not path.exists():   # an explicit path is a request: missing is bad input, not a warning
             raise OperatorError(f"--tile-db {choice}: no such file (give an existing tile database, or auto / off)")
-        return Path(choice)
+        if path.is_dir():
+            raise OperatorError(f"--tile-db {choice}: a directory, not a tile database file (or auto / off)")
+        if not _looks_like_sqlite(path):
+            raise OperatorError(f"--tile-db {choice}: not an SQLite file, so not a tile database "
+                                f"(xfc tiledb build writes one; or auto / off)")
+        return path
     if is_shipped_hardware(hw):
         shipped = shipped_db_path(Path(hw.source_path).stem)
         if shipped.exists():
