@@ -109,3 +109,34 @@ def test_bench_bad_requests_exit_2(tmp_path, capsys, argv, fragment):
     code = main(["model", str(save(nets.mlp_net(), tmp_path, "mlp")), *argv, "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("xfc: error:") == 1 and fragment in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.host
+@needs_onnxruntime
+def test_unnamed_nodes_after_a_constant_match_onnxruntimes_own_profile(tmp_path):
+    """onnxruntime numbers unnamed nodes after it turns Constant nodes into initializers: a Constant
+    ahead of them shifted every index by one, and the classifier matched no layer (or another's time)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from xfc.model.bench import profile_onnxruntime
+    from xfc.model.run import make_feeds
+    rng = np.random.default_rng(3)
+    init = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([1, 4], np.int64))),
+             helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Reshape", ["p", "shape"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "unnamed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                              [init("w", 4, 3, 3, 3), init("b", 4), init("fc_w", 5, 4), init("fc_b", 5)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    net = map_network(load_model(save(model, tmp_path, "unnamed_const")))
+    profiled, _ = profile_onnxruntime(net, make_feeds(net, 0), threads=1, repeats=2, warmup=1)
+    per_layer, unmatched = match_profiled(net, profiled)
+    gemm = next(layer.name for layer in net.layers if layer.op_type == "Gemm")
+    assert [n.op_type for n in per_layer.get(gemm, [])] == ["Gemm"], (per_layer, unmatched)
+    conv = next(layer.name for layer in net.layers if layer.op_type.startswith("Conv"))
+    assert conv in per_layer, (per_layer, unmatched)

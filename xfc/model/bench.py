@@ -192,8 +192,10 @@ def _keys(net: MappedNetwork, groups) -> dict[str, str]:
     """Names onnxruntime may give the nodes of each group (name, onnx nodes) -> the group's name: a
     node's own name, its outputs, and for a node the model leaves unnamed the one onnxruntime gives
     it, '<op type>_<index in the graph>' (a classifier 'Gemm_6' of an exporter that names no node
-    matched no layer, and unnamed pooling nodes were reported as fused away although they ran)."""
-    unnamed = {tuple(n.output): f"{n.op_type}_{i}" for i, n in enumerate(net.loaded.model.graph.node) if not n.name}
+    matched no layer, and unnamed pooling nodes were reported as fused away although they ran). The
+    index counts the nodes onnxruntime keeps: it turns Constant nodes into initializers first."""
+    kept = [n for n in net.loaded.model.graph.node if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx"))]
+    unnamed = {tuple(n.output): f"{n.op_type}_{i}" for i, n in enumerate(kept) if not n.name}
     keys = {}
     for group, nodes in groups:
         for node in nodes:
