@@ -382,13 +382,13 @@ def strided_a_wait_s(spec: Conv2dSpec, hw: HardwareDescription, cluster: CpuClus
         return 0.0
     m, n, k = gemm_view(spec, True)
     rows, panels = math.ceil(m / sched.mr), math.ceil(n / sched.nr)
+    if panels == 1 and b_panel_resident(cluster.core, sched, FLOAT_BYTES, sched.kc * a_bytes_per_k):
+        return 0.0       # all output channels in one panel (not one panel per thread: not measured)
     # the busiest thread's row tiles or column panels (whole tiles per thread)
     if sched.parallel_axis == "m":
         rows = math.ceil(rows / max(threads, 1))
     else:
         panels = math.ceil(panels / max(threads, 1))
-    if panels == 1 and b_panel_resident(cluster.core, sched, FLOAT_BYTES, sched.kc * a_bytes_per_k):
-        return 0.0
     line_bytes = _batch(spec) * rows * panels * k * a_bytes_per_k
     return line_bytes / constants.shared_cache_bytes_per_s(cluster.clock_ghz * 1e9, 1, hw.shared_cache_read_gbps)
 
