@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import XfcError
 from .adb_options import add_adb_server_options
-from .arg_types import positive_int, tcp_port
+from .arg_types import non_negative_int, positive_int, tcp_port
 
 DEFAULT_HEAD_PORT = 6379
 
@@ -81,6 +81,9 @@ def _node_args(args, head: bool, token_path: Path) -> tuple[list[str], str]:
         for line in exposure_warnings(node_ip, args.port if head else None, exposed, dashboard_packages()):
             _warn(line)
     phones = sorted(k.split(":", 1)[1] for k in resources if k.startswith("xfc-phone:"))
+    if args.num_cpus == 0 and phones:
+        raise XfcError(f"--num-cpus 0: this node offers phones ({', '.join(phones)}) whose tasks each need a CPU "
+                       f"here; give --num-cpus 1 or more, or --no-adb")
     print(f"xfc: {'head' if head else 'worker'} node offering {', '.join(sorted(resources)) or 'CPU only'}"
           + (f" (phones: {', '.join(phones)})" if phones else ""), file=sys.stderr, flush=True)
     store_mb = args.object_store_mb
@@ -133,10 +136,11 @@ def _token_option(p, what: str) -> None:
 
 
 def _common(p) -> None:
-    # >= 1, not Ray's >= 0: every xfc task asks for one CPU (RayExecutor.submit), so a node without
-    # CPUs would advertise its phones and tools yet run none of their tasks (a build would wait on it).
-    p.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
-                   help="CPUs this node offers to tasks, >= 1 (default: all)")
+    # 0 as Ray allows (a head that only coordinates), but not on a node that offers phones: every xfc
+    # task asks for one CPU (RayExecutor.submit), so its phones' tasks would never run (_node_args).
+    p.add_argument("--num-cpus", type=non_negative_int, default=None, metavar="N",
+                   help="CPUs this node offers to tasks (default: all; 0: a node that only coordinates, "
+                        "with --no-adb)")
     p.add_argument("--object-store-mb", type=positive_int, default=None, metavar="MB",
                    help="Ray object store size in MiB (Ray's minimum: 75)")
     p.add_argument("--temp-dir", default=None, help="Ray's temporary directory (sockets, logs)")
