@@ -310,6 +310,10 @@ def _main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
+        # the on/off switches, read strictly at start: a typo is one line now, not an error inside a
+        # compile worker after synthesis (XFC_PCH) or only under --hw host (XFC_HOST_PROBE)
+        for name in ("XFC_PCH", "XFC_HOST_PROBE"):
+            settings.switch(settings.environment(), name)
         return int(args.func(args) or 0)
     except XfcError as exc:
         print(f"xfc: error: {exc}", file=sys.stderr)
