@@ -194,6 +194,7 @@ def test_python_api_sees_the_machine_and_the_tile_db_as_the_command_line(tmp_pat
     import json
     from xfc.cli import main
     from xfc.cli.main import hardware_summary
+    xfc.load_hardware("host")      # the probe once first: run alone, the first load says "just now", the next "cached"
     assert main(["hw", "show", "host", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert json.loads(json.dumps(hardware_summary(xfc.load_hardware("host")), default=list)) == shown

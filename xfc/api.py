@@ -60,8 +60,9 @@ def _checked_input_shapes(input_shapes) -> dict[str, tuple[int, ...]]:
                             f"got {type(input_shapes).__name__}")
     shapes = {}
     for name, dims in input_shapes.items():
-        if not isinstance(name, str) or not name:
-            raise OperatorError(f"input_shapes: the key {name!r} is not an input name ({example})")
+        if name is not None and (not isinstance(name, str) or not name):   # None: the only dynamic input
+            raise OperatorError(f"input_shapes: the key {name!r} is not an input name ({example}; None: the "
+                                f"model's only dynamic input)")
         where = f"input_shapes[{name!r}]"
         if isinstance(dims, str):
             # The command line's 1x3x224x224: say which tuple was meant rather than guess.
@@ -140,6 +141,13 @@ def compile_model(model, hw="host", *, threads: Optional[int] = None, input_shap
     # Not capped at the cluster's cores here: an int8 network's kernels take more threads than cores.
     if isinstance(hw, str):
         hw = load_hardware(hw)
-    return compile_network(model, hw, threads=threads, input_shapes=shapes, cluster=cluster, out_dir=out_dir,
-                           force=force)
+    try:
+        return compile_network(model, hw, threads=threads, input_shapes=shapes, cluster=cluster, out_dir=out_dir,
+                               force=force)
+    except OperatorError as exc:
+        # the planner's thread check speaks the command line's words: here the parameter is threads=
+        text = str(exc)
+        if text.startswith("--threads "):
+            raise OperatorError("threads=" + text[len("--threads "):]) from None
+        raise
 

@@ -429,10 +429,15 @@ class TileDbEvaluator:
                 if not rows:
                     stale = [fp for fp in self.db.fingerprints_for_label(self.label) if fp != self.fingerprint]
                     if stale:
+                        from .locations import is_shipped_hardware
+                        described = (self._hw.name if self._hw.kind == "host" or is_shipped_hardware(self._hw)
+                                     else self._hw.source_path)
                         self._note(f"note: tile db {self.db.path}: its rows for {self.label} were built from a "
                                    f"different description (fingerprint {stale[0][:12]}, now {self.fingerprint[:12]}); "
-                                   f"ignored, using the static model (to measure them again: xfc tiledb build --hw "
-                                   f"{self._hw.name} --cluster {self.cluster.role}; --tile-db off skips the database)")
+                                   f"ignored, using the static model (rows for this one: xfc tiledb build --hw "
+                                   f"{described} --cluster {self.cluster.role} --db {self.db.path} --evaluators "
+                                   f"{'host' if self._hw.kind == 'host' else 'llvm-mca'}; --tile-db off skips the "
+                                   f"database)")
             except TileDbError as exc:
                 self._note(f"warning: {exc}; using the static model")
                 self.db = None
