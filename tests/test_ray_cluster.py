@@ -219,23 +219,21 @@ def test_head_on_an_impossible_port_is_one_line_exit_2():
     assert "ray start" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.subprocess
-@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
-def test_join_where_no_head_listens_is_one_line_exit_3_at_once(tmp_path):
-    """`ray start --address` retries for many minutes where nothing listens: join asks first."""
+def assert_join_gives_up_in_one_line(tmp_path, address: str, words: str) -> None:
+    """`xfc cluster join --address address` is one line naming it (words after the address), exit 3,
+    well within 20 s (its checks: 5 s each at most), and leaves no `ray start` behind."""
     from xfc.tiledb.raytoken import create_token_file
     token = tmp_path / "t.token"
     create_token_file(token)
-    address = f"127.0.0.1:{free_port()}"        # bound and closed: nothing listens there
-    marker = f"nohead{os.getpid()}{tmp_path.name}"
+    marker = f"join{os.getpid()}{tmp_path.name}"
     started = time.monotonic()
     try:
         proc = xfc("cluster", "join", "--address", address, "--token-file", str(token), "--no-adb",
                    marker=marker, timeout=90)
         took = time.monotonic() - started
         line = one_line_error(proc, 3)
-        assert line.startswith(f"xfc: error: --address {address}: no Ray cluster answers there"), line
-        assert took < 20, f"join took {took:.1f} s to give up"    # the check itself: 5 s at most
+        assert line.startswith(f"xfc: error: --address {address}: {words}"), line
+        assert took < 20, f"join took {took:.1f} s to give up"
         assert marked_pids(marker) == []                          # no `ray start` was left behind
     finally:
         for pid in marked_pids(marker):
@@ -247,15 +245,20 @@ def test_join_where_no_head_listens_is_one_line_exit_3_at_once(tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
+def test_join_where_no_head_listens_is_one_line_exit_3_at_once(tmp_path):
+    """`ray start --address` retries for many minutes where nothing listens: join asks first."""
+    address = f"127.0.0.1:{free_port()}"        # bound and closed: nothing listens there
+    assert_join_gives_up_in_one_line(tmp_path, address, "no Ray cluster answers there")
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (xfc[ray])")
 @pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
 def test_join_where_another_service_listens_is_one_line_exit_3(tmp_path, answer):
-    """A listener that is not a Ray head (another service on the port): `ray start --address` waited
-    about 40 s a try, some 20 tries. join asks for a gRPC answer first (a Ray head gives one in ms)."""
+    """A listener that is not a Ray head (another service on the port): `ray start --address` retried
+    for minutes. join asks for a gRPC answer first, which a Ray head gives at once."""
     import socket
     import threading
-    from xfc.tiledb.raytoken import create_token_file
-    token = tmp_path / "t.token"
-    create_token_file(token)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -272,27 +275,13 @@ def test_join_where_another_service_listens_is_one_line_exit_3(tmp_path, answer)
                 conn.recv(64)
                 conn.sendall(answer)
     threading.Thread(target=serve, daemon=True).start()
-    address = f"127.0.0.1:{server.getsockname()[1]}"
-    marker = f"other{os.getpid()}{tmp_path.name}"
-    started = time.monotonic()
     try:
-        proc = xfc("cluster", "join", "--address", address, "--token-file", str(token), "--no-adb",
-                   marker=marker, timeout=90)
-        took = time.monotonic() - started
-        line = one_line_error(proc, 3)
-        assert line.startswith(f"xfc: error: --address {address}: something listens there, but not a Ray "
-                               f"cluster's head"), line
-        assert took < 20, f"join took {took:.1f} s to give up"
-        assert marked_pids(marker) == []
+        assert_join_gives_up_in_one_line(tmp_path, f"127.0.0.1:{server.getsockname()[1]}",
+                                         "something listens there, but not a Ray cluster's head")
     finally:
         server.close()
         for conn in held:
             conn.close()
-        for pid in marked_pids(marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.mark.unit
