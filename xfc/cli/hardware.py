@@ -6,11 +6,10 @@ import dataclasses
 import hashlib
 import os
 import sys
-from pathlib import Path
 
-from ..hardware.load import SHIPPED_ROOT
 from ..hardware.model import HardwareDescription
 from ..tiledb.hostdesc import load_hardware
+from ..tiledb.locations import is_shipped_hardware
 
 
 def load_for_command_line(name: str, *, remeasure: bool = False) -> HardwareDescription:
@@ -23,8 +22,7 @@ def output_folder_name(hw: HardwareDescription) -> str:
     for a description loaded from the user's own file, the name and a digest of what it describes, so
     a local edit of a shipped SoC (same name, other caches or clocks) never shares, and replaces, the
     shipped one's folder. Same description, same folder."""
-    source = Path(hw.source_path).resolve() if hw.source_path else None
-    if source is None or source.is_relative_to(SHIPPED_ROOT.resolve()):
+    if hw.kind == "host" or not hw.source_path or is_shipped_hardware(hw):
         return hw.name
     described = repr(dataclasses.replace(hw, source_path=""))
     return f"{hw.name}-{hashlib.sha256(described.encode()).hexdigest()[:8]}"
