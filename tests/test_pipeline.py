@@ -308,6 +308,27 @@ def test_compile_model_suggests_input_shapes_that_work_when_pasted(tmp_path):
 
 
 @pytest.mark.unit
+def test_compile_model_names_an_in_memory_model_by_its_graph_and_leaves_it_unchanged():
+    """A ModelProto is loaded as it is: messages name it by its graph, never by a temporary file
+    the user never made, and fixing its input shapes does not change the caller's proto."""
+    model = small_net(dynamic=True)
+    model.graph.name = "tiny"
+    before = model.SerializeToString()
+    with pytest.raises(OperatorError) as err:
+        xfc.compile_model(model, described_host())
+    assert_python_terms(str(err.value), "onnx.ModelProto (graph 'tiny'): input 'x' has a dynamic shape")
+    assert "/tmp" not in str(err.value) and ".onnx" not in str(err.value)
+    from xfc.model.load import API_SHAPES, load_model
+    loaded = load_model(model, {"x": (1, 3, 6, 6)}, API_SHAPES)
+    assert loaded.path == "onnx.ModelProto (graph 'tiny')" and loaded.inputs[0][1] == (1, 3, 6, 6)
+    assert model.SerializeToString() == before
+    for wrong in (5, model.graph):
+        with pytest.raises(OperatorError) as err:
+            xfc.compile_model(wrong, described_host())
+        assert_python_terms(str(err.value), "model must be an ONNX file path or an onnx.ModelProto, got ")
+
+
+@pytest.mark.unit
 def test_compile_model_into_a_users_directory_names_out_dir_and_force(tmp_path):
     from xfc.outputs import OutputError
     theirs = tmp_path / "mine"

@@ -129,7 +129,8 @@ def compile(spec, hw, *, tile_db: str = TILE_DB_DEFAULT, cluster: Optional[str] 
 
 def compile_model(model, hw="host", *, threads: Optional[int] = None, input_shapes: Optional[dict] = None,
                   cluster: Optional[str] = None, out_dir=None, force: bool = False):
-    """A whole ONNX network as a callable (xfc.runners.hostnet.HostNetwork): `net(x) -> y`, one C call per
+    """A whole ONNX network (a file path, or an onnx.ModelProto, left unchanged) as a callable
+    (xfc.runners.hostnet.HostNetwork): `net(x) -> y`, one C call per
     inference (xfc/model/runtime/api.py). hw: 'host' (probed, as `xfc hw show host`) or an x86-64
     description; input_shapes: {'input': (1, 3, 224, 224)} (a tuple of positive ints per input) for dynamic
     inputs; threads: the kernels are synthesized for it and the network runs with it (default: the

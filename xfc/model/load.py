@@ -295,7 +295,7 @@ def _constants(path: Path, model, opset: int) -> dict[str, np.ndarray]:
 POOLS_WITH_CEIL_MODE = ("MaxPool", "AveragePool", "LpPool")
 
 
-def _drop_padding_windows(path: Path, model, shape_of) -> bool:
+def _drop_padding_windows(path, model, shape_of) -> bool:
     """ONNX's shape inference for the pooling schemas before opset 22 (onnx 1.23) sizes a ceil_mode
     output without the operator's rule that a window starting in the end padding is dropped (a 4 x 16
     plane pooled 2 x 3, strides 2, pads [0, 0, 0, 2]: 9 columns, where the operator, onnx.reference and
@@ -387,7 +387,7 @@ def infer_shapes(model, path="model"):
         probe.CopyFrom(work)
         _forget_declared_shapes(probe)
         shapes = _static_shapes(infer(probe))
-        if not _drop_padding_windows(Path(path), work, shapes.get):
+        if not _drop_padding_windows(path, work, shapes.get):
             break
         rewritten = True
     if rewritten:   # declarations past the inputs were likely made by the same inference: the operators decide
@@ -395,13 +395,39 @@ def infer_shapes(model, path="model"):
     return infer(work)
 
 
-def load_model(path, input_shapes: Optional[dict] = None, spelling: ShapeSpelling = CLI_SHAPES) -> LoadedModel:
-    """Read, check and shape-infer `path`; input_shapes from parse_input_shapes (or the API's,
-    checked alike: spelling says how the user gave them)."""
+def model_label(model) -> str:
+    """How messages name a model given as an onnx.ModelProto rather than a file."""
+    graph = getattr(getattr(model, "graph", None), "name", "")
+    return f"onnx.ModelProto (graph '{graph}')" if graph else "onnx.ModelProto"
+
+
+def is_model_proto(model) -> bool:
+    import onnx
+    return isinstance(model, onnx.ModelProto)
+
+
+def _from_proto(model):
+    """A copy of an in-memory model (the loader fixes input shapes in place: never the caller's)."""
+    import onnx
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    if not copy.graph.node and not copy.graph.output:
+        raise OperatorError(f"{model_label(model)}: not an ONNX model (no graph)")
+    return copy
+
+
+def load_model(source, input_shapes: Optional[dict] = None, spelling: ShapeSpelling = CLI_SHAPES) -> LoadedModel:
+    """Read, check and shape-infer `source`, an ONNX file or an onnx.ModelProto (messages name the
+    file, or the proto by its graph: model_label); input_shapes from parse_input_shapes (or the
+    API's, checked alike: spelling says how the user gave them)."""
     import onnx
     from onnx import shape_inference
-    path = Path(path)
-    model = _read(path)
+    if is_model_proto(source):
+        path = model_label(source)      # the name messages and the report give the model
+        model = _from_proto(source)
+    else:
+        path = Path(source)
+        model = _read(path)
     opset = _opset(path, model)
     try:
         onnx.checker.check_model(model)

@@ -7,13 +7,14 @@ the inputs' memory passed as it is, the outputs written by C into fresh arrays.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from ...errors import OperatorError
 from ..library import abi_for, select_toolchain
-from ..load import API_SHAPES, load_model
+from ..load import API_SHAPES, is_model_proto, load_model
 from .emit import build_shared, compile_objects, render_network, write_sources
 from .network import kernel_names, lower_and_synthesize
 
@@ -31,15 +32,15 @@ def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: O
                             f"(use `xfc model NET --hw {hw.name} --emit lib` for its library)")
     with tempfile.TemporaryDirectory(prefix="xfc-network-") as tmp:
         tmp = Path(tmp)
-        if hasattr(model, "SerializeToString"):
+        if is_model_proto(model):     # loaded as it is: messages name it by its graph
             stem = name or (model.graph.name or "model")
-            path = tmp / f"{stem}.onnx"
-            path.write_bytes(model.SerializeToString())
+        elif isinstance(model, (str, os.PathLike)):
+            model = Path(model)
+            stem = name or model.stem
         else:
-            path = Path(model)
-            stem = name or path.stem
-        lowered, syntheses = lower_and_synthesize(load_model(path, input_shapes, API_SHAPES), stem, hw, cluster=cluster,
-                                                  threads=threads)
+            raise OperatorError(f"model must be an ONNX file path or an onnx.ModelProto, got {type(model).__name__}")
+        lowered, syntheses = lower_and_synthesize(load_model(model, input_shapes, API_SHAPES), stem, hw,
+                                                  cluster=cluster, threads=threads)
         program = lowered.program
         keys = program.distinct_kernels()
         default_threads = threads or hw.cluster(cluster).count
