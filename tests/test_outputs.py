@@ -183,6 +183,48 @@ def test_current_directory_and_parents(tmp_path, monkeypatch):
 
 
 @pytest.mark.unit
+def test_a_bind_mount_is_a_mount_point_and_filled_in_place(tmp_path, monkeypatch):
+    """A directory the kernel's mount table lists (a bind mount of the same file system, which
+    os.path.ismount misses) is filled in place: a staged directory renamed onto it failed with
+    EBUSY after all the work. Mount points are read as mountinfo escapes them (a space as \\040)."""
+    dest = tmp_path / "mounted here"
+    dest.mkdir()
+    table = tmp_path / "mountinfo"
+    escaped = str(dest).replace(" ", "\\040")
+    table.write_text(f"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+                     f"99 22 8:1 {escaped} {escaped} rw,relatime shared:1 - ext4 /dev/vda rw\n")
+    assert not os.path.ismount(dest)
+    assert outputs.is_mount_point(dest, table) and not outputs.is_mount_point(tmp_path, table)
+    monkeypatch.setattr(outputs, "MOUNTINFO", table)
+    with OutputDir(dest, what="test") as out:
+        assert out.in_place and out.path.parent == dest
+        (out.path / "k.c").write_text("1")
+        out.commit()
+    assert snapshot(dest).keys() == {MARKER_NAME, "k.c"} and hidden(dest) == []
+
+
+@pytest.mark.subprocess
+def test_a_read_only_bind_mount_is_refused_before_any_work(tmp_path):
+    """A real read-only bind mount as the destination: refused when the output directory is set up
+    (before synthesis and build), naming the file system's refusal. Needs root (mount --bind)."""
+    source, dest = tmp_path / "source", tmp_path / "dest"
+    source.mkdir()
+    dest.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(source), str(dest)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remounted = subprocess.run(["mount", "-o", "remount,bind,ro", str(dest)], capture_output=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"cannot remount read-only here: {remounted.stderr.decode().strip()}")
+        with pytest.raises(OutputError, match=r"cannot create a staging directory in .*dest: Read-only file system"):
+            OutputDir(dest, what="test")
+    finally:
+        subprocess.run(["umount", str(dest)], capture_output=True)
+    assert os.listdir(source) == []
+
+
+@pytest.mark.unit
 def test_interrupt_inside_staging_keeps_the_previous_output(tmp_path):
     dest = tmp_path / "out"
     stage(dest, {"k.c": "old"})

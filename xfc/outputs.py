@@ -189,6 +189,38 @@ def _is_cwd_or_ancestor(real: Path) -> bool:
     return real == cwd or real in cwd.parents
 
 
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def _unescape_mount_path(text: str) -> str:
+    """A mount point as mountinfo writes it: space, tab, newline and backslash as octal escapes."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and text[i + 1:i + 4].isdigit():
+            out.append(chr(int(text[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def is_mount_point(real: Path, mountinfo: Optional[Path] = None) -> bool:
+    """Whether real is a mount point. os.path.ismount compares devices, so it misses a bind mount
+    of a directory of the same file system (docker -v, mount --bind): the kernel's mount table
+    (Linux's /proc/self/mountinfo, field 5) names those too. Moving a directory onto a mount point
+    fails (EBUSY), and only after all the work."""
+    if os.path.ismount(real):
+        return True
+    try:
+        lines = (mountinfo or MOUNTINFO).read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    target = str(real)
+    return any(len(fields) > 4 and _unescape_mount_path(fields[4]) == target
+               for fields in (line.split() for line in lines))
+
+
 # ---------------------------------------------------------------------------------------------
 # Staged output directories
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +300,7 @@ class OutputDir:
         # Never move the current directory, one of its parents or a mount point; and with
         # --force into a foreign directory, only add files beside what is there.
         self.in_place = survey.state == "foreign" or (
-            survey.state != "absent" and (_is_cwd_or_ancestor(self.real) or os.path.ismount(self.real)))
+            survey.state != "absent" and (_is_cwd_or_ancestor(self.real) or is_mount_point(self.real)))
         staging_parent = self.real if self.in_place else self.real.parent
         prefix = STAGING_TAG if self.in_place else f".{self.real.name}{STAGING_TAG}"
         try:
