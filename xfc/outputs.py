@@ -16,8 +16,8 @@ The rule, for every place xfc writes on this machine:
   such a directory anyway, beside what is there: it adds or replaces only files the marker
   lists as xfc's and refuses, naming it, a same-named file xfc did not write. Nothing xfc did
   not write is ever deleted or replaced.
-* **The current directory and its parents** (`-o .`, `-o ..`) and mount points are never
-  moved: xfc writes its files into them one by one, each with an atomic rename, under the same
+* **The current directory and its parents** (`-o .`, `-o ..`) and mount points (bind mounts too:
+  is_mount_point) are never moved: xfc writes its files into them one by one, each with an atomic rename, under the same
   ownership rule (an empty current directory is fine; a non-empty one needs the marker or
   `--force`).
   Files an earlier xfc run listed but this one did not write are removed; the marker is
