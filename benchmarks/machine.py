@@ -42,3 +42,15 @@ def warn_if_loaded() -> float:
         print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes competed for the "
               "cores; figures are unreliable")
     return load
+
+
+def host_figures(hw) -> dict:
+    """The described host's figures its plans depend on (probed or detected: `xfc hw show host`).
+    A re-probe can move them (the DRAM read by 10% or more between two probes of one VM), and with
+    them a plan near a tie: a result that records them says which description chose its plans."""
+    cluster = hw.cluster()
+    return dict(clock_ghz=cluster.clock_ghz, fma_per_cycle=cluster.core.fma_per_cycle,
+                l2_bytes=cluster.l2.size_bytes, l3_bytes=hw.l3_bytes,
+                dram_gbps=hw.memory.peak_bandwidth_gbps if hw.memory else None,
+                shared_cache_read_gbps=hw.shared_cache_read_gbps,
+                l3_overflow_read_speedup=hw.l3_overflow_read_speedup)

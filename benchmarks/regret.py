@@ -73,7 +73,7 @@ from xfc.ops.workloads import SUITE
 from xfc.outputs import write_json_result
 from xfc.tiledb.evaluators import synthesis_inputs
 from xfc.tiledb.hostdesc import load_hardware
-from machine import machine_facts, warn_if_loaded
+from machine import host_figures, machine_facts, warn_if_loaded
 import cpu_share
 
 REPO = Path(__file__).resolve().parent.parent
@@ -438,7 +438,8 @@ def main(argv=None) -> int:
     print(f"constants: {source}")
     warn_if_loaded()
     write_json_result(Path(args.out), dict(machine=dict(machine_facts(), description=hw.marketing_name),
-                                           host_notes=hw.notes, constants=source, top=TOP, rounds=args.rounds,
+                                           host_notes=hw.notes, host_figures=host_figures(hw), constants=source,
+                                           constant_values=constants.as_dict(), top=TOP, rounds=args.rounds,
                                            cpu_state=args.cpu_state, weights=args.weights,
                                            plan_weights=args.plan_weights,
                                            repeats=args.repeats, confirm_rounds=args.confirm_rounds,
