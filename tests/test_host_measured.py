@@ -65,6 +65,8 @@ def test_measured_dram_read_replaces_the_assumed_bandwidth_in_stable_steps():
     assert hw.memory.peak_bandwidth_gbps == quantized_dram_gbps(31.7)
     assert abs(hw.memory.peak_bandwidth_gbps / 31.7 - 1) <= 0.025, "5% steps: within half a step"
     assert "host:memory.peak_bandwidth_gbps" not in hw.uncertain and "sustained read" in hw.notes
+    # and the cost model knows it is a measured sustained read, not a peak to derate
+    assert hw.memory.measured_sustained_read and not assumed.memory.measured_sustained_read
     # Noise of a percent either way keeps one value (away from a step boundary), so one kernel.
     assert quantized_dram_gbps(31.4) == quantized_dram_gbps(31.9)
     assert quantized_dram_gbps(20.0) < quantized_dram_gbps(22.0) < quantized_dram_gbps(25.0)

@@ -71,3 +71,28 @@ def test_two_threads_that_stream_past_the_l3_faster_take_the_larger_tile():
     assert chosen_m(HW, 2) == 2
     assert chosen_m(MEASURED, 2) == 4
     assert chosen_m(MEASURED, 1) == chosen_m(HW, 1)
+
+
+def test_a_measured_sustained_read_is_the_streams_rate_as_measured():
+    """The host probe's DRAM figure is a sustained read: the part of U past the cache streams at it,
+    not at it derated again by the static DRAM efficiency (which takes a datasheet peak to what a
+    stream sustains). Derated twice, r18_l4's F(4,3) on the Zen 4 VM was priced at 1.30 ms on one
+    thread where it ran 0.92-0.93, and F(2,3), 31-34% slower, was chosen (session 64:
+    regret_winograd_zen4_1t_s64.json). Descriptions of phones give datasheet peaks: unchanged."""
+    from xfc.cpu.cost_model import DEFAULT_CONSTANTS
+    sustained = replace(HW, memory=replace(HW.memory, measured_sustained_read=True))
+    peak_bytes_per_s = HW.memory.peak_bandwidth_gbps * 1e9
+    assert winograd_stream_bytes_per_second(sustained, CLUSTER, threads=1) == pytest.approx(peak_bytes_per_s)
+    assert winograd_stream_bytes_per_second(HW, CLUSTER, threads=1) == pytest.approx(
+        peak_bytes_per_s * DEFAULT_CONSTANTS.dram_efficiency)
+    both = replace(sustained, l3_overflow_read_speedup=2.0)
+    assert winograd_stream_bytes_per_second(both, CLUSTER, threads=2) == pytest.approx(2 * peak_bytes_per_s)
+
+    def chosen_m(hw, threads):
+        return synthesize_cpu(R18_L4, hw, hw.cluster().role, threads, lowering="winograd").plan.winograd_m
+
+    # the recorded machine: the 21 MB of U past half its L3 now streams fast enough for F(4,3)
+    # at one thread; at two, F(4,3) also needs the measured past-L3 gain (the test above)
+    assert [chosen_m(HW, t) for t in (1, 2)] == [2, 2]
+    assert [chosen_m(sustained, t) for t in (1, 2)] == [4, 2]
+    assert [chosen_m(both, t) for t in (1, 2)] == [4, 4]

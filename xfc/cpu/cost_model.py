@@ -45,8 +45,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # part of the filter transform itself, and holds all of it when it is to stay in L2; 11: split over
 # output channels, the threads stream the part past the cache share faster by the host's measured
 # l3_overflow_read_speedup, where the description has one; 12: a pointwise conv's A read in place a
-# plane apart charged no wait with one column panel).
-COST_MODEL_VERSION = 12
+# plane apart charged no wait with one column panel; 13: the Winograd filter stream at a measured
+# sustained DRAM read as measured, not derated again).
+COST_MODEL_VERSION = 13
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -314,7 +315,21 @@ def winograd_stream_bytes_per_second(hw: HardwareDescription, cluster: CpuCluste
         # a fitted rate was fitted at the threads the calibration ran; the figure is relative to
         # the DRAM figure, not to it
         return constants.winograd_stream_bytes_per_cycle * cluster.clock_ghz * 1e9
-    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS) * overflow_stream_speedup(hw, cluster, threads)
+    return sustained_dram_bytes_per_second(hw) * overflow_stream_speedup(hw, cluster, threads)
+
+
+def sustained_dram_bytes_per_second(hw: HardwareDescription) -> float:
+    """The DRAM rate a stream sustains: the description's figure as it is where the machine measured
+    it as a sustained read (the host probe: MemoryDescription.measured_sustained_read), else the
+    datasheet peak at the static dram_efficiency. Derating a measured read a second time priced the
+    21.7 MB of r18_l4's F(4,3) U past half the Zen 4 VM's L3 at 0.94 ms on one thread, where its 36
+    GEMMs ran in 0.87-0.96 ms with 0.66 ms of FMAs beside the stream, and after a re-probe that read
+    29 GB/s F(2,3) was chosen, 25-34% slower at one thread, 23% at two (session 64,
+    benchmarks/results/regret_winograd_zen4_{1,2}t_s64*.json). Not the fitted dram_efficiency, as
+    winograd_stream_bytes_per_second says."""
+    if hw.memory and hw.memory.measured_sustained_read:
+        return hw.memory.peak_bandwidth_gbps * 1e9
+    return dram_bytes_per_second(hw, DEFAULT_CONSTANTS)
 
 
 def cold_stream_bytes_per_second(hw: HardwareDescription, constants: CostConstants = DEFAULT_CONSTANTS,

@@ -132,6 +132,9 @@ class MemoryDescription:
     type: str
     peak_bandwidth_gbps: float
     channels: int
+    # True where peak_bandwidth_gbps is a sustained read measured on the machine (the host probe),
+    # not a datasheet peak: a stream runs at it as measured, with no efficiency taken off
+    measured_sustained_read: bool = False
 
 
 @dataclass(frozen=True)
