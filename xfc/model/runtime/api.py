@@ -44,7 +44,8 @@ def compile_network(model, hw, *, threads: Optional[int] = None, input_shapes: O
         program = lowered.program
         keys = program.distinct_kernels()
         default_threads = threads or hw.cluster(cluster).count
-        rendered = render_network(program, syntheses, kernel_names(keys), hw, stem, default_threads=default_threads)
+        rendered = render_network(program, syntheses, kernel_names(keys), hw, stem, default_threads=default_threads,
+                                  cluster=cluster)
         tools = select_toolchain(abi_for(hw), {})
 
         def build(directory: Path) -> Path:

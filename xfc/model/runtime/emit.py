@@ -358,9 +358,11 @@ class Rendered:
 
 
 def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, model_name: str, *,
-                   embed_weights: bool = False, default_threads: int = 1) -> Rendered:
+                   embed_weights: bool = False, default_threads: int = 1, cluster: Optional[str] = None) -> Rendered:
     """Plan the arena and render every source of the network runtime (pure: no files written).
-    syntheses and names are keyed by KernelStep.kernel_key (the spec; for int8, with the quantization)."""
+    syntheses and names are keyed by KernelStep.kernel_key (the spec; for int8, with the quantization).
+    The dialect and -march are the kernels'; a network with no kernel (no Conv, Gemm or MatMul) takes
+    them from the cluster's configuration for its dtype (cpu.config.cpu_config)."""
     name = c_identifier(model_name)
     prefix = f"xfc_{name}"
     from ...cpu.codegen import SCRATCH_SLOTS
@@ -382,7 +384,9 @@ def render_network(program: Program, syntheses: Mapping, names: Mapping, hw, mod
                             **({"quantization": kplan.quant.as_dict()} if program.dtype.name == "int8" else {}),
                             "tiles": syntheses[key].tiles})
     if isa is None:
-        raise ValueError("render_network needs at least one kernel step (pipeline refuses a network with none)")
+        from ...cpu.config import cpu_config
+        config = cpu_config(hw.cluster(cluster).core, program.dtype, target_arch=hw.target_arch)
+        isa, march = config.dialect, config.gcc_march
     identity = f"{prefix} {__version__} " + " ".join(f"{s.label}:{','.join(s.inputs)}>{','.join(s.outputs)}"
                                                       for s in program.steps)
     payload = build_payload(program, identity)

@@ -105,9 +105,6 @@ def lower_and_synthesize(loaded, name: str, hw, *, cluster=None, threads=None, d
         lowered = lower_network(loaded, name, dtype=dtype)
         layer_specs = lowered.net.distinct_specs() if report_layers else ()
     program = lowered.program
-    if not program.kernel_steps:
-        raise OperatorError(f"{loaded.path}: --emit lib: no node maps to an xfc kernel (Conv, Gemm, MatMul): nothing "
-                            f"for the library to synthesize")
     kernel_keys = program.distinct_kernels()
     cold, _, _ = weights_read_from_memory(program, hw, cluster)
     syntheses = {}
@@ -151,14 +148,13 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
         program, net = lowered.program, getattr(lowered, "net", None)
         report_specs = net.distinct_specs() if net is not None else ()
         kernel_keys = program.distinct_kernels()
-        first = syntheses[kernel_keys[0]].result
         default_threads = threads or hw.cluster(cluster).count
         names = kernel_names(kernel_keys)
         say(f"lowered {len(program.steps)} steps ({len(program.kernel_steps)} kernel calls, {len(kernel_keys)} distinct "
             f"kernels; {len(program.folded)} nodes folded, {len(program.aliases)} aliases); synthesized in "
             f"{sum(s.seconds for s in syntheses.values()) * 1e3:.1f} ms")
         rendered = render_network(program, syntheses, names, hw, Path(path).stem, embed_weights=embed_weights,
-                                  default_threads=default_threads)
+                                  default_threads=default_threads, cluster=cluster)
         say(f"arena {rendered.plan.arena_bytes} bytes, liveness lower bound {rendered.plan.lower_bound_bytes} bytes "
             f"(x{rendered.plan.ratio:.3f}); packed weights {rendered.packed_floats * program.dtype.element_bytes} bytes "
             f"({program.dtype})")
@@ -171,7 +167,7 @@ def run_network_model(path, hw, out_dir, *, input_shapes=None, cluster=None, thr
             library["benchmark_program"] = exe.name
             prog_runner = _program_runner(hw, device, runner, cluster)
             if prog_runner is None:
-                prog_runner = QemuProgram(first.plan.qemu_cpu or "max")
+                prog_runner = QemuProgram(hw.cluster(cluster).core.qemu_cpu or "max")
             feeds = make_feeds(_original(lowered), seed)
             if verify:
                 verification = _verify(lowered, rendered, syntheses, feeds, exe, staging.path, scratch, prog_runner,
