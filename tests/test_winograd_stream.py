@@ -81,6 +81,19 @@ def test_the_fit_recovers_a_known_stream_rate():
     assert result.worst_after < 1e-9
 
 
+@WINOGRAD_FIT
+def test_a_probed_stream_is_not_replaced_by_one_fitted_rate():
+    """Where the host probe measured the DRAM read as a sustained read, the stream's rate is that
+    figure (scaled by the threads where the probe measured past-L3 reads), not one fitted rate for
+    every thread count: the fit leaves winograd_stream_bytes_per_cycle at 0, from a stored start too."""
+    probed = replace(HW, memory=replace(HW.memory, measured_sustained_read=True))
+    truth = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=10.0)
+    items = synthetic_items(training_cases(), truth, winograd_vectors=None)
+    stored = replace(DEFAULT_CONSTANTS, winograd_stream_bytes_per_cycle=12.0)
+    result = fit(items, probed, CLUSTER, stored=stored)
+    assert result.constants.winograd_stream_bytes_per_cycle == 0.0
+
+
 def test_the_choice_takes_the_fastest_predicted_tile_size_whatever_the_stream():
     # no extra count for a filter streamed whole from DRAM (issue 34): the choice is the prediction
     for rate in GRIDS["winograd_stream_bytes_per_cycle"][1:]:
