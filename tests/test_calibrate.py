@@ -148,3 +148,13 @@ def test_synth_reads_calibrated_constants_from_the_tile_db_and_survives_a_broken
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and str(broken) in warnings[0] and "static model" in warnings[0]
     assert json.loads(proc.stdout)["verified"] is True and "Traceback" not in proc.stderr
+    # `calibrate --forget` removes this machine's fitted constants (measuring nothing): auto is static again
+    proc = _xfc("tiledb", "calibrate", "--forget", tmp_path=tmp_path)
+    n_constants = len(DEFAULT_CONSTANTS.as_dict())
+    assert proc.returncode == 0 and f"removed {n_constants} fitted constants of host" in proc.stdout, proc.stderr
+    with TileDb.open(env_cache / "tile-db.sqlite", readonly=True) as db:
+        assert calibrated_constants(db, hw, cluster) is None
+    proc = _xfc(*argv, "--tile-db", "auto", "-o", str(tmp_path / "forgotten"), tmp_path=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["tile_db"]["constants"] == "static", proc.stderr
+    proc = _xfc("tiledb", "calibrate", "--forget", tmp_path=tmp_path)
+    assert proc.returncode == 0 and "nothing removed" in proc.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import XfcError
 from .adb_options import add_adb_server_options
 from .arg_types import non_negative_int, positive_int
+from ..wording import counted
 from ..tiledb.records import RANKS, source_kind
 from ..tiledb.store import TileDb, TileDbError, timestamps
 
@@ -315,6 +316,8 @@ def cmd_calibrate(args) -> int:
     path = _db_path(args)
     if is_shipped_location(path):
         raise XfcError(f"--db {path}: the shipped databases hold computed rows only; calibrate into your own database")
+    if args.forget:
+        return _forget_calibration(path, hw, cluster, args.hw)
     say = (lambda m: None) if args.quiet else (lambda m: print(f"xfc: {m}", file=sys.stderr, flush=True))
     with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
         stored = calibrated_constants(db, hw, cluster)   # this machine's last fit: a second start
@@ -342,6 +345,22 @@ def cmd_calibrate(args) -> int:
                                  for k, v in result.constants.as_dict().items()))
     print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "
           "benchmarks/prediction_error.py use them")
+    return 0
+
+
+def _forget_calibration(path, hw, cluster, hw_arg: str) -> int:
+    """`xfc tiledb calibrate --forget`: drop this machine's fitted constants, measure nothing."""
+    from ..tiledb.calibrate import forget_fit
+    if not path.exists():
+        print(f"{path}: no database, so no calibration to forget; {hw.name} is planned with the static constants")
+        return 0
+    with TileDb.open(path) as db:
+        removed = forget_fit(db, hw, cluster)
+    if removed:
+        print(f"removed {counted(removed, 'fitted constant')} of {hw.name} from {path}; `xfc synth --hw {hw_arg}` "
+              "plans with the static constants again")
+    else:
+        print(f"{path} holds no calibration of {hw.name} (this description's fingerprint); nothing removed")
     return 0
 
 
@@ -429,6 +448,9 @@ def register(sub) -> None:
     s.add_argument("--repeats", type=positive_int, default=15, help="timed runs per operator (the fastest counts; default 15)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("--forget", action="store_true",
+                   help="measure nothing: remove this machine's fitted constants from the database, so synthesis "
+                        "uses the static ones again")
     s.set_defaults(func=cmd_calibrate)
 
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -531,6 +531,14 @@ def store_fit(db: TileDb, hw: HardwareDescription, cluster: CpuCluster, result: 
                 "store the calibration")
 
 
+def forget_fit(db: TileDb, hw: HardwareDescription, cluster: CpuCluster) -> int:
+    """Remove this machine's fitted constants for the cluster's fingerprint (every form of the model);
+    returns the rows removed. Synthesis then predicts with the static constants again."""
+    subject = fingerprint(hw, cluster)
+    return db.transact(lambda conn: conn.execute("DELETE FROM calibration WHERE subject = ? AND name LIKE ?",
+                                                 (subject, PREFIX + "%")).rowcount, "forget the calibration")
+
+
 def calibrated_constants(db: TileDb, hw: HardwareDescription, cluster: CpuCluster) -> Optional[CostConstants]:
     """The newest fitted constants for this cluster's fingerprint, or None (static constants).
     Constants fitted to another form of the model (COST_MODEL_VERSION) are not used."""
