@@ -36,6 +36,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -194,15 +195,7 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 
 def _unescape_mount_path(text: str) -> str:
     """A mount point as mountinfo writes it: space, tab, newline and backslash as octal escapes."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and text[i + 1:i + 4].isdigit():
-            out.append(chr(int(text[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
 def is_mount_point(real: Path, mountinfo: Optional[Path] = None) -> bool:

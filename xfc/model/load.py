@@ -397,7 +397,7 @@ def infer_shapes(model, path="model"):
 
 def model_label(model) -> str:
     """How messages name a model given as an onnx.ModelProto rather than a file."""
-    graph = getattr(getattr(model, "graph", None), "name", "")
+    graph = model.graph.name
     return f"onnx.ModelProto (graph '{graph}')" if graph else "onnx.ModelProto"
 
 
