@@ -44,13 +44,13 @@ def warn_if_loaded() -> float:
     return load
 
 
+
 def host_figures(hw) -> dict:
-    """The described host's figures its plans depend on (probed or detected: `xfc hw show host`).
-    A re-probe can move them (the DRAM read by 10% or more between two probes of one VM), and with
-    them a plan near a tie: a result that records them says which description chose its plans."""
+    """The described host's facts its plans depend on, as the tile database fingerprints them
+    (xfc.tiledb.fingerprint.cluster_facts: clock, FMA rate, caches, DRAM read, and the L3 read and
+    past-L3 gain where measured), and that fingerprint. A re-probe can move them (the DRAM read by
+    10% or more between two probes of one VM), and with them a plan near a tie: a result that
+    records them says which description chose its plans."""
+    from xfc.tiledb.fingerprint import cluster_facts, fingerprint
     cluster = hw.cluster()
-    return dict(clock_ghz=cluster.clock_ghz, fma_per_cycle=cluster.core.fma_per_cycle,
-                l2_bytes=cluster.l2.size_bytes, l3_bytes=hw.l3_bytes,
-                dram_gbps=hw.memory.peak_bandwidth_gbps if hw.memory else None,
-                shared_cache_read_gbps=hw.shared_cache_read_gbps,
-                l3_overflow_read_speedup=hw.l3_overflow_read_speedup)
+    return dict(fingerprint=fingerprint(hw, cluster), **cluster_facts(hw, cluster))
