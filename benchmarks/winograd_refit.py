@@ -71,6 +71,42 @@ def summarize(results: list[dict]) -> dict:
                 "max": max(v["regrets"]) if v["regrets"] else None} for k, v in out.items()}
 
 
+def load_rows(paths: list[Path]) -> list[tuple[dict, bool, str]]:
+    """(row, weights from memory, file name) of every winograd_rows entry of regret.py results;
+    ValueError naming a file that is not one."""
+    rows = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        if not data.get("winograd_rows"):
+            raise ValueError(f"{path}: no winograd_rows (a benchmarks/regret.py --part winograd result)")
+        memory = data.get("plan_weights") == "memory"
+        rows += [(row, memory, path.name) for row in data["winograd_rows"]]
+    return rows
+
+
+def plan_rows(rows, hw, evaluator, constants) -> list[dict]:
+    """Each row's layer planned again under `constants`, its plan looked up among the plans the row timed."""
+    from xfc.cpu.synth import synthesize_cpu
+    results = []
+    for row, memory, source in rows:
+        spec = winograd_spec(row["shape"])
+        plan = synthesize_cpu(spec, hw, threads=row["threads"], evaluator=evaluator, constants=constants,
+                              weights_from_memory=memory).plan
+        text = describe_plan(plan)
+        regret, _timed = row_regret(row, text)
+        results.append({"layer": row["layer"], "set": row["set"], "threads": row["threads"], "file": source,
+                        "plan": text, "regret": regret})
+    return results
+
+
+def summary_line(summary: dict) -> str:
+    return "  ".join(f"{k}: {v['mean']:.1%}/{v['max']:.1%}" + (f" ({v['untimed']} untimed)" if v["untimed"] else "")
+                     if v["mean"] is not None else f"{k}: -" for k, v in sorted(summary.items()))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path, help="regret.py results with winograd_rows")
@@ -79,7 +115,6 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
     from xfc.cpu.cost_model import DEFAULT_CONSTANTS, CostConstants
-    from xfc.cpu.synth import synthesize_cpu
     from xfc.outputs import write_json_result
     from xfc.tiledb.evaluators import synthesis_inputs
     from xfc.tiledb.hostdesc import load_hardware
@@ -88,19 +123,11 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"winograd-refit: {exc}", file=sys.stderr)
         return 2
-    rows = []
-    for path in args.files:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"winograd-refit: {path}: {exc}", file=sys.stderr)
-            return 2
-        if not data.get("winograd_rows"):
-            print(f"winograd-refit: {path}: no winograd_rows (a benchmarks/regret.py --part winograd result)",
-                  file=sys.stderr)
-            return 2
-        memory = data.get("plan_weights") == "memory"
-        rows += [(row, memory, path.name) for row in data["winograd_rows"]]
+    try:
+        rows = load_rows(args.files)
+    except ValueError as exc:
+        print(f"winograd-refit: {exc}", file=sys.stderr)
+        return 2
     say = lambda m: print(f"winograd-refit: {m}", file=sys.stderr, flush=True)  # noqa: E731
     hw = load_hardware("host", os.environ, warn=say)
     evaluator, constants, entry = synthesis_inputs("auto", hw, None, os.environ, say)
@@ -111,20 +138,10 @@ def main(argv=None) -> int:
         for values in itertools.product(*(grid[n] for n in names)) if names else [()]:
             override = dict(zip(names, values))
             consts = replace(base, **override)
-            results = []
-            for row, memory, source in rows:
-                spec = winograd_spec(row["shape"])
-                plan = synthesize_cpu(spec, hw, threads=row["threads"], evaluator=evaluator, constants=consts,
-                                      weights_from_memory=memory).plan
-                text = describe_plan(plan)
-                regret, _timed = row_regret(row, text)
-                results.append({"layer": row["layer"], "set": row["set"], "threads": row["threads"], "file": source,
-                                "plan": text, "regret": regret})
+            results = plan_rows(rows, hw, evaluator, consts)
             summary = summarize(results)
             points.append({"constants": override, "summary": summary, "rows": results})
-            line = "  ".join(f"{k}: {v['mean']:.1%}/{v['max']:.1%}" + (f" ({v['untimed']} untimed)" if v["untimed"] else "")
-                             if v["mean"] is not None else f"{k}: -" for k, v in sorted(summary.items()))
-            print(f"{override}  {line}", flush=True)
+            print(f"{override}  {summary_line(summary)}", flush=True)
     finally:
         if evaluator is not None:
             evaluator.close()

@@ -100,9 +100,10 @@ def test_calibrate_on_the_host_times_fits_and_stores(tmp_path, monkeypatch, caps
     winograd_layer = next(c.spec for c in cases if c.lowering == "winograd")
     few = [next(c for c in cases if isinstance(c.spec, MatmulSpec)),
            next(c for c in cases if isinstance(c.spec, DepthwiseSpec))] + [c for c in cases if c.spec == winograd_layer]
-    monkeypatch.setattr(calibrate, "training_cases", lambda: few)
-    db = tmp_path / "cal.sqlite"
-    assert main(["tiledb", "calibrate", "--threads", "1", "--repeats", "3", "--quiet", "--db", str(db)]) == 0
+    monkeypatch.setattr(calibrate, "training_cases", lambda winograd=True: few if winograd else few[:2])
+    db, saved = tmp_path / "cal.sqlite", tmp_path / "measured.json"
+    assert main(["tiledb", "calibrate", "--threads", "1", "--repeats", "3", "--quiet", "--db", str(db),
+                 "--winograd", "--save-measurements", str(saved)]) == 0
     out = capsys.readouterr().out
     assert "mean |error|" in out and "fitted: compute_efficiency=" in out and f"({len(few)} timed operators" in out
     assert out.count("depthwise N=1") == 1 and out.count("matmul M=") == 1
@@ -110,6 +111,27 @@ def test_calibrate_on_the_host_times_fits_and_stores(tmp_path, monkeypatch, caps
     with TileDb.open(db, readonly=True) as handle:
         names = {r.name for r in handle.rows("calibration") if r.name.startswith("cost.")}
     assert names == {f"cost.{k}" for k in DEFAULT_CONSTANTS.as_dict()}
+    # refit from the saved measurements, timing nothing, into a database that does not exist: the same
+    # fit (no stored start there), and --dry-run creates nothing
+    fresh = tmp_path / "fresh.sqlite"
+    assert main(["tiledb", "calibrate", "--winograd", "--from-measurements", str(saved), "--dry-run",
+                 "--db", str(fresh)]) == 0
+    refit = capsys.readouterr().out
+    assert not fresh.exists() and "--dry-run: nothing stored" in refit and "timed nothing" in refit
+    fitted = [line for line in out.splitlines() if line.startswith("fitted:")]
+    assert fitted and fitted == [line for line in refit.splitlines() if line.startswith("fitted:")]
+    # without --winograd the same file fits the direct plans' constants and leaves the Winograd ones static
+    assert main(["tiledb", "calibrate", "--from-measurements", str(saved), "--dry-run", "--db", str(fresh)]) == 0
+    direct_only = capsys.readouterr().out
+    assert "Winograd constants: static" in direct_only
+    values = dict(item.split("=") for item in next(line for line in direct_only.splitlines()
+                                                   if line.startswith("fitted:"))[len("fitted: "):].split(", "))
+    assert all(float(values[f]) == getattr(DEFAULT_CONSTANTS, f) for f in values if f.startswith("winograd_"))
+    # the file is xfc's own: written again in place; a file xfc did not write is refused before any timing
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"mine": true}')
+    assert main(["tiledb", "calibrate", "--save-measurements", str(foreign), "--db", str(db)]) == 2
+    assert foreign.read_text() == '{"mine": true}' and "not written by xfc" in capsys.readouterr().err
 
 
 @pytest.mark.host

@@ -297,34 +297,67 @@ def cmd_gc(args) -> int:
 def cmd_calibrate(args) -> int:
     import sys
     from ..hardware.load import is_host_name
-    from ..tiledb.calibrate import RANK_MARGIN, calibrated_constants, fit, measure, store_fit, training_cases
+    from ..tiledb.calibrate import (RANK_MARGIN, calibrated_constants, fit, measure, measurements_document,
+                                    read_measurements, store_fit, training_cases)
     from .hardware import load_for_command_line
     from ..tiledb.locations import is_shipped_location
+    from ..outputs import claim_file, json_is_ours, write_json_result
     if not is_host_name(args.hw):
         raise XfcError(f"--hw {args.hw}: only the host can be measured here, so only the host is calibrated "
                        "(phones keep the static constants until a device has been measured)")
+    refit = args.from_measurements is not None
+    for given, option in ((args.threads, "--threads"), (args.repeats, "--repeats"), (args.save_measurements,
+                                                                                    "--save-measurements")):
+        if refit and given is not None:
+            raise XfcError(f"{option}: --from-measurements measures nothing; the files say what was timed")
+    measuring = (args.threads, args.repeats, args.save_measurements)
+    if args.forget and (refit or args.dry_run or args.winograd or any(v is not None for v in measuring)):
+        raise XfcError("--forget measures and fits nothing: give it alone (with --hw and --db)")
+    threads_text = args.threads or "1,2"
+    repeats = args.repeats if args.repeats is not None else 15
     try:
-        threads = sorted({int(t) for t in args.threads.split(",") if t.strip()})
+        threads = sorted({int(t) for t in threads_text.split(",") if t.strip()})
     except ValueError:
-        raise XfcError(f"--threads {args.threads!r}: expected thread counts such as 1,2") from None
+        raise XfcError(f"--threads {threads_text!r}: expected thread counts such as 1,2") from None
     hw = load_for_command_line(args.hw)
     cluster = hw.cluster()
     if not threads or threads[0] < 1 or threads[-1] > cluster.count:
-        raise XfcError(f"--threads {args.threads}: between 1 and the {cluster.count} cores of {hw.name}")
-    if args.repeats < 3:
-        raise XfcError(f"--repeats {args.repeats}: at least 3")
+        raise XfcError(f"--threads {threads_text}: between 1 and the {cluster.count} cores of {hw.name}")
+    if repeats < 3:
+        raise XfcError(f"--repeats {repeats}: at least 3")
     path = _db_path(args)
     if is_shipped_location(path):
         raise XfcError(f"--db {path}: the shipped databases hold computed rows only; calibrate into your own database")
     if args.forget:
         return _forget_calibration(path, hw, cluster, args.hw)
     say = (lambda m: None) if args.quiet else (lambda m: print(f"xfc: {m}", file=sys.stderr, flush=True))
-    with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
-        stored = calibrated_constants(db, hw, cluster)   # this machine's last fit: a second start
-    items = measure(hw, cluster, training_cases(), threads, repeats=args.repeats, progress=say)
-    result = fit(items, hw, cluster, stored=stored)
-    with TileDb.open(path) as db:
-        store_fit(db, hw, cluster, result, threads)
+    if args.save_measurements is not None:   # refuse a file xfc did not write before minutes of measuring
+        claim_file(args.save_measurements, json_is_ours(), option="--save-measurements")
+    if args.dry_run:   # read the last fit, if any; create and change nothing
+        stored = None
+        if path.exists():
+            with TileDb.open(path, readonly=True) as db:
+                stored = calibrated_constants(db, hw, cluster)
+    else:
+        with TileDb.open(path) as db:   # fail on an unwritable database before minutes of measuring
+            stored = calibrated_constants(db, hw, cluster)   # this machine's last fit: a second start
+    if refit:
+        items = read_measurements(args.from_measurements, hw, cluster,
+                                  warn=lambda m: print(f"xfc: warning: {m}", file=sys.stderr, flush=True))
+        threads = sorted({i.threads for i in items})
+    else:
+        items = measure(hw, cluster, training_cases(winograd=args.winograd), threads, repeats=repeats, progress=say)
+        if args.save_measurements is not None:
+            from ..tiledb import hostcc
+            from ..tiledb.store import utc_now
+            document = measurements_document(items, hw, cluster, repeats, hostcc.compiler_version(), utc_now())
+            write_json_result(args.save_measurements, document, kind="calibration-measurements",
+                              option="--save-measurements")
+            say(f"measurements written to {args.save_measurements} (refit later with --from-measurements)")
+    result = fit(items, hw, cluster, stored=stored, winograd=args.winograd)
+    if not args.dry_run:
+        with TileDb.open(path) as db:
+            store_fit(db, hw, cluster, result, threads)
     from ..tiledb.calibrate import predicted_s
     from ..cpu.cost_model import DEFAULT_CONSTANTS
     rows = [[i.spec.describe().replace(" dilation=1x1", "").replace(" epilogue=none", "")
@@ -343,8 +376,15 @@ def cmd_calibrate(args) -> int:
           + ("" if stored is not None else " (no stored constants: the only start)"))
     print("fitted: " + ", ".join(f"{k}={v:g}" if not isinstance(v, bool) else f"{k}={v}"
                                  for k, v in result.constants.as_dict().items()))
-    print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "
-          "benchmarks/prediction_error.py use them")
+    if not args.winograd:
+        print("Winograd constants: static (--winograd fits them too; see docs/tile-db.md before keeping them)")
+    if refit:
+        print(f"fitted to the measurements of {', '.join(map(str, args.from_measurements))} (timed nothing)")
+    if args.dry_run:
+        print(f"--dry-run: nothing stored; {path} is unchanged")
+    else:
+        print(f"stored in {path} for {hw.name}; `xfc synth --hw {args.hw} --tile-db` and "
+              "benchmarks/prediction_error.py use them")
     return 0
 
 
@@ -442,12 +482,24 @@ def register(sub) -> None:
     s = tsub.add_parser("calibrate", help="time operators here and fit the cost model's constants to them (host)",
                         description="Synthesize, build, verify and time a fixed set of operators outside the "
                         "benchmark suite on this machine, fit the CPU cost model's constants to the times "
-                        "(xfc/tiledb/calibrate.py) and store them in the database. About a minute.")
+                        "(xfc/tiledb/calibrate.py) and store them in the database. About a minute; three or four "
+                        "with --winograd.")
     s.add_argument("--hw", default="host", metavar="HW", help="host or host:<isa> (default host)")
-    s.add_argument("--threads", default="1,2", metavar="T[,T...]", help="thread counts to time (default 1,2)")
-    s.add_argument("--repeats", type=positive_int, default=15, help="timed runs per operator (the fastest counts; default 15)")
+    s.add_argument("--threads", metavar="T[,T...]", help="thread counts to time (default 1,2)")
+    s.add_argument("--repeats", type=positive_int, help="timed runs per operator (the fastest counts; default 15)")
+    s.add_argument("--save-measurements", type=Path, metavar="FILE",
+                   help="also write what was timed to FILE (JSON naming this machine), to refit later without "
+                        "timing again")
+    s.add_argument("--from-measurements", type=Path, nargs="+", metavar="FILE",
+                   help="time nothing: fit to the measurements of these files (this machine's, from "
+                        "--save-measurements); several files are pooled, the fastest time of each operator counts")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     s.add_argument("--db", metavar="PATH", help=db_help)
+    s.add_argument("--winograd", action="store_true",
+                   help="also time Winograd plans of 3x3 layers and fit the Winograd constants to them (off by "
+                        "default: on the Zen 4 VM where this was judged, fitted ones chose slower plans than the "
+                        "static ones on layers outside the training set; docs/tile-db.md)")
+    s.add_argument("--dry-run", action="store_true", help="fit and print the constants, store nothing")
     s.add_argument("--forget", action="store_true",
                    help="measure nothing: remove this machine's fitted constants from the database, so synthesis "
                         "uses the static ones again")

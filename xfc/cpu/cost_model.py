@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 from ..hardware.model import CpuCluster, CpuCore, HardwareDescription
@@ -46,8 +46,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # output channels, the threads stream the part past the cache share faster by the host's measured
 # l3_overflow_read_speedup, where the description has one; 12: a pointwise conv's A read in place a
 # plane apart charged no wait with one column panel; 13: the Winograd filter stream at a measured
-# sustained DRAM read as measured, not derated again).
-COST_MODEL_VERSION = 13
+# sustained DRAM read as measured, not derated again; 14: Winograd plans priced with their own L2 and
+# shared-cache rates, fitted on Winograd plans only).
+COST_MODEL_VERSION = 14
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -178,9 +179,27 @@ class CostConstants:
     winograd_cold_stream_efficiency: float = COLD_STREAM_EFFICIENCY
     winograd_cold_stream_exposed: float = COLD_STREAM_EXPOSED
     winograd_cold_stream_parallel_efficiency: float = COLD_STREAM_PARALLEL_EFFICIENCY   # the rate's share, threads > 1
+    # The L2 and shared-cache rates of a Winograd plan's GEMMs and tile traffic (for_winograd). The
+    # static values are the direct plans'; calibration fits them on Winograd plans alone (--winograd).
+    # On the Zen 4 VM of session 65 every calibration fitted the direct plans' shared-cache rate at 8
+    # bytes a cycle (half the static 16). Under model 13, which priced Winograd plans at that rate too,
+    # the GEMMs of F(4,3) on 512 channels at 7x7 (r18_l4, its 21.7 MB U read from the L3) became
+    # L3-bound and the layer went to F(2,3), 30% slower measured
+    # (benchmarks/results/winograd_refit_l3_rate_zen4_s65_model13.json; ..._model14.json: no plan moves).
+    winograd_l2_bytes_per_cycle: float = L2_BYTES_PER_CYCLE
+    winograd_shared_cache_bytes_per_cycle: float = SHARED_CACHE_BYTES_PER_CYCLE
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def for_winograd(self) -> "CostConstants":
+        """The constants a Winograd plan is priced with: its own L2 and shared-cache rates in place of
+        the direct plans' (the same unless calibration fitted them apart). Idempotent."""
+        if (self.l2_bytes_per_cycle == self.winograd_l2_bytes_per_cycle
+                and self.shared_cache_bytes_per_cycle == self.winograd_shared_cache_bytes_per_cycle):
+            return self
+        return replace(self, l2_bytes_per_cycle=self.winograd_l2_bytes_per_cycle,
+                       shared_cache_bytes_per_cycle=self.winograd_shared_cache_bytes_per_cycle)
 
     def shared_cache_bytes_per_s(self, clock_hz: float, threads: int, measured_gbps: Optional[float] = None) -> float:
         """What `threads` cores draw from the shared cache together: a port per core, up to the

@@ -393,9 +393,11 @@ def plan_stages(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, lane
                 gemm: Optional[CostEstimate] = None, weights_from_memory: bool = False,
                 u_prefetched: Optional[bool] = None) -> WinogradStages:
     """The stages of a Winograd plan with GEMM schedule sched. The GEMM stage is winograd_gemm's
-    estimate (given as `gemm` when the caller has it: it does not depend on the Winograd-only constants).
+    estimate (given as `gemm` when the caller has it: of the Winograd-only constants it depends on the
+    plans' own cache rates alone, CostConstants.for_winograd).
     u_prefetched: whether the GEMMs prefetch the next panel of U (default: as make_plan decides it
     for sched, u_prefetch_lines)."""
+    constants = constants.for_winograd()
     if gemm is None:
         gemm = winograd_gemm(spec, m, hw, cluster, sched, lanes, isa, constants, evaluator, vectors)
     cold = {}
@@ -413,6 +415,7 @@ def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, la
     """One of a Winograd plan's a^2 GEMMs: the roofline estimate of gemm_problem under sched with A
     not packed on the call (U is pre-packed, or V is read in place), its column tail scored as its
     own micro-kernel; the micro-tiles are scored by evaluator (default: the static issue model)."""
+    constants = constants.for_winograd()
     evaluator = evaluator or StaticEvaluator()
     tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
     score = evaluator.evaluate(tile, cluster.core, isa)
@@ -876,6 +879,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
     if only_vectors is not None and only_vectors not in VECTOR_AXES:
         raise OperatorError(f"winograd vectors '{only_vectors}' must be one of {', '.join(VECTOR_AXES)}")
     axes = (only_vectors,) if only_vectors else vector_axes(isa)
+    constants = constants.for_winograd()   # the GEMM candidates ranked at the Winograd plans' cache rates
     core = cluster.core
     lanes = isa_row(isa).synthesis_lanes(core)
     sizes = wmath.admissible_tile_sizes(spec.c)

@@ -43,6 +43,24 @@ The objective (_Objective), three terms:
   run, 0.25 the next). The weak pull makes the ridge's minimum the point nearest the static
   constants; it is far below what any measured difference costs (one grid step: 0.02% of mean
   error).
+What is fitted by default: the direct plans' constants (GEMM, memory, packing, depthwise, fork/join).
+The Winograd-only constants (winograd_only) stay static unless `--winograd` asks for them
+(fit(winograd=True), training_cases(winograd=True)). On the Zen 4 VM of session 65, three
+calibrations were saved (--save-measurements) and refitted offline against the plans that
+benchmarks/regret.py had timed (benchmarks/calibration_refit.py: each run alone and the three
+pooled; the pull on the Winograd fields or on all, weak or twenty times stronger). With the Winograd
+fields fitted, 12 of the 16 fits chose on some regret layers plans slower than the static constants
+chose (the worst row 14-30% slower than its fastest plan, against 7-13% with the static constants:
+r18_l4 F(2,3) for F(4,3); odd_9 and yolo_26 F(4,3) for F(6,3)), through whichever field the
+training layers left free: the stream's exposed share, the plans' L2 rate. With them static, none
+did (benchmarks/results/calibration_refit_zen4_s65.json). The Winograd training layers' own plans
+are ordered alike either way (126-133 of 130-137 clear pairs), so what the fit gains there is
+absolute error that does not carry to other layers.
+
+Measurements can be saved (`--save-measurements FILE`: measurements_document) and fitted again
+without timing (`--from-measurements FILE...`: read_measurements, several runs pooled to each
+operator's fastest time), so a change to the fit is judged on the same times.
+
 The descent runs from the static constants and, when this machine has stored constants of the
 same model version, from those as well; the lower objective wins (the static start on a tie).
 From each start it first fits the fields that move direct plans to the non-Winograd plans alone,
@@ -159,6 +177,9 @@ GRIDS: dict[str, tuple] = {
     # fit ran the rate to the end of its grid and still predicted 1.78 ms). Fitted with the rate
     # (JOINT), each trading off against the other.
     "winograd_stream_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
+    # the Winograd plans' own cache rates (CostConstants.for_winograd), the grids of the direct plans'
+    "winograd_l2_bytes_per_cycle": (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
+    "winograd_shared_cache_bytes_per_cycle": (4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0),
     # 0: the chip's static rate (moves only plans whose Winograd filter lives in DRAM)
     "winograd_stream_bytes_per_cycle": (0.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 32.0),
 }
@@ -249,12 +270,12 @@ def winograd_training_specs() -> list[OperatorSpec]:
     return [make_spec(op, shape, **options) for op, shape, options in WINOGRAD_TRAINING_SHAPES]
 
 
-def training_cases() -> list[TrainingCase]:
-    """What `xfc tiledb calibrate` times: every training spec's direct plan, and for each Winograd
-    training layer its direct plan and a Winograd plan per admissible tile size."""
+def training_cases(winograd: bool = True) -> list[TrainingCase]:
+    """What `xfc tiledb calibrate` times: every training spec's direct plan, and (winograd) for each
+    Winograd training layer its direct plan and a Winograd plan per admissible tile size."""
     from ..ops.winograd import admissible_tile_sizes
     cases = [TrainingCase(spec) for spec in training_specs()]
-    for spec in winograd_training_specs():
+    for spec in winograd_training_specs() if winograd else ():
         cases.append(TrainingCase(spec))
         cases += [TrainingCase(spec, "winograd", m) for m in admissible_tile_sizes(spec.c)]
     return cases
@@ -315,11 +336,15 @@ def _grid_position(grid: Sequence[float], value: float) -> float:
 
 def winograd_only(field: str) -> bool:
     """A constant that moves only Winograd plans' predictions (the transform constants, the filter
-    stream's rate and how much of it shows)."""
+    stream's rate and how much of it shows, the plans' own cache rates)."""
     return field.startswith("winograd_")
 
 
-def _distance_from_static(constants: CostConstants) -> float:
+# The Winograd-only fields the GEMM stage of a Winograd plan reads (CostConstants.for_winograd).
+WINOGRAD_GEMM_FIELDS = ("winograd_l2_bytes_per_cycle", "winograd_shared_cache_bytes_per_cycle")
+
+
+def _distance_from_static(constants: CostConstants, pull: str = "winograd") -> float:
     """Grid steps from the static constants, summed over the Winograd-only fields (the ridge the pull
     is for). The GEMM, memory and depthwise fields are not pulled: where the direct plans leave one
     of them flat (the L2 rate, when no training plan is L2-bound), a pull to the static value still
@@ -327,18 +352,20 @@ def _distance_from_static(constants: CostConstants) -> float:
     the host chose kc=208 for mm_1024, measured 10% slower than the kc=1024 it chose before)."""
     return sum(abs(_grid_position(grid, getattr(constants, field))
                    - _grid_position(grid, getattr(DEFAULT_CONSTANTS, field)))
-               for field, grid in GRIDS.items() if winograd_only(field))
+               for field, grid in GRIDS.items() if pull == "all" or winograd_only(field))
 
 
 class _Objective:
     """The fit's objective over one set of measurements (module docstring). Predictions of the
-    non-Winograd plans, and the GEMM estimates of the Winograd plans, do not depend on the
-    Winograd-only fields (winograd_only), so they are remembered under the other fields' values:
-    the Winograd moves, most of the descent, re-estimate only the Winograd plans' other stages."""
+    non-Winograd plans do not depend on the Winograd-only fields (winograd_only), and the GEMM
+    estimates of the Winograd plans only on their cache rates among them (WINOGRAD_GEMM_FIELDS), so
+    both are remembered under the other fields' values: the moves of the transform and stream
+    constants, most of the descent, re-estimate only the Winograd plans' other stages."""
 
-    def __init__(self, items: Sequence[Measured], hw, cluster, rank_weight: float, regularization: float):
+    def __init__(self, items: Sequence[Measured], hw, cluster, rank_weight: float, regularization: float,
+                 pull: str = "winograd"):
         self.items, self.hw, self.cluster = list(items), hw, cluster
-        self.rank_weight, self.regularization = rank_weight, regularization
+        self.rank_weight, self.regularization, self.pull = rank_weight, regularization, pull
         self.pairs = clear_pairs(self.items)
         self.log_measured = [math.log(i.measured_s) for i in self.items]
         self.winograd = [i.plan.lowering == "winograd" for i in self.items]
@@ -354,10 +381,12 @@ class _Objective:
             others = [0.0 if w else math.log(predicted_s(i, self.hw, self.cluster, constants))
                       for i, w in zip(self.items, self.winograd)]
             self._cache[key] = others
-        gemms = self._gemms.get(key)
-        if gemms is None:    # a Winograd plan's GEMMs move with the other fields only
+        # a Winograd plan's GEMMs move with the other fields and the Winograd plans' cache rates only
+        gemm_key = key + tuple(getattr(constants, f) for f in WINOGRAD_GEMM_FIELDS)
+        gemms = self._gemms.get(gemm_key)
+        if gemms is None:
             from ..cpu.winograd import gemm_of_plan
-            gemms = self._gemms[key] = [gemm_of_plan(i.plan, self.hw, self.cluster, constants) if w else None
+            gemms = self._gemms[gemm_key] = [gemm_of_plan(i.plan, self.hw, self.cluster, constants) if w else None
                                         for i, w in zip(self.items, self.winograd)]
         return [math.log(predicted_s(i, self.hw, self.cluster, constants, gemm)) if w else o
                 for i, w, o, gemm in zip(self.items, self.winograd, others, gemms)]
@@ -377,7 +406,7 @@ class _Objective:
         if self.pairs and self.rank_weight:
             margin = math.log1p(RANK_MARGIN)
             rank = sum(max(0.0, margin - (logs[slow] - logs[fast])) for fast, slow in self.pairs) / len(logs)
-        return absolute + self.rank_weight * rank + self.regularization * _distance_from_static(constants)
+        return absolute + self.rank_weight * rank + self.regularization * _distance_from_static(constants, self.pull)
 
 
 def _descend(objective: _Objective, start: CostConstants, moves: Sequence[dict]) -> tuple[CostConstants, float]:
@@ -397,7 +426,8 @@ def _descend(objective: _Objective, start: CostConstants, moves: Sequence[dict])
 
 def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
         start: CostConstants = DEFAULT_CONSTANTS, *, stored: Optional[CostConstants] = None,
-        rank_weight: float = RANK_WEIGHT, regularization: float = REGULARIZATION) -> Fit:
+        rank_weight: float = RANK_WEIGHT, regularization: float = REGULARIZATION, pull: str = "winograd",
+        fixed: Sequence[str] = (), winograd: bool = True) -> Fit:
     """Coordinate descent over GRIDS, and over the JOINT groups together, from `start` and (when
     given and different) from `stored`, this machine's last fitted constants; the lower objective
     wins, `start` on a tie (deterministic). The errors 'before' are those of `start`."""
@@ -406,11 +436,14 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     fitted = [i for i in items if not i.contended] or list(items)
     left_out = len(items) - len(fitted)
     items = fitted
-    objective = _Objective(items, hw, cluster, rank_weight, regularization)
+    objective = _Objective(items, hw, cluster, rank_weight, regularization, pull)
     moves = [{field: value} for field, grid in GRIDS.items() for value in grid]
     moves += [dict(zip(fields_, values)) for fields_ in JOINT
               for values in itertools.product(*(GRIDS[f] for f in fields_))]
     starts = [("static", start)] + ([("stored", stored)] if stored is not None and stored != start else [])
+    if fixed:   # not searched: kept at the start's value
+        moves = [move for move in moves if not set(move) & set(fixed)]
+        starts = [(name, replace(s, **{f: getattr(start, f) for f in fixed})) for name, s in starts]
     if hw.memory is not None and hw.memory.measured_sustained_read:
         # The probe measured the stream of a filter transform past the cache: the sustained DRAM read
         # is its rate, scaled by the threads where it measured every CPU reading past the L3 faster
@@ -421,9 +454,9 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
         # the stream shows (winograd_stream_exposed) is still fitted.
         moves = [move for move in moves if move.get("winograd_stream_bytes_per_cycle", 0.0) == 0.0]
         starts = [(name, replace(s, winograd_stream_bytes_per_cycle=0.0)) for name, s in starts]
-    if not any(i.plan.lowering == "winograd" for i in items):
-        # those fields move no prediction: not searched, and left at the static values (the
-        # regularized optimum) whatever the start
+    if not winograd or not any(i.plan.lowering == "winograd" for i in items):
+        # not asked for (WINOGRAD_FIT_NOTE), or those fields move no prediction: not searched, and
+        # left at the static values (the regularized optimum) whatever the start
         moves = [move for move in moves if not all(winograd_only(f) for f in move)]
         static = {f: v for f, v in DEFAULT_CONSTANTS.as_dict().items() if winograd_only(f)}
         starts = [(name, replace(s, **static)) for name, s in starts]
@@ -435,7 +468,7 @@ def fit(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
     # Winograd-only fields on every plan, the GEMM stage predicted with the constants of stage one.
     others = [i for i in items if i.plan.lowering != "winograd"]
     staged = 0 < len(others) < len(items)
-    first = _Objective(others, hw, cluster, rank_weight, regularization) if staged else None
+    first = _Objective(others, hw, cluster, rank_weight, regularization, pull) if staged else None
     winograd_moves = [move for move in moves if all(winograd_only(f) for f in move)]
     other_moves = [move for move in moves if not all(winograd_only(f) for f in move)]
     won, best, best_score = "", start, math.inf
@@ -507,6 +540,101 @@ def measure(hw: HardwareDescription, cluster: CpuCluster, specs: Iterable, threa
             out.append(Measured(spec=spec, threads=t, plan=plan, measured_s=fastest,
                                 spread=(max(samples) - fastest) / statistics.median(samples), contended=contended))
     return out
+
+# A measurement file (`xfc tiledb calibrate --save-measurements`): what measure() timed, so that a
+# change to the fit can be judged on the same times without timing again (--from-measurements), and
+# several runs on a noisy machine pooled (the fastest of each operator over the files).
+MEASUREMENTS_FORMAT = "xfc-calibration-measurements/1"
+
+
+def case_of(item: Measured) -> TrainingCase:
+    """The training case a measurement timed (a Winograd plan: the case of its tile size)."""
+    if item.plan.lowering == "winograd":
+        return TrainingCase(item.spec, "winograd", item.plan.winograd_m)
+    return TrainingCase(item.spec)
+
+
+def plan_identity(plan: CpuKernelPlan) -> str:
+    """What tells two plans of one operator apart: the decisions of plan_json, and for a Winograd plan
+    its tile size and vector axis."""
+    from .operators import plan_json
+    return canonical_json({"plan": json.loads(plan_json(plan)), "winograd_m": plan.winograd_m,
+                           "winograd_vectors": plan.winograd_vectors if plan.lowering == "winograd" else ""})
+
+
+def measurements_document(items: Sequence[Measured], hw: HardwareDescription, cluster: CpuCluster,
+                          repeats: int, compiler: str, measured_at: str) -> dict:
+    """The measurements as a JSON-ready document naming the machine (its fingerprint and facts) and the
+    compiler that built the kernels."""
+    from .fingerprint import cluster_facts
+    records = []
+    for item in items:
+        records.append({"case": case_of(item).describe(), "threads": item.threads, "plan": plan_identity(item.plan),
+                        "measured_s": item.measured_s, "spread": item.spread, "contended": item.contended})
+    return {"format": MEASUREMENTS_FORMAT, "xfc_version": __version__, "measured_at": measured_at,
+            "hardware": hw.name, "fingerprint": fingerprint(hw, cluster), "facts": cluster_facts(hw, cluster),
+            "compiler": compiler, "repeats": repeats, "planned_with": "static constants",
+            "records": records}
+
+
+def read_measurements(paths: Sequence[Path], hw: HardwareDescription, cluster: CpuCluster,
+                      warn: Callable[[str], None] = lambda message: None) -> list[Measured]:
+    """The measurements of one or more files written by `--save-measurements` on this machine, pooled:
+    per training operator and thread count the fastest time over the files (contended only if it was
+    in every file). Each plan is synthesized again with the static constants, as measure() planned
+    it; a record whose plan xfc no longer synthesizes (xfc changed since) is left out, said through
+    `warn`. XfcError for a file that is not one, another machine's, or one naming an operator outside
+    the training set."""
+    cases = {case.describe(): case for case in training_cases()}
+    this_machine = fingerprint(hw, cluster)
+    pooled: dict[tuple[str, int], list[dict]] = {}
+    for path in paths:
+        try:
+            document = json.loads(Path(path).read_text())
+        except OSError as error:
+            raise XfcError(f"--from-measurements {path}: cannot read it ({error.strerror or error})") from None
+        except ValueError as error:
+            raise XfcError(f"--from-measurements {path}: not JSON ({error})") from None
+        if not isinstance(document, dict) or document.get("format") != MEASUREMENTS_FORMAT:
+            raise XfcError(f"--from-measurements {path}: not a measurement file of `xfc tiledb calibrate "
+                           f"--save-measurements` (format {MEASUREMENTS_FORMAT!r})")
+        if document.get("fingerprint") != this_machine:
+            raise XfcError(f"--from-measurements {path}: measured on another machine or another description of it "
+                           f"({document.get('hardware')!r}, fingerprint {str(document.get('fingerprint'))[:12]}; "
+                           f"this host's is {this_machine[:12]}: 'xfc hw show host' shows its figures)")
+        for record in document.get("records", []):
+            try:
+                key = (str(record["case"]), int(record["threads"]))
+                float(record["measured_s"])
+            except (KeyError, TypeError, ValueError):
+                raise XfcError(f"--from-measurements {path}: a record without case, threads and measured_s: "
+                               f"{str(record)[:120]}") from None
+            if key[0] not in cases:
+                raise XfcError(f"--from-measurements {path}: {key[0]!r} is not one of this xfc's training "
+                               "operators (the training set changed since): measure again")
+            pooled.setdefault(key, []).append(record)
+    out, stale = [], []
+    for (described, threads), records in pooled.items():
+        case = cases[described]
+        plan = synthesize_cpu(case.spec, hw, cluster.role, threads, constants=DEFAULT_CONSTANTS,
+                              lowering=case.lowering, winograd_m=case.winograd_m).plan
+        timed = [r for r in records if r.get("plan") == plan_identity(plan)]
+        if not timed:
+            stale.append(f"{described} at {threads} thread(s)")
+            continue
+        fastest = min(timed, key=lambda r: float(r["measured_s"]))
+        out.append(Measured(spec=case.spec, threads=threads, plan=plan, measured_s=float(fastest["measured_s"]),
+                            spread=float(fastest.get("spread", 0.0)),
+                            contended=all(bool(r.get("contended", False)) for r in timed)))
+    if stale:
+        warn(f"{len(stale)} of {len(pooled)} measured plans are no longer the plans xfc synthesizes for their "
+             f"operators (xfc changed since they were timed); left out: {'; '.join(stale[:3])}"
+             + (" ..." if len(stale) > 3 else ""))
+    if not out:
+        raise XfcError("--from-measurements: no measurement left to fit (every plan changed since): measure again")
+    order = {described: index for index, described in enumerate(cases)}
+    return sorted(out, key=lambda m: (order[case_of(m).describe()], m.threads))
+
 
 METHOD = ("coordinate descent over fixed grids minimizing mean |log(predicted/measured)| plus a hinge on each "
           "layer's plan order and a weak pull to the static constants, on {cases} timed "
