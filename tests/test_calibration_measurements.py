@@ -105,7 +105,12 @@ def test_files_of_another_machine_or_of_no_calibration_are_refused_in_one_line(t
     bad.write_text(json.dumps(document))
     with pytest.raises(XfcError, match="is not one of this xfc's training operators"):
         read_measurements([bad], HW, CLUSTER)
-    del document["records"][0]["measured_s"]
+    for broken in ({"measured_s": None}, {"measured_s": 0.0}, {"measured_s": -1e-3}, {"spread": "wide"}):
+        document["records"][0] = {**document["records"][1], **broken}
+        bad.write_text(json.dumps(document))
+        with pytest.raises(XfcError, match="a record without case, threads and a positive measured_s"):
+            read_measurements([bad], HW, CLUSTER)
+    document["records"][0] = "not a record"
     bad.write_text(json.dumps(document))
-    with pytest.raises(XfcError, match="a record without case, threads and measured_s"):
+    with pytest.raises(XfcError, match="a record without"):
         read_measurements([bad], HW, CLUSTER)

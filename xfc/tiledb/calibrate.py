@@ -605,10 +605,12 @@ def read_measurements(paths: Sequence[Path], hw: HardwareDescription, cluster: C
         for record in document.get("records", []):
             try:
                 key = (str(record["case"]), int(record["threads"]))
-                float(record["measured_s"])
-            except (KeyError, TypeError, ValueError):
-                raise XfcError(f"--from-measurements {path}: a record without case, threads and measured_s: "
-                               f"{str(record)[:120]}") from None
+                seconds, spread = float(record["measured_s"]), float(record.get("spread", 0.0))
+                if not (0 < seconds < math.inf and 0 <= spread < math.inf):
+                    raise ValueError
+            except (AttributeError, KeyError, TypeError, ValueError):
+                raise XfcError(f"--from-measurements {path}: a record without case, threads and a positive "
+                               f"measured_s: {str(record)[:120]}") from None
             if key[0] not in cases:
                 raise XfcError(f"--from-measurements {path}: {key[0]!r} is not one of this xfc's training "
                                "operators (the training set changed since): measure again")
