@@ -59,12 +59,10 @@ import math
 from dataclasses import replace
 
 from xfc.pipeline import stages
-from xfc.cpu import decide, winograd
+from xfc.cpu import winograd
 from xfc.cpu.codegen import render_cpu_kernel
 from xfc.cpu.cost_model import DEFAULT_CONSTANTS
-from xfc.cpu.isa import isa_row
 from xfc.cpu.synth import candidate_syntheses, synthesize_cpu
-from xfc.cpu.tiles import MicroTile
 from xfc.errors import OperatorError, XfcError
 from xfc.ops.reference import check_output, make_inputs
 from xfc.ops.spec import make_spec, parse_shape
@@ -127,17 +125,10 @@ def winograd_spec(shape: dict):
 
 
 def _with_tile(plan, core, mr: int, nr: int, kc: int):
-    """plan with GEMM-stage register tile mr x nr and reduction slice kc; the blocks keep their
-    number of register tiles and the K loop is written as the planner writes it for that tile
-    (decide.gemm_ukernel), or None where the tile is not a tile (no rows, no vector)."""
-    g, lanes, row = plan.gemm, plan.vector_lanes, isa_row(plan.isa)
-    if mr < 1 or nr < lanes or kc < g.k_unroll:
-        return None
-    tile = MicroTile(mr=mr, nr_vectors=nr // lanes, lanes=lanes, a_load_bits=g.a_load_bits)
-    ukernel = decide.gemm_ukernel(row, core if row.asm_ukernels else None, tile.registers(row.name))
-    sched = replace(g, mr=mr, nr=nr, kc=kc, mc=-(-g.mc // g.mr) * mr,
-                    nc=-(-g.nc // g.nr) * nr, ukernel=ukernel)
-    return replace(plan, gemm=winograd.winograd_schedule(sched, plan.winograd_vectors, plan.isa))
+    """plan with GEMM-stage register tile mr x nr and reduction slice kc (winograd.with_register_tile),
+    or None where the tile is not a tile (no rows, no vector)."""
+    sched = winograd.with_register_tile(plan.gemm, mr, nr, kc, plan.isa, core, plan.winograd_vectors)
+    return None if sched is None else replace(plan, gemm=sched)
 
 
 def winograd_neighbours(chosen, spec, hw, cluster, threads: int, evaluator, constants,

@@ -560,6 +560,41 @@ def rows_within(sched: GemmSchedule, rows: int, isa: str, core) -> GemmSchedule:
     return replace(sched, mr=rows, mc=rows, ukernel=ukernel)
 
 
+def with_register_tile(sched: GemmSchedule, mr: int, nr: int, kc: int, isa: str, core,
+                       vectors: str = "tiles") -> Optional[GemmSchedule]:
+    """sched with GEMM-stage register tile mr x nr and reduction slice kc: the blocks keep their number
+    of register tiles and the K loop is written as the planner writes it for that tile
+    (decide.gemm_ukernel); None where it is not a tile (no rows, no whole vector)."""
+    row = isa_row(isa)
+    lanes = row.synthesis_lanes(core)
+    if mr < 1 or nr < lanes or nr % lanes or kc < sched.k_unroll:
+        return None
+    tile = MicroTile(mr=mr, nr_vectors=nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
+    ukernel = decide.gemm_ukernel(row, core if row.asm_ukernels else None, tile.registers(row.name))
+    resized = replace(sched, mr=mr, nr=nr, kc=kc, mc=-(-sched.mc // sched.mr) * mr,
+                      nc=-(-sched.nc // sched.nr) * nr, ukernel=ukernel)
+    return winograd_schedule(resized, vectors, isa)
+
+
+def narrower_on_tie(sched: GemmSchedule, key: float, price, isa: str, core, vectors: str, columns: int):
+    """(schedule, its key, whether narrowed): sched's register tile one vector narrower when the stage
+    model prices it no slower (NARROWER_ON_TIE) and it leaves no ragged column tail the wider tile did
+    not (the rows measured had none). price(schedule) -> the key synthesize_winograd ranks by;
+    columns: the GEMMs' N."""
+    lanes = isa_row(isa).synthesis_lanes(core)
+    if isa not in NARROWER_ON_TIE_ISAS or sched.nr <= lanes:
+        return sched, key, False
+    if columns % (sched.nr - lanes) and not columns % sched.nr:
+        return sched, key, False
+    narrower = with_register_tile(sched, sched.mr, sched.nr - lanes, sched.kc, isa, core, vectors)
+    if narrower is None:
+        return sched, key, False
+    narrower_key = price(narrower)
+    if narrower_key <= key * (1 + TIE_TOLERANCE):
+        return narrower, narrower_key, True
+    return sched, key, False
+
+
 def u_l2_read_bytes(spec: Conv2dSpec, m: int, sched: GemmSchedule, cluster, vectors: str) -> float:
     """Bytes of U the busiest thread's GEMMs read from L2 per image under sched. Over channels U is
     B: each KC x NR panel is read once per MC block of rows, by its first row tile only where it
@@ -682,6 +717,20 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
     )
 
 
+# Register tiles the stage model prices alike are not alike on the machine. Where the stage is bound
+# by memory or the transforms, a tile and the same tile one vector narrower get the same time (the
+# micro-kernel sustains the FMA rate either way), and the ranking kept the wider, the matmul
+# ranking's first. On the Zen 4 VM (sessions 64-65) the narrower one (14x16 for 14x32, the
+# regret.py neighbour 'nr-16') ran faster in 53 of the 63 one-thread rows where the model tied them
+# (chosen / narrower 1.020-1.037 geomean per run, up to 1.16: yolo_52, vgg_2) and in 24 of 32 at two
+# threads (1.008 and 1.038; vgg_7 at two threads the other way, 0.86)
+# (benchmarks/regret_neighbours.py --neighbour nr-16 --ties-only: regret_neighbours_nr16_zen4_s65.json).
+# Measured on AVX-512 only: the other ISAs keep the wider tile.
+TIE_TOLERANCE = 1e-6
+NARROWER_ON_TIE_ISAS = ("avx512",)
+NARROWER_ON_TIE = ("one vector narrower than the ranking's tile: the stage model prices the two alike, and the "
+                   "narrower ran faster on the AVX-512 host where they were timed (narrower_on_tie)")
+
 # Why a Winograd GEMM stage's KC is not the matmul growth's L1 fit (the explanation's GEMM L1 level)
 STREAMED_IN_ONE_SLICE = "U larger than the shared cache: the whole reduction in one slice (streamed_in_one_slice)"
 DEEPER_SLICES = ("deeper slices predicted faster for the whole stage: fewer passes over the tiles' C, fewer "
@@ -700,7 +749,11 @@ def _stage_level(level: TileLevel, sched: Optional[GemmSchedule], grown: Optiona
     if level.level == "REG" and g.mr != grown.mr:
         return TileLevel("GEMM REG", f"mr={g.mr} x nr={g.nr} (cut from {grown.mr} rows)",
                          f"{g.mr} of the {grown.mr}x{grown.nr} tile's accumulator rows",
-                         f"the GEMM has {rows} rows: a taller tile never runs its full micro-kernel (rows_within)")
+                         f"the GEMM has {rows} rows: a taller tile never runs its full micro-kernel (rows_within)"
+                         + (f"; {NARROWER_ON_TIE}" if g.nr != grown.nr else ""))
+    if level.level == "REG" and g.nr != grown.nr:
+        return TileLevel("GEMM REG", f"mr={g.mr} x nr={g.nr} (narrowed from {grown.nr} columns)",
+                         f"{g.mr}x{g.nr} accumulators", NARROWER_ON_TIE)
     if g.kc == grown.kc or level.level not in ("L1", "L2", "L3"):
         return same
     if level.level == "L1":
@@ -925,6 +978,11 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             trial_key = trial_stages.total_s * split_penalty(trial, vectors)
             if trial_key < key * (1 - 1e-9):
                 sched, stages, key, kc_why = trial, trial_stages, trial_key, DEEPER_SLICES
+        sched, key, narrowed = narrower_on_tie(
+            sched, key, lambda trial: stages_for(trial, vectors, gemms).total_s * split_penalty(trial, vectors),
+            isa, core, vectors, gemm_problem(spec, m, vectors).n)
+        if narrowed:
+            stages = stages_for(sched, vectors, gemms)
         problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
