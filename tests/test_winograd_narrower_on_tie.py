@@ -69,3 +69,25 @@ def test_phone_plans_keep_the_wider_tile():
     reg = next(level for level in synthesize_cpu(spec, hw, "big", 1, lowering="winograd", winograd_m=4).levels
                if level.level == "GEMM REG")
     assert "narrower_on_tie" not in reg.decided_by and (narrowed is None or narrowed.nr < plan.gemm.nr)
+
+
+@pytest.mark.unit
+def test_the_chosen_tile_is_narrowed_until_the_model_no_longer_ties():
+    """A chosen AVX-512 Winograd plan admits no further narrowing: one vector at a time while tied."""
+    from xfc.cpu.winograd import gemm_problem, narrower_on_tie, plan_stages, split_penalty
+    cluster = HOST.cluster()
+    # 32 channels at 26x26 on 2 threads: 64 columns narrowed twice, to 32
+    for shape in (dict(c=64, h=35, w=35, k=96), dict(c=32, h=26, w=26, k=32), dict(c=32, h=56, w=56, k=64)):
+        spec = make_spec("conv2d", dict(shape, r=3, s=3), pad=1)
+        for threads in (1, 2):
+            plan = synthesize_cpu(spec, HOST, cluster.role, threads).plan
+            if plan.lowering != "winograd":
+                continue
+            m, vectors, lanes = plan.winograd_m, plan.winograd_vectors, plan.vector_lanes
+
+            def price(sched):
+                return plan_stages(spec, m, HOST, cluster, sched, lanes, plan.isa, vectors=vectors).total_s \
+                    * split_penalty(sched, vectors)
+            _, _, narrowed = narrower_on_tie(plan.gemm, price(plan.gemm), price, plan.isa, CORE, vectors,
+                                             gemm_problem(spec, m, vectors).n)
+            assert not narrowed, (shape, threads, plan.gemm)

@@ -24,9 +24,11 @@ SPEC = make_spec("conv2d", dict(c=32, h=28, w=28, k=32, r=3, s=3), pad=1)
 
 
 def _stages(axis, threads, nr=32):
+    """The synthesized plan's stages with `nr`-column panels in one 64-column block (the plan's own
+    tile may be narrower: winograd.narrower_on_tie)."""
     plan = synthesize_cpu(SPEC, HW, CLUSTER.role, threads, lowering="winograd", winograd_m=4,
                           winograd_vectors="tiles").plan
-    sched = replace(plan.gemm, parallel_axis=axis, nr=nr, threads=threads)
+    sched = replace(plan.gemm, parallel_axis=axis, nr=nr, nc=max(nr, 64), threads=threads)
     return plan_stages(SPEC, 4, HW, CLUSTER, sched, plan.vector_lanes, plan.isa)
 
 

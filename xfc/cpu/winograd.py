@@ -725,6 +725,8 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
 # (chosen / narrower 1.020-1.037 geomean per run, up to 1.16: yolo_52, vgg_2) and in 24 of 32 at two
 # threads (1.008 and 1.038; vgg_7 at two threads the other way, 0.86)
 # (benchmarks/regret_neighbours.py --neighbour nr-16 --ties-only: regret_neighbours_nr16_zen4_s65.json).
+# One vector at a time, while the model still ties them: with one step, yolo_26 went 9x48 -> 9x32 and
+# 9x16, tied with 9x32, ran 7-10% faster in both 1-thread runs (regret_winograd_zen4_1t_s65_narrower*.json).
 # Measured on AVX-512 only: the other ISAs keep the wider tile.
 TIE_TOLERANCE = 1e-6
 NARROWER_ON_TIE_ISAS = ("avx512",)
@@ -978,11 +980,13 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             trial_key = trial_stages.total_s * split_penalty(trial, vectors)
             if trial_key < key * (1 - 1e-9):
                 sched, stages, key, kc_why = trial, trial_stages, trial_key, DEEPER_SLICES
-        sched, key, narrowed = narrower_on_tie(
-            sched, key, lambda trial: stages_for(trial, vectors, gemms).total_s * split_penalty(trial, vectors),
-            isa, core, vectors, gemm_problem(spec, m, vectors).n)
-        if narrowed:
-            stages = stages_for(sched, vectors, gemms)
+        narrowed = True
+        while narrowed:   # one vector at a time, while the model still ties them
+            sched, key, narrowed = narrower_on_tie(
+                sched, key, lambda trial: stages_for(trial, vectors, gemms).total_s * split_penalty(trial, vectors),
+                isa, core, vectors, gemm_problem(spec, m, vectors).n)
+            if narrowed:
+                stages = stages_for(sched, vectors, gemms)
         problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
