@@ -43,6 +43,7 @@ def test_a_saved_file_reads_back_as_the_measurements_it_was_written_from(tmp_pat
     path = _write(tmp_path, "m.json", items)
     document = json.loads(path.read_text())
     assert document["hardware"] == HW.name and document["compiler"] == "gcc 12.2.0"
+    assert document["cpu"] == HW.marketing_name and document["cores"] == CLUSTER.count and "avx512f" in document["isa"]
     assert len(document["records"]) == len(items) and document["facts"]["clock_ghz"] == CLUSTER.clock_ghz
     back = read_measurements([path], HW, CLUSTER)
     assert sorted(back, key=repr) == sorted(items, key=repr)

@@ -572,7 +572,9 @@ def measurements_document(items: Sequence[Measured], hw: HardwareDescription, cl
         records.append({"case": case_of(item).describe(), "threads": item.threads, "plan": plan_identity(item.plan),
                         "measured_s": item.measured_s, "spread": item.spread, "contended": item.contended})
     return {"format": MEASUREMENTS_FORMAT, "xfc_version": __version__, "measured_at": measured_at,
-            "hardware": hw.name, "fingerprint": fingerprint(hw, cluster), "facts": cluster_facts(hw, cluster),
+            "hardware": hw.name, "cpu": hw.marketing_name, "cores": cluster.count,
+            "isa": f"{cluster.core.isa} ({cluster.core.gcc_march}; {', '.join(sorted(cluster.core.features))})",
+            "fingerprint": fingerprint(hw, cluster), "facts": cluster_facts(hw, cluster),
             "compiler": compiler, "repeats": repeats, "planned_with": "static constants",
             "records": records}
 
