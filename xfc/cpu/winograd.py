@@ -980,14 +980,14 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
             trial_key = trial_stages.total_s * split_penalty(trial, vectors)
             if trial_key < key * (1 - 1e-9):
                 sched, stages, key, kc_why = trial, trial_stages, trial_key, DEEPER_SLICES
+        problem = gemm_problem(spec, m, vectors)
         narrowed = True
         while narrowed:   # one vector at a time, while the model still ties them
             sched, key, narrowed = narrower_on_tie(
                 sched, key, lambda trial: stages_for(trial, vectors, gemms).total_s * split_penalty(trial, vectors),
-                isa, core, vectors, gemm_problem(spec, m, vectors).n)
+                isa, core, vectors, problem.n)
             if narrowed:
                 stages = stages_for(sched, vectors, gemms)
-        problem = gemm_problem(spec, m, vectors)
         th, tw = wmath.tile_counts(spec, m)
         a = m + 2
         lines = header_common + [

@@ -349,7 +349,9 @@ def _distance_from_static(constants: CostConstants, pull: str = "winograd") -> f
     is for). The GEMM, memory and depthwise fields are not pulled: where the direct plans leave one
     of them flat (the L2 rate, when no training plan is L2-bound), a pull to the static value still
     moves the synthesizer's blocking choices elsewhere (l2_bytes_per_cycle pulled from 96 to 32 on
-    the host chose kc=208 for mm_1024, measured 10% slower than the kc=1024 it chose before)."""
+    the host chose kc=208 for mm_1024, measured 10% slower than the kc=1024 it chose before).
+    pull='all' pulls every fitted field (benchmarks/calibration_refit.py tries it: it brought the
+    fits of three runs closer together, not their plans nearer the static constants' speed)."""
     return sum(abs(_grid_position(grid, getattr(constants, field))
                    - _grid_position(grid, getattr(DEFAULT_CONSTANTS, field)))
                for field, grid in GRIDS.items() if pull == "all" or winograd_only(field))
