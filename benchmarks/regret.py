@@ -6,6 +6,7 @@ plans of its own plan space, all built, verified and measured in one process.
     .venv/bin/python benchmarks/regret.py --part gemm --threads 1 --only conv_r18_l1
     .venv/bin/python benchmarks/regret.py --part winograd --layers held-out --threads 1
     .venv/bin/python benchmarks/regret.py --part gemm --threads 1 --layer conv2d:c=32,h=112,w=112,k=16,r=1,s=1
+    .venv/bin/python benchmarks/regret.py --part winograd --threads 2 --layer conv2d:c=16,h=14,w=14,k=40,r=3,s=3
 
 regret = time of the chosen plan / time of the fastest measured plan - 1 (0 when the chosen plan is
 also the fastest here).
@@ -21,7 +22,8 @@ GEMM stage's register tile and KC one step away (alone and together), the split 
 variants, the best plan over the other vector axis and for every other admissible m, and the best
 implicit-GEMM plan (winograd_neighbours). Layers come in two sets: FITTING, the layers the Winograd
 rules were set on, and HELD_OUT, layers of real networks no rule was fitted to: a model change
-is kept only if it lowers regret on the held-out set.
+is kept only if it lowers regret on the held-out set. `--layer` (with --part winograd) measures given
+3x3 layers instead, as the set 'given'.
 
 The host description is the probed one and the planner's inputs are those of `xfc synth --hw host`
 (--tile-db auto: this machine's measured micro-tiles and calibrated constants when the per-user
@@ -118,6 +120,7 @@ HELD_OUT = {
     "odd_9": dict(c=200, h=9, w=9, k=200),
 }
 LAYER_SETS = {"fitting": FITTING, "held-out": HELD_OUT}
+GIVEN = "given"   # the set of layers named with --layer
 
 
 def winograd_spec(shape: dict):
@@ -208,10 +211,11 @@ def describe_plan(plan) -> str:
             f"split={g.parallel_axis} {g.ukernel}")
 
 
-def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, constants, rounds: int, repeats: int,
+def winograd_rows(layer_sets: dict[str, dict], threads: list[int], hw, evaluator, constants, rounds: int, repeats: int,
                   tmp: Path, say, only: set, confirm_rounds: int = 0, probe: Path | None = None,
                   cold: bool = False, plan_from_memory: bool = False) -> list[dict]:
-    """One row per (layer, threads): the chosen plan and its neighbours, built, verified against the
+    """One row per (layer, threads) of every set (layer_sets: set name -> {layer: shape}): the chosen
+    plan and its neighbours, built, verified against the
     float64 direct reference (a Winograd plan under its derived bound) and timed in interleaved
     rounds with the weights pre-packed (cold: evicted from the caches before every call), each
     keeping its fastest run; plan_from_memory: the plans are synthesized with
@@ -227,8 +231,8 @@ def winograd_rows(layer_sets: list[str], threads: list[int], hw, evaluator, cons
         if probe is None or t == 1:
             return timed(), 1, None
         return cpu_share.in_state(probe, timed, say=say)
-    for layer_set in layer_sets:
-        for name, shape in LAYER_SETS[layer_set].items():
+    for layer_set, layers in layer_sets.items():
+        for name, shape in layers.items():
             if only and name not in only:
                 continue
             spec = winograd_spec(shape)
@@ -347,8 +351,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--only", default="", help="comma-separated workload or layer names")
     ap.add_argument("--layer", action="append", default=[], metavar="OP:K=V,...",
-                    help="gemm part: this layer instead of the suite (repeatable), as xfc synth's --shape with "
-                         "the operator first, e.g. conv2d:c=32,h=112,w=112,k=16,r=1,s=1 (bias added)")
+                    help="this layer instead of the suite (repeatable), as xfc synth's --shape with the operator "
+                         "first, e.g. conv2d:c=32,h=112,w=112,k=16,r=1,s=1 (bias added); with --part winograd: "
+                         "3x3 convolutions (stride 1, pad 1), reported as the set 'given', in neither the fitting "
+                         "nor the held-out summary")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=9, help="timed runs per candidate per round")
     ap.add_argument("--confirm-rounds", type=int, default=6,
@@ -383,6 +389,11 @@ def main(argv=None) -> int:
     hw = load_hardware("host", os.environ, warn=say)
     threads = [int(t) for t in args.threads.split(",")]
     only = {n for n in args.only.split(",") if n}
+    try:   # --layer texts checked before anything is built: a bad one is one line, exit 2
+        gemm_layers = layers_from(args.layer) if args.layer else SUITE
+        given = winograd_layers_from(args.layer) if args.layer and args.part == "winograd" else None
+    except XfcError as exc:
+        ap.error(str(exc))
     # the evaluator and constants `xfc synth --hw host` plans with (--tile-db auto)
     evaluator, constants, entry = synthesis_inputs("auto", hw, None, os.environ, say)
     constants = replace(constants or DEFAULT_CONSTANTS, **overrides)
@@ -392,9 +403,10 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="xfc-regret-") as tmp:
             if args.part in ("gemm", "all"):
                 rows = gemm_rows(hw, threads, evaluator, constants, args.rounds, args.repeats, Path(tmp), say, only,
-                                 layers_from(args.layer) if args.layer else SUITE)
+                                 gemm_layers)
             if args.part in ("winograd", "all"):
-                sets = list(LAYER_SETS) if args.layers == "all" else [args.layers]
+                sets = ({GIVEN: given} if given else
+                        LAYER_SETS if args.layers == "all" else {args.layers: LAYER_SETS[args.layers]})
                 probe = (cpu_share.build_probe(Path(tmp)) if args.cpu_state == "shared-cache" and max(threads) > 1
                          and (os.cpu_count() or 1) > 1 else None)
                 wrows = winograd_rows(sets, threads, hw, evaluator, constants, args.rounds, args.repeats,
@@ -442,6 +454,17 @@ def main(argv=None) -> int:
                                                argv if argv is not None else sys.argv[1:])), kind="regret")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(r["verified"] for r in rows + wrows) else 1
+
+
+def winograd_layers_from(texts: list[str]) -> dict:
+    """--layer texts for the winograd part -> {name: shape (c, h, w, k)}: each must be a 3x3 conv2d
+    (winograd_spec adds stride 1 and pad 1)."""
+    out = {}
+    for name, (op, shape, _) in layers_from(texts).items():
+        if op != "conv2d" or (shape.get("r"), shape.get("s")) != (3, 3):
+            raise OperatorError(f"--layer {name}: the winograd part measures 3x3 convolutions (conv2d with r=3,s=3)")
+        out[name] = {d: shape[d] for d in ("c", "h", "w", "k")}
+    return out
 
 
 def layers_from(texts: list[str]) -> dict:

@@ -165,3 +165,14 @@ def test_winograd_variants_reads_tiles_kc_and_prefetch_and_refuses_anything_else
     assert asm.gemm.ukernel != "intrinsics" and asm.gemm.prefetch_next_panel_lines == 0
     with pytest.raises(ValueError, match="does not prefetch"):
         variants.variant_plan(base2, avx2.cluster(), variants.parse_variant("6x16:pf=4"))
+
+
+def test_given_layers_for_the_winograd_part_are_3x3_convolutions(regret):
+    layers = regret.winograd_layers_from(["conv2d:c=16,h=14,w=14,k=40,r=3,s=3"])
+    assert layers == {"conv2d:c=16,h=14,w=14,k=40,r=3,s=3": dict(c=16, h=14, w=14, k=40)}
+    spec = regret.winograd_spec(next(iter(layers.values())))
+    assert winograd.wmath.not_applicable(spec) is None
+    with pytest.raises(regret.OperatorError, match="3x3 convolutions"):
+        regret.winograd_layers_from(["conv2d:c=16,h=14,w=14,k=40,r=1,s=1"])
+    with pytest.raises(regret.OperatorError, match="3x3 convolutions"):
+        regret.winograd_layers_from(["matmul:m=8,n=8,k=8"])
