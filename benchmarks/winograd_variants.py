@@ -6,7 +6,8 @@ figure for each: how a model term for the cold stream is checked before it is wr
     .venv/bin/python benchmarks/winograd_variants.py --layer conv_r18_l3 \\
         --variant 6x64:kc=256 --variant 6x64:kc=128 --variant 6x64:kc=256:pf=0
 
-The layers are benchmarks/regret.py's (FITTING and HELD_OUT). The base plan is the one xfc plans
+The layers are benchmarks/regret.py's (FITTING and HELD_OUT), or a 3x3 layer given by its shape
+(conv2d:c=16,h=14,w=14,k=40,r=3,s=3). The base plan is the one xfc plans
 for the layer with its weights read from memory on every call (synthesize_cpu(weights_from_memory=
 True), as `xfc model` plans a network whose weights pass the shared cache), at --m and --vectors
 when given; a variant changes its register tile MRxNR and, optionally, KC (kc=) and the next-panel
@@ -72,7 +73,8 @@ def variant_plan(base, cluster, variant: dict):
 def main(argv=None) -> int:
     layers = {**regret.FITTING, **regret.HELD_OUT}
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layer", required=True, choices=sorted(layers))
+    ap.add_argument("--layer", required=True, metavar="NAME|conv2d:c=..,h=..,w=..,k=..,r=3,s=3",
+                    help=f"one of {', '.join(sorted(layers))}, or a 3x3 layer's shape (regret.py --layer)")
     ap.add_argument("--variant", action="append", required=True, metavar="MRxNR[:kc=K][:pf=N]")
     ap.add_argument("--m", type=int, default=None, help="Winograd tile size (default: the planner's)")
     ap.add_argument("--vectors", choices=winograd.VECTOR_AXES, default=None)
@@ -84,7 +86,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         variants = [parse_variant(v) for v in args.variant]
-    except ValueError as exc:
+        if args.layer not in layers and ":" not in args.layer:
+            raise ValueError(f"--layer {args.layer!r}: not one of regret.py's layers ({', '.join(sorted(layers))}) "
+                             f"nor a shape such as conv2d:c=16,h=14,w=14,k=40,r=3,s=3")
+        if args.layer not in layers:
+            layers.update(regret.winograd_layers_from([args.layer]))
+    except (ValueError, XfcError) as exc:
         ap.error(str(exc))
     say = lambda m: print(f"winograd_variants: {m}", file=sys.stderr, flush=True)  # noqa: E731
     hw = load_hardware("host", os.environ, warn=say)
