@@ -33,6 +33,8 @@ def test_a_tie_takes_the_narrower_tile_and_nothing_else_does():
     assert not _narrow(narrower_s=1.01)[2]                      # predicted slower: the wider stays
     assert not _narrow(isa="avx2")[2]                           # measured on AVX-512 only
     assert not _narrow(sched=replace(WIDE, nr=16, nc=128))[2]   # one vector: nothing narrower
+    assert not _narrow(sched=replace(WIDE, kc=16))[2]           # a shallow slice: not where it was measured
+    assert _narrow(sched=replace(WIDE, kc=winograd.NARROWER_ON_TIE_MIN_KC))[2]
     # a narrower tile that leaves a ragged column tail where the wider left none: kept wide
     assert not _narrow(sched=replace(WIDE, nr=48, nc=48), columns=144)[2]
     assert _narrow(sched=replace(WIDE, nr=48, nc=48), columns=100)[2]       # both ragged: the tie decides

@@ -579,10 +579,11 @@ def with_register_tile(sched: GemmSchedule, mr: int, nr: int, kc: int, isa: str,
 def narrower_on_tie(sched: GemmSchedule, key: float, price, isa: str, core, vectors: str, columns: int):
     """(schedule, its key, whether narrowed): sched's register tile one vector narrower when the stage
     model prices it no slower (NARROWER_ON_TIE) and it leaves no ragged column tail the wider tile did
-    not (the rows measured had none). price(schedule) -> the key synthesize_winograd ranks by;
-    columns: the GEMMs' N."""
+    not (the rows measured had none), on the ISAs and the KC where that was measured
+    (NARROWER_ON_TIE_ISAS, NARROWER_ON_TIE_MIN_KC). price(schedule) -> the key synthesize_winograd
+    ranks by; columns: the GEMMs' N."""
     lanes = isa_row(isa).synthesis_lanes(core)
-    if isa not in NARROWER_ON_TIE_ISAS or sched.nr <= lanes:
+    if isa not in NARROWER_ON_TIE_ISAS or sched.nr <= lanes or sched.kc < NARROWER_ON_TIE_MIN_KC:
         return sched, key, False
     if columns % (sched.nr - lanes) and not columns % sched.nr:
         return sched, key, False
@@ -727,9 +728,14 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
 # (benchmarks/regret_neighbours.py --neighbour nr-16 --ties-only: regret_neighbours_nr16_zen4_s65.json).
 # One vector at a time, while the model still ties them: with one step, yolo_26 went 9x48 -> 9x32 and
 # 9x16, tied with 9x32, ran 7-10% faster in both 1-thread runs (regret_winograd_zen4_1t_s65_narrower*.json).
-# Measured on AVX-512 only: the other ISAs keep the wider tile.
+# Measured on AVX-512 only: the other ISAs keep the wider tile. And only with KC of 32 or more (the
+# shallowest slice of those rows: vgg_1 and vgg_2, KC 32): with 16 input channels (KC 16: 16 k steps per
+# micro-kernel call, whose C tile loads and stores then weigh) 16 -> 40 channels at 14x14, F(2,3), two
+# threads, narrowed 5x48 -> 5x16 ran 16-26% slower than 5x48 in three runs (13.1-17.3 against 12.2-14.8
+# us; 5x48 and 5x64 alike) and alike at one thread (winograd_variants_conv_w14_zen4_t2_s66.json).
 TIE_TOLERANCE = 1e-6
 NARROWER_ON_TIE_ISAS = ("avx512",)
+NARROWER_ON_TIE_MIN_KC = 32
 NARROWER_ON_TIE = ("one vector narrower than the ranking's tile: the stage model prices the two alike, and the "
                    "narrower ran faster on the AVX-512 host where they were timed (narrower_on_tie)")
 
