@@ -731,8 +731,10 @@ def stage_levels(spec: Conv2dSpec, m: int, stages: WinogradStages, gemm_levels: 
 # Measured on AVX-512 only: the other ISAs keep the wider tile. And only with KC of 32 or more (the
 # shallowest slice of those rows: vgg_1 and vgg_2, KC 32): with 16 input channels (KC 16: 16 k steps per
 # micro-kernel call, whose C tile loads and stores then weigh) 16 -> 40 channels at 14x14, F(2,3), two
-# threads, narrowed 5x48 -> 5x16 ran 16-26% slower than 5x48 in three runs (13.1-17.3 against 12.2-14.8
-# us; 5x48 and 5x64 alike) and alike at one thread (winograd_variants_conv_w14_zen4_t2_s66.json).
+# threads, narrowed to 5x16 ran 17-29% slower than 5x48 in three runs (15.2-18.2 against 12.0-14.8 us,
+# cold and hot; 5x48 and 5x64 alike; winograd_variants_conv_w14_zen4_t2_s66*.json), and at one thread
+# alike hot, 9% slower cold (..._t1_s66.json). U-Net's 16-channel layers (14x16 or 14x32) ran within 5%
+# either way (winograd_variants_unet_k0*_s66.json).
 TIE_TOLERANCE = 1e-6
 NARROWER_ON_TIE_ISAS = ("avx512",)
 NARROWER_ON_TIE_MIN_KC = 32
