@@ -235,6 +235,7 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
     for transposed in orientations:
         m, n, k = gemm_view(spec, transposed)
         for tile, score, _ in rank_micro_tiles(cluster.core, isa, evaluator, m, n)[:TOP_MICRO_TILES]:
+            tail_score = _column_tail_score(tile, n, cluster, isa, evaluator)   # the tile's, whatever the blocking
             options = [(L1_FILL, False, True), (L1_FILL_WIDE, False, True)]
             # Transposed: the K-deep slice (C stored once) streams B from L2, which a narrow tile
             # may not sustain; L1-sized slices pay the transposed store per slice instead (only
@@ -265,8 +266,7 @@ def _gemm_candidates(spec, hw, cluster, threads, isa, evaluator, constants) -> l
                                                                 "call, not a line per k step of every row tile")))
                 for sched, reasons in variants:
                     estimate = gemm_estimate(spec, hw, cluster, tile, score, sched, transposed, constants,
-                                             tail_score=_column_tail_score(tile, n, cluster, isa, evaluator),
-                                             interference=row.interference_model,
+                                             tail_score=tail_score, interference=row.interference_model,
                                              strided_a_waits=not row.lane_indexed)
                     candidates.append(Candidate(transposed, tile, score, fill, sched, reasons, estimate, cluster, isa))
     return candidates

@@ -420,7 +420,8 @@ def winograd_gemm(spec: Conv2dSpec, m: int, hw, cluster, sched: GemmSchedule, la
     tile = MicroTile(mr=sched.mr, nr_vectors=sched.nr // lanes, lanes=lanes, a_load_bits=sched.a_load_bits)
     score = evaluator.evaluate(tile, cluster.core, isa)
     problem = gemm_problem(spec, m, vectors)
-    gemm = gemm_estimate(problem, hw, cluster, tile, score, replace(sched, a_pack="direct"), False, constants,
+    direct = sched if sched.a_pack == "direct" else replace(sched, a_pack="direct")
+    gemm = gemm_estimate(problem, hw, cluster, tile, score, direct, False, constants,
                          tail_score=column_tail_score(tile, problem.n, cluster, isa, evaluator),
                          interference=isa_row(isa).interference_model)
     if vectors == "channels" and problem.m % sched.mr:
@@ -956,7 +957,7 @@ def synthesize_winograd(spec: Conv2dSpec, hw, cluster, threads: int, isa: str, e
     def stages_for(trial: GemmSchedule, axis: str, memo: dict) -> WinogradStages:
         # One GEMM estimate per schedule: the candidates' split and slice variants share many, and
         # on one thread the split axis does not change it (no imbalance, nothing divided).
-        key = (axis, replace(trial, parallel_axis="n") if threads == 1 else trial)
+        key = (axis, replace(trial, parallel_axis="n") if threads == 1 and trial.parallel_axis != "n" else trial)
         if key not in memo:
             memo[key] = winograd_gemm(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis)
         return plan_stages(spec, m, hw, cluster, trial, lanes, isa, constants, evaluator, axis, gemm=memo[key],

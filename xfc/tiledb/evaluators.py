@@ -464,7 +464,8 @@ class TileDbEvaluator:
                               "static model")
 
     def evaluate(self, tile: MicroTile, core: CpuCore, isa: str) -> MicroTileScore:
-        if core != self.cluster.core:
+        # `is` first: a dataclass == compares every field of the core, and this runs for every tile
+        if core is not self.cluster.core and core != self.cluster.core:
             return self._static.evaluate(tile, core, isa)
         # one synthesis asks for the same tiles hundreds of times (every GEMM of a Winograd plan,
         # both vector axes); the rows behind an answer do not change while the evaluator lives
