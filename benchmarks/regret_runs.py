@@ -30,29 +30,25 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from machine import machine_facts  # noqa: E402
-from regret import WINOGRAD_TARGETS  # noqa: E402
-
-
-def max_target(threads: int) -> float:
-    """Issue 34's maximum regret at this thread count (the 2-thread one for more threads)."""
-    return WINOGRAD_TARGETS["max_1T"] if threads == 1 else WINOGRAD_TARGETS["max_2T"]
+from regret import WINOGRAD_TARGETS, winograd_max_target  # noqa: E402
 
 
 class RunsDiffer(ValueError):
     """The files are not runs of one experiment (another machine or other constants)."""
 
 
+# What must be equal for two runs to be one experiment: (what it is, how to read it from a run).
+SAME_IN_EVERY_RUN = (("host description (its fingerprint)", lambda run: (run.get("host_figures") or {}).get("fingerprint")),
+                     ("cost-model constants", lambda run: run.get("constant_values")))
+
+
 def check_same_experiment(runs: list[tuple[str, dict]]) -> None:
     """Raise RunsDiffer naming the first file whose machine or constants differ from the first's."""
     first_name, first = runs[0]
     for name, data in runs[1:]:
-        for field, what in ((("host_figures", "fingerprint"), "the host description's fingerprint"),
-                            (("constant_values",), "the cost-model constants")):
-            mine, theirs = first, data
-            for key in field:
-                mine, theirs = (mine or {}).get(key), (theirs or {}).get(key)
-            if mine != theirs:
-                raise RunsDiffer(f"{name}: {what} differs from {first_name}'s: not a run of the same experiment")
+        for what, read in SAME_IN_EVERY_RUN:
+            if read(data) != read(first):
+                raise RunsDiffer(f"{name}: not a run of the same experiment as {first_name} (another {what})")
 
 
 def combine(runs: list[tuple[str, dict]]) -> list[dict]:
@@ -67,7 +63,7 @@ def combine(runs: list[tuple[str, dict]]) -> list[dict]:
         per_run = [k[key] for k in keyed]
         chosen = [r["chosen"] for r in per_run]
         regrets = [r["regret"] for r in per_run]
-        target = max_target(key[1])
+        target = winograd_max_target(key[1])
         rows.append(dict(
             layer=key[0], set=per_run[0]["set"], threads=key[1], same_plan=len(set(chosen)) == 1,
             chosen=chosen[0] if len(set(chosen)) == 1 else chosen, regrets=regrets,
