@@ -38,7 +38,7 @@ class RunsDiffer(ValueError):
 
 
 # What must be equal for two runs to be one experiment: (what it is, how to read it from a run).
-SAME_IN_EVERY_RUN = (("host description (its fingerprint)", lambda run: (run.get("host_figures") or {}).get("fingerprint")),
+SAME_IN_EVERY_RUN = (("host descriptions (their fingerprints)", lambda run: (run.get("host_figures") or {}).get("fingerprint")),
                      ("cost-model constants", lambda run: run.get("constant_values")))
 
 
@@ -48,7 +48,7 @@ def check_same_experiment(runs: list[tuple[str, dict]]) -> None:
     for name, data in runs[1:]:
         for what, read in SAME_IN_EVERY_RUN:
             if read(data) != read(first):
-                raise RunsDiffer(f"{name}: not a run of the same experiment as {first_name} (another {what})")
+                raise RunsDiffer(f"{name}: not a run of the same experiment as {first_name} ({what} differ)")
 
 
 def combine(runs: list[tuple[str, dict]]) -> list[dict]:
