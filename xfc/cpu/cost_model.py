@@ -47,8 +47,9 @@ from .tiles import FLOAT_BYTES, MicroTile, MicroTileScore, round_up
 # l3_overflow_read_speedup, where the description has one; 12: a pointwise conv's A read in place a
 # plane apart charged no wait with one column panel; 13: the Winograd filter stream at a measured
 # sustained DRAM read as measured, not derated again; 14: Winograd plans priced with their own L2 and
-# shared-cache rates, fitted on Winograd plans only).
-COST_MODEL_VERSION = 14
+# shared-cache rates, fitted on Winograd plans only; 15: a GEMM's A read from the shared cache once,
+# not once per NC panel, when one thread's whole A stays in its L2 share).
+COST_MODEL_VERSION = 15
 
 # ---- bandwidths and cache shares ----------------------------------------------------------------
 L2_BYTES_PER_CYCLE = 32.0            # per core, L2 -> L1 refill bandwidth
@@ -496,7 +497,13 @@ def gemm_estimate(spec: OperatorSpec, hw: HardwareDescription, cluster: CpuClust
     l2_bytes = batch * tile.elem_bytes * (m * k * math.ceil(n / nr) + k * n * math.ceil(m / mc)
                                       + 2 * m * n * k_slices)
     l2_s = l2_bytes / (k_.l2_bytes_per_cycle * clock_hz * threads)
-    shared_bytes_moved = batch * tile.elem_bytes * (k * n + m * k * math.ceil(n / nc) + 2 * m * n * k_slices)
+    # A is read from the shared cache once per NC panel, unless the whole A of one thread (its rows
+    # when the split is over M) stays in the L2 share: then the panels after the first re-read it there
+    # (the L2 term counts those reads).
+    a_rows_per_thread = math.ceil(m / threads) if sched.parallel_axis == "m" else m
+    a_stays_in_l2 = tile.elem_bytes * a_rows_per_thread * k <= l2_per_core_bytes(cluster) * L2_FILL
+    a_shared_passes = 1 if a_stays_in_l2 else math.ceil(n / nc)
+    shared_bytes_moved = batch * tile.elem_bytes * (k * n + m * k * a_shared_passes + 2 * m * n * k_slices)
     shared_s = shared_bytes_moved / k_.shared_cache_bytes_per_s(clock_hz, threads, hw.shared_cache_read_gbps)
     # DRAM: every tensor once (inputs, weights, output).
     dram_bytes = tile.elem_bytes * (sum(math.prod(s) for s in spec.operand_shapes) + math.prod(spec.output_shape))
