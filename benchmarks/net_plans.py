@@ -107,7 +107,11 @@ def main(argv=None) -> int:
             print(f"[net-plans] exporting {arch} ({args.size}x{args.size}) and planning it", file=sys.stderr)
             export(arch, path, args.size)
             for threads in thread_counts:
-                plans[f"{arch} t{threads}"] = network_plans(path, arch, hw, threads)
+                try:
+                    plans[f"{arch} t{threads}"] = network_plans(path, arch, hw, threads)
+                except XfcError as exc:
+                    print(f"net-plans: {arch} at {threads} thread(s) on {args.hw}: {exc}", file=sys.stderr)
+                    return 2
     kernels = sum(len(p) for p in plans.values())
     if previous is not None:
         lines = compare(previous["plans"], plans)
