@@ -2,7 +2,7 @@
 # Each installs what is missing (system packages via apt-get when root, a .venv), then runs.
 VENV_PY := .venv/bin/python
 
-.PHONY: setup demo test test-matrices bench bench-setup model-bench sanitize soak net-fuzz readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep
+.PHONY: setup demo test test-matrices bench bench-setup model-bench sanitize soak net-fuzz readme-check clean tiledb int8-sweep int8-arm-sweep winograd-sweep fp16-sweep regret-runs
 
 setup:
 	@scripts/setup.sh
@@ -92,6 +92,23 @@ winograd-sweep: setup
 FP16_CASES ?= 100
 fp16-sweep: setup
 	@$(VENV_PY) scripts/fp16_sweep.py --cases $(FP16_CASES)
+
+# Winograd regret (issue 34, not in CI) as it is judged: three benchmarks/regret.py runs per thread count
+# (1 and 2), each row's median over them (benchmarks/regret_runs.py). About 40 minutes on 2 cores; run it
+# on a quiet machine. REGRET_TAG names the files, e.g. REGRET_TAG=intel_gnr_s68 ->
+# benchmarks/results/regret_winograd_intel_gnr_s68_{1,2}t_{1,2,3}.json and regret_runs_intel_gnr_s68_{1,2}t.json.
+REGRET_TAG ?=
+REGRET_RESULTS = benchmarks/results/regret_winograd_$(REGRET_TAG)
+regret-runs: setup
+	@test -n "$(REGRET_TAG)" || { echo "make regret-runs: set REGRET_TAG, a name for this machine's files (e.g. REGRET_TAG=zen4_s68)" >&2; exit 2; }
+	@for t in 1 2; do \
+		for i in 1 2 3; do \
+			$(VENV_PY) benchmarks/regret.py --part winograd --layers all --threads $$t \
+				--out $(REGRET_RESULTS)_$${t}t_$$i.json || exit 1; \
+		done; \
+		$(VENV_PY) benchmarks/regret_runs.py $(REGRET_RESULTS)_$${t}t_1.json $(REGRET_RESULTS)_$${t}t_2.json \
+			$(REGRET_RESULTS)_$${t}t_3.json --out-name regret_runs_$(REGRET_TAG)_$${t}t.json || exit 1; \
+	done
 
 clean:
 	rm -rf xfc-out .pytest_cache
