@@ -99,8 +99,8 @@ def sweep(hw_names: list[str], repeats: int) -> list[dict]:
 
 
 def median_rows(runs: list[list[dict]]) -> list[dict]:
-    """One row per (hw, workload, threads): the median of each figure over the runs, every run's cold
-    figure kept (cold_runs_ms)."""
+    """One row per (hw, workload, threads): the median of each figure over the runs (the fastest warm
+    lookup: the fastest of them all), every run's cold figure kept (cold_runs_ms)."""
     keyed: dict[tuple, list[dict]] = {}
     for rows in runs:
         for row in rows:

@@ -145,8 +145,8 @@ class WinogradTransforms:
 @functools.lru_cache(maxsize=None)
 def _growth(m: int, r: int) -> float:
     # in Python floats from the exact entries: every sum has positive terms, so the result is within
-    # a few ulps of the exact rational one, and the first Winograd synthesis of a process (which pays
-    # this) takes a third of the time it took in Fractions (1.7 ms for the three tile sizes)
+    # a few ulps of the exact rational one, without Fraction arithmetic (the first Winograd synthesis
+    # of a process pays for this and for the transforms: docs/winograd.md, session 67)
     t = transforms(m, r)
 
     def magnitudes(matrix: Matrix) -> list[list[float]]:
@@ -182,8 +182,8 @@ def transforms(m: int, r: int = FILTER_TAPS) -> WinogradTransforms:
     # product's value at p_j (Lagrange); the last rows are the point at infinity.
     # In integers, with y = D x for D the points' common denominator (every point p = P / D):
     # prod over q != p_j of (x - q) = Q_j(y) / D^(n-1), Q_j(y) = prod over i != j of (y - P_i),
-    # so each entry is one fraction of two integers (a third of the time of Fraction arithmetic;
-    # the first Winograd synthesis of a process pays it).
+    # so each entry is one fraction of two integers, made once (Fraction arithmetic normalises
+    # after every operation; the first Winograd synthesis of a process pays for building these).
     n = len(points)
     d = math.lcm(*(p.denominator for p in points))
     scaled = [int(p * d) for p in points]
